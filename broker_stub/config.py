@@ -1,0 +1,52 @@
+"""Configuration of the stub broker and name server. Defaults are RocketMQ's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class BrokerConfig:
+    name: str = "broker-a"
+    cluster: str = "DefaultCluster"
+    host: str = "127.0.0.1"
+    port: int = 10911
+    # Address written into routes; defaults to host (or 127.0.0.1 when host is a wildcard).
+    advertise_host: str | None = None
+    namesrv_addrs: list[str] = field(default_factory=list)
+    register_interval: float = 30.0
+
+    # topics
+    default_queue_nums: int = 4
+    auto_create_topics: bool = True
+    topics: list[str] = field(default_factory=list)  # created at start
+    max_message_size: int = 4 * 1024 * 1024
+    retain_per_queue: int = 1_000_000
+
+    # POP
+    max_pop_batch: int = 32
+    revive_queue_nums: int = 8
+    retry_first_probability: float = 0.2
+    max_reconsume_times: int = 16  # 17 delivery attempts, then %DLQ%<group>
+    scan_limit: int = 1024  # entries a pop may skip over in one queue (tag filtering)
+
+    # broker-side long polling
+    polling_per_key: int = 1024
+    polling_total: int = 100_000
+
+    max_frame: int = 16 * 1024 * 1024
+
+    @property
+    def address(self) -> str:
+        host = self.advertise_host or (
+            "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        )
+        return f"{host}:{self.port}"
+
+
+@dataclass
+class NamesrvConfig:
+    host: str = "127.0.0.1"
+    port: int = 9876
+    broker_timeout: float = 120.0  # a broker that has not registered for this long expires
+    scan_interval: float = 5.0

@@ -1,0 +1,350 @@
+"""POP consumption: pop offsets, checkpoints, acks, invisible time and revival.
+
+A pop takes messages from a queue at the group's pop offset and moves the offset past
+them, recording a *checkpoint* (the offsets taken, when, for how long). Until the
+checkpoint's invisible time ends no one else can get those messages. An ack removes an
+offset from its checkpoint. When the time ends, every offset still unacked is *revived*: a
+copy goes to the group's retry topic ``%RETRY%<group>_<topic>`` with ``reconsumeTimes + 1``,
+visible at once, or to ``%DLQ%<group>`` once the attempts are spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+from broker_stub.config import BrokerConfig
+from broker_stub.store import MessageStore
+from broker_stub.topics import TopicTable
+from proxy.remoting.filter import TagFilter
+from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_message
+from proxy.remoting.popinfo import (
+    PopCheckpointInfo,
+    dlq_topic,
+    pop_retry_topic,
+    retry_flag,
+)
+
+log = logging.getLogger(__name__)
+
+INIT_MODE_MIN = 0  # a new group starts at the oldest message
+INIT_MODE_MAX = 1  # ... or at the newest, unless nothing has been dropped yet
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class PopRequest:
+    group: str
+    topic: str
+    queue_id: int  # -1: every queue, from a random one
+    max_nums: int
+    invisible_time: int  # ms
+    filter: TagFilter
+    init_mode: int = INIT_MODE_MAX
+
+
+@dataclass(slots=True)
+class PoppedQueue:
+    """One queue's share of a pop."""
+
+    topic: str  # the topic read: the requested one or its retry topic
+    queue_id: int
+    start_offset: int
+    offsets: list[int]
+    records: list[bytes]
+
+
+@dataclass(slots=True)
+class PopResult:
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+    queues: list[PoppedQueue] = field(default_factory=list)
+    rest_num: int = 0
+
+    @property
+    def message_count(self) -> int:
+        return sum(len(q.offsets) for q in self.queues)
+
+
+@dataclass(slots=True, eq=False)
+class Checkpoint:
+    group: str
+    topic: str
+    queue_id: int
+    start_offset: int
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+    origin_topic: str  # the topic the consumer asked for
+    unacked: set[int]
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int, int, int]:
+        return (self.group, self.topic, self.queue_id, self.start_offset, self.pop_time)
+
+
+class PopService:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicTable,
+        config: BrokerConfig,
+        loop: asyncio.AbstractEventLoop,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.config = config
+        self.loop = loop
+        self.rng = rng or random.Random()
+        self._offsets: dict[tuple[str, str, int], int] = {}
+        self._checkpoints: dict[tuple[str, str, int, int, int], Checkpoint] = {}
+        self._revive_counter = 0
+        # retry topic -> (group, original topic), so a revival wakes the right waiters
+        self.retry_origins: dict[str, tuple[str, str]] = {}
+
+    @property
+    def checkpoint_count(self) -> int:
+        return len(self._checkpoints)
+
+    def close(self) -> None:
+        for ck in self._checkpoints.values():
+            if ck.timer is not None:
+                ck.timer.cancel()
+        self._checkpoints.clear()
+
+    # -- pop ------------------------------------------------------------------------------
+
+    def pop(self, req: PopRequest) -> PopResult:
+        self._revive_counter += 1
+        result = PopResult(
+            pop_time=now_ms(),
+            invisible_time=req.invisible_time,
+            revive_qid=self._revive_counter % self.config.revive_queue_nums,
+        )
+        retry_topic = pop_retry_topic(req.group, req.topic)
+        retry_first = self.rng.random() < self.config.retry_first_probability
+        if retry_first:
+            self._pop_topic(req, retry_topic, -1, result)
+        self._pop_topic(req, req.topic, req.queue_id, result)
+        if not retry_first:
+            self._pop_topic(req, retry_topic, -1, result)
+        return result
+
+    def _pop_topic(self, req: PopRequest, topic: str, queue_id: int, result: PopResult) -> None:
+        config = self.topics.get(topic)
+        if config is None:
+            return
+        if queue_id >= 0:
+            queue_ids = [queue_id]
+        else:
+            count = config.read_queue_nums
+            start = self.rng.randrange(count)
+            queue_ids = [(start + i) % count for i in range(count)]
+        for qid in queue_ids:
+            want = req.max_nums - result.message_count
+            if want <= 0:
+                # Still count the backlog the client will find on its next pop.
+                result.rest_num += self.store.max_offset(topic, qid) - self._offset(req, topic, qid)
+                continue
+            self._pop_queue(req, topic, qid, want, result)
+
+    def _pop_queue(
+        self, req: PopRequest, topic: str, queue_id: int, want: int, result: PopResult
+    ) -> None:
+        queue = self.store.queue(topic, queue_id)
+        offset = self._offset(req, topic, queue_id)
+        offsets: list[int] = []
+        records: list[bytes] = []
+        next_offset = offset
+        for off, entry in queue.scan(offset, self.config.scan_limit):
+            next_offset = off + 1
+            if not req.filter.matches(entry.tag):
+                continue  # a message the filter skips is consumed for this group
+            record = self.store.commit_log.read(entry.physical_offset)
+            if record is None:
+                continue
+            offsets.append(off)
+            records.append(record)
+            if len(offsets) >= want:
+                break
+        self._offsets[(req.group, topic, queue_id)] = next_offset
+        result.rest_num += queue.max_offset - next_offset
+        if not offsets:
+            return
+        if topic != req.topic:
+            records = [self._as_origin(r, req, topic, offset, result) for r in records]
+        self._add_checkpoint(
+            Checkpoint(
+                group=req.group,
+                topic=topic,
+                queue_id=queue_id,
+                start_offset=offset,
+                pop_time=result.pop_time,
+                invisible_time=result.invisible_time,
+                revive_qid=result.revive_qid,
+                origin_topic=req.topic,
+                unacked=set(offsets),
+            )
+        )
+        result.queues.append(PoppedQueue(topic, queue_id, offset, offsets, records))
+
+    def _offset(self, req: PopRequest, topic: str, queue_id: int) -> int:
+        offset = self._offsets.get((req.group, topic, queue_id))
+        minimum = self.store.min_offset(topic, queue_id)
+        if offset is None:
+            # As RocketMQ with initPopOffsetByCheckMsgInMem: while the queue still holds its
+            # first message, a new group reads from the start whatever its init mode.
+            use_min = req.init_mode == INIT_MODE_MIN or minimum == 0
+            offset = minimum if use_min else self.store.max_offset(topic, queue_id)
+        return max(offset, minimum)
+
+    def _as_origin(
+        self, record: bytes, req: PopRequest, topic: str, start: int, result: PopResult
+    ) -> bytes:
+        """Re-encode a retry-topic record as the original topic, its POP_CK filled in.
+
+        The client cannot compute POP_CK for these itself: once the topic is rewritten it no
+        longer knows the record came from the retry topic.
+        """
+        msg = decode_messages(record)[0]
+        info = PopCheckpointInfo(
+            start,
+            result.pop_time,
+            result.invisible_time,
+            result.revive_qid,
+            retry_flag(topic),
+            self.config.name,
+            msg.queue_id,
+            msg.queue_offset,
+        )
+        msg.properties.setdefault(Prop.POP_CK, info.encode())
+        msg.topic = req.topic
+        return encode_message(msg)
+
+    def has_message(self, group: str, topic: str, queue_id: int) -> bool:
+        """Whether a pop by ``group`` would find a message now (ignoring tag filters)."""
+        probe = PopRequest(group, topic, queue_id, 1, 0, TagFilter(None), INIT_MODE_MAX)
+        config = self.topics.get(topic)
+        queue_ids = [queue_id] if queue_id >= 0 else range(config.read_queue_nums if config else 0)
+        for qid in queue_ids:
+            if self.store.max_offset(topic, qid) > self._offset(probe, topic, qid):
+                return True
+        retry = pop_retry_topic(group, topic)
+        return self.store.max_offset(retry, 0) > self._offset(probe, retry, 0)
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def _add_checkpoint(self, ck: Checkpoint) -> None:
+        existing = self._checkpoints.get(ck.key)
+        if existing is not None:  # same queue, start offset and millisecond: merge
+            existing.unacked |= ck.unacked
+            return
+        self._checkpoints[ck.key] = ck
+        delay = max((ck.pop_time + ck.invisible_time - now_ms()) / 1000, 0)
+        ck.timer = self.loop.call_later(delay, self._revive, ck)
+
+    def ack(self, info: PopCheckpointInfo, group: str, topic: str, offset: int) -> bool:
+        """Ack ``offset`` of the checkpoint ``info`` names; False if it holds no such offset
+        (already acked, or revived after its invisible time)."""
+        ck = self._checkpoints.get((group, topic, info.queue_id, info.start_offset, info.pop_time))
+        if ck is None or offset not in ck.unacked:
+            return False
+        ck.unacked.discard(offset)
+        if not ck.unacked:
+            self._drop_checkpoint(ck)
+        return True
+
+    def change_invisible_time(
+        self, info: PopCheckpointInfo, group: str, topic: str, offset: int, invisible_time: int
+    ) -> Checkpoint:
+        """Move ``offset`` into a new checkpoint that starts now; return it.
+
+        RocketMQ always writes the new checkpoint. We write it only while the old one still
+        holds the offset: a message already acked or already revived must not come back.
+        """
+        ck = Checkpoint(
+            group=group,
+            topic=topic,
+            queue_id=info.queue_id,
+            start_offset=offset,
+            pop_time=now_ms(),
+            invisible_time=invisible_time,
+            revive_qid=info.revive_qid,
+            origin_topic=topic,
+            unacked={offset},
+        )
+        old = self._checkpoints.get((group, topic, info.queue_id, info.start_offset, info.pop_time))
+        if old is not None and offset in old.unacked:
+            ck.origin_topic = old.origin_topic
+            self.ack(info, group, topic, offset)
+            self._add_checkpoint(ck)
+        return ck
+
+    def _drop_checkpoint(self, ck: Checkpoint) -> None:
+        self._checkpoints.pop(ck.key, None)
+        if ck.timer is not None:
+            ck.timer.cancel()
+
+    def _revive(self, ck: Checkpoint) -> None:
+        if self._checkpoints.get(ck.key) is not ck:
+            return
+        del self._checkpoints[ck.key]
+        for offset in sorted(ck.unacked):
+            msg = self.store.message(ck.topic, ck.queue_id, offset)
+            if msg is None:
+                log.warning(
+                    "cannot revive %s:%s@%s: no longer stored", ck.topic, ck.queue_id, offset
+                )
+                continue
+            self.requeue(msg, ck.group, ck.origin_topic, first_pop_time=ck.pop_time)
+
+    def requeue(
+        self,
+        msg: MessageExt,
+        group: str,
+        origin_topic: str,
+        *,
+        to_dlq: bool = False,
+        first_pop_time: int | None = None,
+    ) -> MessageExt:
+        """Store a copy of ``msg`` in the group's retry topic, or its DLQ when ``to_dlq`` or
+        its attempts are spent. Returns the copy."""
+        times = msg.reconsume_times + 1
+        max_times = int(
+            msg.properties.get(Prop.MAX_RECONSUME_TIMES, self.config.max_reconsume_times)
+        )
+        if to_dlq or times > max_times:
+            topic = dlq_topic(group)
+        else:
+            topic = pop_retry_topic(group, origin_topic)
+            self.retry_origins[topic] = (group, origin_topic)
+        self.topics.system_topic(topic)
+        props = dict(msg.properties)
+        props.pop(Prop.POP_CK, None)
+        props.setdefault(Prop.REAL_TOPIC, origin_topic)
+        props.setdefault(Prop.ORIGIN_MESSAGE_ID, msg.msg_id)
+        if first_pop_time is not None:
+            props.setdefault(Prop.FIRST_POP_TIME, str(first_pop_time))
+        copy = MessageExt(
+            topic=topic,
+            body=msg.body,
+            properties=props,
+            queue_id=0,
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_host=msg.store_host,
+            reconsume_times=times,
+        )
+        self.store.put(copy)
+        return copy

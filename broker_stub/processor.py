@@ -1,0 +1,521 @@
+"""The broker's request handlers, one method per request code.
+
+Handlers answer synchronously where they can; only a parked long poll returns a future.
+Validation follows RocketMQ's broker: the codes and remarks a RocketMQ client expects.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+from collections.abc import Callable
+
+import orjson
+
+from broker_stub.config import BrokerConfig
+from broker_stub.fields import Fields, RequestError
+from broker_stub.polling import PollingTable, Waiter
+from broker_stub.pop import INIT_MODE_MAX, PopRequest, PopResult, PopService, now_ms
+from broker_stub.store import MessageStore
+from broker_stub.timers import DeliveryScheduler
+from broker_stub.topics import TopicConfig, TopicTable, group_name_error, topic_name_error
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand, RemotingProtocolError
+from proxy.remoting.connection import RemotingConnection
+from proxy.remoting.filter import FilterExpressionError, TagFilter
+from proxy.remoting.message import (
+    SYSFLAG_MULTI_TAGS,
+    MessageExt,
+    Prop,
+    UniqueIdGenerator,
+    decode_batch,
+    decode_properties,
+    offset_message_id,
+)
+from proxy.remoting.popinfo import PopCheckpointInfo, join_info, retry_flag, topic_for_flag
+from proxy.remoting.server import Reply
+
+log = logging.getLogger(__name__)
+
+OK = ResponseCode.SUCCESS
+BAD = ResponseCode.INVALID_PARAMETER
+NO_MESSAGE_REMARK = "NO_MESSAGE_IN_QUEUE"
+
+# SEND_MESSAGE_V2 abbreviates the SEND_MESSAGE header names.
+SEND_V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+
+
+class BrokerProcessor:
+    """Serves the requests of one broker."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MessageStore,
+        topics: TopicTable,
+        pop: PopService,
+        pops: PollingTable,
+        notifications: PollingTable,
+        scheduler: DeliveryScheduler,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.pop = pop
+        self.pops = pops
+        self.notifications = notifications
+        self.scheduler = scheduler
+        self.loop = pop.loop
+        self.ids = UniqueIdGenerator(config.address.rpartition(":")[0])
+        self.store_host = (config.address.rpartition(":")[0], config.port)
+        self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
+            RequestCode.SEND_MESSAGE: self.send_message,
+            RequestCode.SEND_MESSAGE_V2: self.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_message,
+            RequestCode.POP_MESSAGE: self.pop_message,
+            RequestCode.ACK_MESSAGE: self.ack_message,
+            RequestCode.BATCH_ACK_MESSAGE: self.batch_ack_message,
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time,
+            RequestCode.NOTIFICATION: self.notification,
+            RequestCode.POLLING_INFO: self.polling_info,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.HEART_BEAT: self.ok,
+            RequestCode.UNREGISTER_CLIENT: self.ok,
+            RequestCode.CHECK_CLIENT_CONFIG: self.ok,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.ok,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+        }
+
+    def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            return cmd.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f" request type {cmd.code} not supported",
+            )
+        try:
+            return handler(cmd, conn)
+        except RequestError as err:
+            return cmd.make_response(err.code, remark=err.remark)
+
+    # -- shared checks --------------------------------------------------------------------
+
+    def _topic(self, topic: str) -> TopicConfig:
+        error = topic_name_error(topic)
+        if error:
+            raise RequestError(BAD, error)
+        config = self.topics.get(topic)
+        if config is None:
+            raise RequestError(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+            )
+        return config
+
+    def _read_queue(self, config: TopicConfig, queue_id: int, code: int = BAD) -> None:
+        if queue_id < -1 or queue_id >= config.read_queue_nums:
+            raise RequestError(
+                code,
+                f"queueId[{queue_id}] is illegal, topic:[{config.name}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] broker:[{self.config.name}]",
+            )
+
+    @staticmethod
+    def _group(group: str) -> None:
+        error = group_name_error(group)
+        if error:
+            raise RequestError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, error)
+
+    # -- send -----------------------------------------------------------------------------
+
+    def send_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = Fields(cmd, SEND_V2_NAMES if cmd.code != RequestCode.SEND_MESSAGE else None)
+        topic = f.str("topic")
+        error = topic_name_error(topic)
+        if error:
+            raise RequestError(BAD, error)
+        config = self.topics.get(topic)
+        if config is None:
+            if not self.config.auto_create_topics:
+                raise RequestError(
+                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+                )
+            config = self.topics.create(topic)
+        queue_id = f.int("queueId", -1)
+        if queue_id >= config.write_queue_nums:
+            raise RequestError(
+                BAD,
+                f"request queueId[{queue_id}] is illegal, {topic} "
+                f"writeQueueNums:[{config.write_queue_nums}] Producer:[{conn.peer}]",
+            )
+        if queue_id < 0:
+            queue_id = random.randrange(config.write_queue_nums)
+        sys_flag = f.int("sysFlag", 0)
+        base = {
+            "flag": f.int("flag", 0),
+            "born_timestamp": f.int("bornTimestamp", now_ms()),
+            "reconsume_times": f.int("reconsumeTimes", 0),
+        }
+        batch = f.bool("batch") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        header_props = decode_properties(f.str("properties", ""))
+        if batch:
+            try:
+                entries = decode_batch(cmd.body)
+            except RemotingProtocolError as exc:
+                raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
+            if not entries:
+                raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+            bodies = [(e.body, {**header_props, **e.properties}, e.flag) for e in entries]
+        else:
+            bodies = [(cmd.body, header_props, base["flag"])]
+        born_host = _host(conn.peer)
+        messages = []
+        for body, props, flag in bodies:
+            if len(body) > self.config.max_message_size:
+                raise RequestError(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"the message body size over max value, MAX: {self.config.max_message_size}",
+                )
+            props = dict(props)
+            props.setdefault(Prop.UNIQ_KEY, self.ids.next_id())
+            props[Prop.CLUSTER] = self.config.cluster
+            messages.append(
+                MessageExt(
+                    topic=topic,
+                    body=body,
+                    properties=props,
+                    queue_id=queue_id,
+                    flag=flag,
+                    sys_flag=sys_flag & ~SYSFLAG_MULTI_TAGS,
+                    born_timestamp=base["born_timestamp"],
+                    born_host=born_host,
+                    store_host=self.store_host,
+                    reconsume_times=base["reconsume_times"],
+                )
+            )
+        results = [self.scheduler.put(msg) for msg in messages]
+        fields = {
+            "msgId": ",".join(
+                offset_message_id(self.store_host, r.physical_offset) for r in results
+            ),
+            "queueId": str(messages[0].queue_id),
+            "queueOffset": str(results[0].queue_offset),
+            "transactionId": messages[0].properties[Prop.UNIQ_KEY],
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        return cmd.make_response(OK, fields)
+
+    # -- pop ------------------------------------------------------------------------------
+
+    def pop_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
+        f = Fields(cmd)
+        group = f.str("consumerGroup")
+        topic = f.str("topic")
+        queue_id = f.int("queueId")
+        max_nums = f.int("maxMsgNums")
+        invisible_time = f.int("invisibleTime")
+        poll_time = f.int("pollTime", 0)
+        born_time = f.int("bornTime", 0) or now_ms()
+        if poll_time > 0 and now_ms() - born_time - poll_time > 500:
+            raise RequestError(
+                ResponseCode.POLLING_TIMEOUT,
+                f"the broker[{self.config.name}] pop message is timeout too much",
+            )
+        if max_nums > self.config.max_pop_batch:
+            raise RequestError(
+                BAD,
+                f"the broker[{self.config.name}] pop message's num is greater than "
+                f"{self.config.max_pop_batch}",
+            )
+        if max_nums <= 0:
+            raise RequestError(BAD, f"maxMsgNums {max_nums} must be positive")
+        if invisible_time <= 0:
+            raise RequestError(BAD, f"invisibleTime {invisible_time} must be positive")
+        if poll_time < 0:
+            raise RequestError(BAD, f"pollTime {poll_time} must not be negative")
+        if f.bool("order"):
+            raise RequestError(BAD, "orderly pop is not supported by broker_stub")
+        config = self._topic(topic)
+        self._read_queue(config, queue_id)
+        self._group(group)
+        try:
+            tag_filter = TagFilter.parse(f.str("exp", None), f.str("expType", None))
+        except FilterExpressionError as exc:
+            raise RequestError(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"parse the consumer's subscription failed: {exc}",
+            ) from None
+        request = PopRequest(
+            group,
+            topic,
+            queue_id,
+            max_nums,
+            invisible_time,
+            tag_filter,
+            f.int("initMode", INIT_MODE_MAX),
+        )
+        result = self.pop.pop(request)
+        if result.message_count or poll_time <= 0:
+            return self._pop_response(cmd, result)
+
+        def on_wake(waiter: Waiter) -> None:
+            again = self.pop.pop(request)
+            if again.message_count or not self.pops.park(waiter):
+                waiter.future.set_result(self._pop_response(cmd, again))
+
+        def on_timeout(waiter: Waiter) -> None:
+            waiter.future.set_result(self._pop_response(cmd, self.pop.pop(request)))
+
+        return self._park(
+            self.pops,
+            (topic, group, queue_id),
+            born_time + poll_time,
+            on_wake,
+            on_timeout,
+            lambda: self._pop_full(cmd, result),
+        )
+
+    def _park(self, table, key, deadline_ms, on_wake, on_timeout, when_full) -> Reply:
+        future = self.loop.create_future()
+        deadline = self.loop.time() + (deadline_ms - now_ms()) / 1000
+        waiter = Waiter(key, future, deadline, on_wake, on_timeout)
+        if not table.park(waiter):
+            return when_full()
+        return future
+
+    def _pop_full(self, cmd: RemotingCommand, result: PopResult) -> RemotingCommand:
+        response = self._pop_response(cmd, result)
+        response.code = ResponseCode.POLLING_FULL
+        return response
+
+    def _pop_response(self, cmd: RemotingCommand, result: PopResult) -> RemotingCommand:
+        fields = {
+            "popTime": str(result.pop_time),
+            "invisibleTime": str(result.invisible_time),
+            "reviveQid": str(result.revive_qid),
+            "restNum": str(result.rest_num),
+            "startOffsetInfo": join_info(
+                [(retry_flag(q.topic), q.queue_id, str(q.start_offset)) for q in result.queues]
+            ),
+            "msgOffsetInfo": join_info(
+                [
+                    (retry_flag(q.topic), q.queue_id, ",".join(map(str, q.offsets)))
+                    for q in result.queues
+                ]
+            ),
+            "orderCountInfo": "",
+        }
+        if not result.queues:
+            return cmd.make_response(ResponseCode.POLLING_TIMEOUT, fields, remark=NO_MESSAGE_REMARK)
+        body = b"".join(record for q in result.queues for record in q.records)
+        return cmd.make_response(OK, fields, body)
+
+    # -- ack and invisible time -------------------------------------------------------------
+
+    def _checkpoint_target(self, f: Fields) -> tuple[str, str, int, PopCheckpointInfo, int]:
+        """Parse and check the fields acks and changes share; return the real topic."""
+        group = f.str("consumerGroup")
+        topic = f.str("topic")
+        queue_id = f.int("queueId")
+        offset = f.int("offset")
+        try:
+            info = PopCheckpointInfo.parse(f.str("extraInfo"))
+        except ValueError as exc:
+            raise RequestError(BAD, f"bad extraInfo: {exc}") from None
+        if retry_flag(topic) == 0:
+            topic = topic_for_flag(info.retry, group, topic)
+        config = self._topic(topic)
+        if queue_id < 0:
+            queue_id = -2  # -1 means "any" only for pops
+        self._read_queue(config, queue_id, ResponseCode.MESSAGE_ILLEGAL)
+        return group, topic, queue_id, info, offset
+
+    def ack_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        group, topic, queue_id, info, offset = self._checkpoint_target(Fields(cmd))
+        low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+        if not low <= offset <= high:
+            raise RequestError(
+                ResponseCode.NO_MESSAGE,
+                f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{low}~{high}",
+            )
+        self.pop.ack(info, group, topic, offset)
+        return cmd.make_response(OK)
+
+    def change_invisible_time(
+        self, cmd: RemotingCommand, conn: RemotingConnection
+    ) -> RemotingCommand:
+        f = Fields(cmd)
+        group, topic, queue_id, info, offset = self._checkpoint_target(f)
+        invisible_time = f.int("invisibleTime")
+        if invisible_time < 0:
+            raise RequestError(BAD, f"invisibleTime {invisible_time} must not be negative")
+        low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+        if not low <= offset < high:
+            raise RequestError(ResponseCode.NO_MESSAGE, f"offset {offset} outside {low}~{high}")
+        ck = self.pop.change_invisible_time(info, group, topic, offset, invisible_time)
+        fields = {
+            "popTime": str(ck.pop_time),
+            "invisibleTime": str(ck.invisible_time),
+            "reviveQid": str(ck.revive_qid),
+        }
+        return cmd.make_response(OK, fields)
+
+    def batch_ack_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        try:
+            body = orjson.loads(cmd.body) if cmd.body else {}
+            acks = body.get("acks") or []
+        except (orjson.JSONDecodeError, AttributeError):
+            raise RequestError(BAD, "the batch ack body is not JSON") from None
+        if not acks:
+            return cmd.make_response(ResponseCode.NO_MESSAGE)
+        for ack in acks:
+            try:
+                group = ack.get("c") or ack["consumerGroup"]
+                topic = ack.get("t") or ack["topic"]
+                retry = int(ack.get("r", ack.get("retry", 0)))
+                start = int(ack.get("so", ack.get("startOffset")))
+                queue_id = int(ack.get("q", ack.get("queueId")))
+                pop_time = int(ack.get("pt", ack.get("popTime")))
+                bits = base64.b64decode(ack.get("b") or ack.get("bitSet") or "")
+            except (KeyError, TypeError, ValueError) as exc:
+                raise RequestError(BAD, f"bad batch ack entry {ack!r}: {exc}") from None
+            real_topic = topic if retry_flag(topic) else topic_for_flag(retry, group, topic)
+            info = PopCheckpointInfo(start, pop_time, 0, 0, retry, self.config.name, queue_id, 0)
+            for index in _set_bits(bits):
+                self.pop.ack(info, group, real_topic, start + index)
+        return cmd.make_response(OK)
+
+    # -- notification ---------------------------------------------------------------------
+
+    def notification(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
+        f = Fields(cmd)
+        group = f.str("consumerGroup")
+        topic = f.str("topic")
+        queue_id = f.int("queueId")
+        poll_time = f.int("pollTime", 0)
+        born_time = f.int("bornTime", 0) or now_ms()
+        self._read_queue(self._topic(topic), queue_id)
+        self._group(group)
+
+        def answer(has_msg: bool, full: bool = False) -> RemotingCommand:
+            fields = {
+                "hasMsg": "true" if has_msg else "false",
+                "pollingFull": "true" if full else "false",
+            }
+            return cmd.make_response(OK, fields)
+
+        if self.pop.has_message(group, topic, queue_id) or poll_time <= 0:
+            return answer(self.pop.has_message(group, topic, queue_id))
+        return self._park(
+            self.notifications,
+            (topic, group, queue_id),
+            born_time + poll_time,
+            lambda w: w.future.set_result(answer(True)),
+            lambda w: w.future.set_result(answer(False)),
+            lambda: answer(False, full=True),
+        )
+
+    def polling_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = Fields(cmd)
+        group, topic, queue_id = f.str("consumerGroup"), f.str("topic"), f.int("queueId")
+        self._read_queue(self._topic(topic), queue_id)
+        self._group(group)
+        return cmd.make_response(OK, {"pollingNum": str(self.pops.count(topic, group, queue_id))})
+
+    # -- send back (dead-letter queue) ------------------------------------------------------
+
+    def send_back(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = Fields(cmd)
+        group = f.str("group")
+        self._group(group)
+        msg = self.store.message_at(f.int("offset"))
+        if msg is None:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, "look message by offset failed")
+        origin_topic = f.str("originTopic", msg.properties.get(Prop.REAL_TOPIC, msg.topic))
+        max_times = f.int("maxReconsumeTimes", None)
+        if max_times is not None:
+            msg.properties[Prop.MAX_RECONSUME_TIMES] = str(max_times)
+        self.pop.requeue(msg, group, origin_topic, to_dlq=f.int("delayLevel", 0) < 0)
+        return cmd.make_response(OK)
+
+    # -- the rest a client sends on start-up or as admin -------------------------------------
+
+    def ok(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        return cmd.make_response(OK)
+
+    def consumer_list(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        return cmd.make_response(OK, body=b'{"consumerIdList":[]}')
+
+    def query_consumer_offset(
+        self, cmd: RemotingCommand, conn: RemotingConnection
+    ) -> RemotingCommand:
+        return cmd.make_response(
+            ResponseCode.QUERY_NOT_FOUND, remark="Not found, maybe this group consumer boot first"
+        )
+
+    def max_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = Fields(cmd)
+        offset = self.store.max_offset(f.str("topic"), f.int("queueId"))
+        return cmd.make_response(OK, {"offset": str(offset)})
+
+    def min_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = Fields(cmd)
+        offset = self.store.min_offset(f.str("topic"), f.int("queueId"))
+        return cmd.make_response(OK, {"offset": str(offset)})
+
+    def create_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        f = Fields(cmd)
+        topic = f.str("topic")
+        error = topic_name_error(topic)
+        if error:
+            raise RequestError(BAD, error)
+        nums = f.int("readQueueNums", self.config.default_queue_nums)
+        if not 1 <= nums <= 1024:
+            raise RequestError(BAD, f"queue count {nums} outside 1..1024")
+        self.topics.create(topic, nums, f.int("perm", 6))
+        return cmd.make_response(OK)
+
+    def all_topic_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        body = {
+            "dataVersion": {
+                "counter": self.topics.version,
+                "stateVersion": 0,
+                "timestamp": now_ms(),
+            },
+            "topicConfigTable": {t.name: t.to_json() for t in self.topics.all()},
+        }
+        return cmd.make_response(OK, body=orjson.dumps(body))
+
+
+def _host(peer: str) -> tuple[str, int]:
+    host, _, port = peer.rpartition(":")
+    return (host or "127.0.0.1", int(port) if port.isdigit() else 0)
+
+
+def _set_bits(data: bytes):
+    """Indexes of the set bits of a Java ``BitSet.toByteArray()`` (little-endian)."""
+    for byte_index, byte in enumerate(data):
+        for bit in range(8):
+            if byte >> bit & 1:
+                yield byte_index * 8 + bit

@@ -1,0 +1,101 @@
+"""Topic configurations of one broker, and the name rules RocketMQ enforces."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from proxy.remoting.popinfo import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+
+PERM_INHERIT = 1
+PERM_WRITE = 2
+PERM_READ = 4
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
+
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+DEFAULT_TOPIC = "TBW102"
+_NAME = re.compile(r"^[%|a-zA-Z0-9_+-]+$")
+
+
+def topic_name_error(topic: str) -> str | None:
+    """Why ``topic`` is not a valid topic name, or None if it is."""
+    if not topic or not topic.strip():
+        return "the topic is blank"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"the topic is longer than {TOPIC_MAX_LENGTH} characters"
+    if not _NAME.match(topic):
+        return f"the topic [{topic}] contains illegal characters, allowed: ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def group_name_error(group: str) -> str | None:
+    """Why ``group`` is not a valid consumer group name, or None if it is."""
+    if not group or not group.strip():
+        return "the consumer group is blank"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"the consumer group is longer than {GROUP_MAX_LENGTH} characters"
+    if not _NAME.match(group):
+        return f"the consumer group [{group}] contains illegal characters"
+    return None
+
+
+@dataclass
+class TopicConfig:
+    name: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_READ_WRITE
+
+    def to_json(self) -> dict:
+        return {
+            "attributes": {},
+            "order": False,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": "SINGLE_TAG",
+            "topicName": self.name,
+            "topicSysFlag": 0,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+
+class TopicTable:
+    """The broker's topics. ``on_change`` fires when one is created (to re-register)."""
+
+    def __init__(self, default_queue_nums: int, on_change=None) -> None:
+        self.default_queue_nums = default_queue_nums
+        self.on_change = on_change
+        self._topics: dict[str, TopicConfig] = {
+            DEFAULT_TOPIC: TopicConfig(
+                DEFAULT_TOPIC,
+                default_queue_nums,
+                default_queue_nums,
+                PERM_READ_WRITE | PERM_INHERIT,
+            )
+        }
+        self.version = 1
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self._topics.get(name)
+
+    def all(self) -> list[TopicConfig]:
+        return list(self._topics.values())
+
+    def create(
+        self, name: str, queue_nums: int | None = None, perm: int = PERM_READ_WRITE
+    ) -> TopicConfig:
+        """Create (or update the queue count of) a topic."""
+        nums = queue_nums or self.default_queue_nums
+        config = self._topics.get(name)
+        if config is None or config.read_queue_nums != nums or config.perm != perm:
+            config = self._topics[name] = TopicConfig(name, nums, nums, perm)
+            self.version += 1
+            if self.on_change is not None:
+                self.on_change()
+        return config
+
+    def system_topic(self, name: str) -> TopicConfig:
+        """A retry or dead-letter topic: one queue, created on first use."""
+        assert name.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+        return self._topics.get(name) or self.create(name, 1)

@@ -1,0 +1,361 @@
+"""Typed calls to one RocketMQ broker: send, pop, ack, invisible time, notification.
+
+This is the broker side of the proxy, and what tests and benchmarks use against the stub.
+Headers and response handling follow the RocketMQ client (``MQClientAPIImpl``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from proxy.remoting.client import RemotingClient, RemotingError
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.message import (
+    BatchEntry,
+    MessageExt,
+    Prop,
+    decode_messages,
+    encode_batch,
+    encode_properties,
+)
+from proxy.remoting.popinfo import PopCheckpointInfo, parse_info, retry_flag, topic_for_flag
+
+DEFAULT_TIMEOUT = 3.0
+
+
+class BrokerError(RemotingError):
+    """The broker answered with an error code."""
+
+    def __init__(self, code: int, remark: str | None, request: str) -> None:
+        super().__init__(f"{request}: broker answered {code} {remark or ''}".rstrip())
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(slots=True)
+class SendResult:
+    msg_id: str  # the client unique id
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass(slots=True)
+class PopResult:
+    """What a pop found. ``found`` False means the broker had nothing (or was full)."""
+
+    code: int
+    messages: list[MessageExt] = field(default_factory=list)
+    pop_time: int = 0
+    invisible_time: int = 0
+    revive_qid: int = 0
+    rest_num: int = 0
+
+    @property
+    def found(self) -> bool:
+        return bool(self.messages)
+
+    @property
+    def polling_full(self) -> bool:
+        return self.code == ResponseCode.POLLING_FULL
+
+
+@dataclass(slots=True)
+class NotificationResult:
+    has_msg: bool
+    polling_full: bool = False
+
+
+_producer_ids = itertools.count()
+
+
+class BrokerClient:
+    """Calls to the broker ``name`` at ``address`` over one remoting connection."""
+
+    def __init__(self, name: str, address: str, client: RemotingClient | None = None) -> None:
+        self.name = name
+        self.address = address
+        self.remoting = client or RemotingClient(address)
+
+    async def close(self) -> None:
+        await self.remoting.close()
+
+    async def _call(
+        self, code: int, fields: dict[str, str], body: bytes = b"", timeout: float = DEFAULT_TIMEOUT
+    ) -> RemotingCommand:
+        return await self.remoting.invoke(RemotingCommand(code, fields, body), timeout)
+
+    @staticmethod
+    def _check(response: RemotingCommand, request: str, *ok: int) -> RemotingCommand:
+        if response.code not in (ResponseCode.SUCCESS, *ok):
+            raise BrokerError(response.code, response.remark, request)
+        return response
+
+    # -- produce --------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tag: str | None = None,
+        keys: list[str] | None = None,
+        properties: dict[str, str] | None = None,
+        queue_id: int = -1,
+        producer_group: str = "PROXY_PRODUCER",
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> SendResult:
+        props = dict(properties or {})
+        if tag:
+            props[Prop.TAGS] = tag
+        if keys:
+            props[Prop.KEYS] = " ".join(keys)
+        fields = self._send_fields(producer_group, topic, queue_id, encode_properties(props))
+        response = self._check(
+            await self._call(RequestCode.SEND_MESSAGE_V2, fields, body, timeout), "send"
+        )
+        return self._send_result(response)
+
+    async def send_batch(
+        self,
+        topic: str,
+        entries: list[BatchEntry],
+        *,
+        queue_id: int = -1,
+        producer_group: str = "PROXY_PRODUCER",
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> SendResult:
+        """Send several messages in one request; they land in one queue, consecutively."""
+        fields = self._send_fields(producer_group, topic, queue_id, "")
+        fields["m"] = "true"
+        response = self._check(
+            await self._call(
+                RequestCode.SEND_BATCH_MESSAGE, fields, encode_batch(entries), timeout
+            ),
+            "send batch",
+        )
+        return self._send_result(response)
+
+    @staticmethod
+    def _send_fields(group: str, topic: str, queue_id: int, properties: str) -> dict[str, str]:
+        return {
+            "a": group,
+            "b": topic,
+            "c": "TBW102",
+            "d": "4",
+            "e": str(queue_id),
+            "f": "0",
+            "g": str(int(time.time() * 1000)),
+            "h": "0",
+            "i": properties,
+            "j": "0",
+            "k": "false",
+            "m": "false",
+        }
+
+    @staticmethod
+    def _send_result(response: RemotingCommand) -> SendResult:
+        f = response.fields
+        return SendResult(
+            msg_id=f.get("transactionId", ""),
+            offset_msg_id=f.get("msgId", ""),
+            queue_id=int(f.get("queueId", -1)),
+            queue_offset=int(f.get("queueOffset", -1)),
+        )
+
+    # -- consume --------------------------------------------------------------------------
+
+    async def pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        queue_id: int = -1,
+        max_nums: int = 32,
+        invisible_ms: int = 30_000,
+        poll_ms: int = 0,
+        expression: str = "*",
+        init_mode: int = 1,
+        timeout: float | None = None,
+    ) -> PopResult:
+        """Pop; with ``poll_ms`` the broker holds the request until a message or the time."""
+        fields = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": str(queue_id),
+            "maxMsgNums": str(max_nums),
+            "invisibleTime": str(invisible_ms),
+            "pollTime": str(poll_ms),
+            "bornTime": str(int(time.time() * 1000)),
+            "initMode": str(init_mode),
+            "expType": "TAG",
+            "exp": expression,
+            "order": "false",
+        }
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT + poll_ms / 1000
+        response = await self._call(RequestCode.POP_MESSAGE, fields, timeout=timeout)
+        self._check(
+            response,
+            "pop",
+            ResponseCode.POLLING_TIMEOUT,
+            ResponseCode.PULL_NOT_FOUND,
+            ResponseCode.POLLING_FULL,
+        )
+        f = response.fields
+        result = PopResult(
+            code=response.code,
+            pop_time=int(f.get("popTime", 0)),
+            invisible_time=int(f.get("invisibleTime", 0)),
+            revive_qid=int(f.get("reviveQid", 0)),
+            rest_num=int(f.get("restNum", 0)),
+        )
+        if response.code == ResponseCode.SUCCESS and response.body:
+            result.messages = self._popped_messages(response, result, topic)
+        return result
+
+    def _popped_messages(
+        self, response: RemotingCommand, result: PopResult, topic: str
+    ) -> list[MessageExt]:
+        """Decode the body and give each message its POP_CK, as the Java client does."""
+        messages = decode_messages(response.body)
+        start_info = parse_info(response.fields.get("startOffsetInfo", ""))
+        msg_info = {
+            key: value.split(",")
+            for key, value in parse_info(response.fields.get("msgOffsetInfo", "")).items()
+        }
+        seen: dict[str, int] = {}
+        for msg in messages:
+            if Prop.POP_CK not in msg.properties:
+                flag = retry_flag(msg.topic)
+                key = f"{flag}@{msg.queue_id}"
+                index = seen.get(key, 0)
+                seen[key] = index + 1
+                try:
+                    start = int(start_info[key])
+                    offset = int(msg_info[key][index])
+                except (KeyError, IndexError, ValueError):
+                    raise RemotingError(f"pop response has no offset info for {key}") from None
+                msg.properties[Prop.POP_CK] = PopCheckpointInfo(
+                    start,
+                    result.pop_time,
+                    result.invisible_time,
+                    result.revive_qid,
+                    flag,
+                    self.name,
+                    msg.queue_id,
+                    offset,
+                ).encode()
+            msg.properties.setdefault(Prop.FIRST_POP_TIME, str(result.pop_time))
+            msg.topic = topic
+        return messages
+
+    async def ack(
+        self, group: str, topic: str, extra_info: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Ack the message whose POP_CK is ``extra_info``; ``topic`` is the one popped."""
+        info = PopCheckpointInfo.parse(extra_info)
+        fields = self._checkpoint_fields(group, topic, info, extra_info)
+        self._check(await self._call(RequestCode.ACK_MESSAGE, fields, timeout=timeout), "ack")
+
+    async def change_invisible_time(
+        self,
+        group: str,
+        topic: str,
+        extra_info: str,
+        invisible_ms: int,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> str:
+        """Make the message invisible for ``invisible_ms`` from now; return its new POP_CK."""
+        info = PopCheckpointInfo.parse(extra_info)
+        fields = self._checkpoint_fields(group, topic, info, extra_info)
+        fields["invisibleTime"] = str(invisible_ms)
+        response = self._check(
+            await self._call(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, fields, timeout=timeout),
+            "change invisible time",
+        )
+        f = response.fields
+        return PopCheckpointInfo(
+            info.queue_offset,
+            int(f["popTime"]),
+            int(f["invisibleTime"]),
+            int(f["reviveQid"]),
+            info.retry,
+            info.broker_name,
+            info.queue_id,
+            info.queue_offset,
+        ).encode()
+
+    @staticmethod
+    def _checkpoint_fields(
+        group: str, topic: str, info: PopCheckpointInfo, extra_info: str
+    ) -> dict[str, str]:
+        return {
+            "consumerGroup": group,
+            "topic": topic_for_flag(info.retry, group, topic),
+            "queueId": str(info.queue_id),
+            "extraInfo": extra_info,
+            "offset": str(info.queue_offset),
+        }
+
+    async def notification(
+        self,
+        group: str,
+        topic: str,
+        *,
+        queue_id: int = -1,
+        poll_ms: int = 0,
+        timeout: float | None = None,
+    ) -> NotificationResult:
+        """Ask whether ``group`` has a message; the broker holds the probe up to ``poll_ms``."""
+        fields = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": str(queue_id),
+            "pollTime": str(poll_ms),
+            "bornTime": str(int(time.time() * 1000)),
+            "order": "false",
+        }
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT + poll_ms / 1000
+        response = self._check(
+            await self._call(RequestCode.NOTIFICATION, fields, timeout=timeout), "notification"
+        )
+        f = response.fields
+        return NotificationResult(
+            has_msg=f.get("hasMsg") == "true", polling_full=f.get("pollingFull") == "true"
+        )
+
+    async def polling_info(
+        self, group: str, topic: str, queue_id: int = -1, timeout: float = DEFAULT_TIMEOUT
+    ) -> int:
+        """How many pops are parked on the broker for (topic, group, queue)."""
+        fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+        response = self._check(
+            await self._call(RequestCode.POLLING_INFO, fields, timeout=timeout), "polling info"
+        )
+        return int(response.fields.get("pollingNum", 0))
+
+    async def send_to_dead_letter(
+        self,
+        group: str,
+        msg: MessageExt,
+        max_reconsume_times: int,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        """Move ``msg`` to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK with delay level -1)."""
+        fields = {
+            "offset": str(msg.commit_log_offset),
+            "group": group,
+            "delayLevel": "-1",
+            "originMsgId": msg.msg_id,
+            "originTopic": msg.topic,
+            "maxReconsumeTimes": str(max_reconsume_times),
+        }
+        self._check(
+            await self._call(RequestCode.CONSUMER_SEND_MSG_BACK, fields, timeout=timeout),
+            "send to dead-letter queue",
+        )

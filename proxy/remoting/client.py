@@ -1,0 +1,174 @@
+"""An asyncio remoting client: one connection per peer, requests matched by ``opaque``.
+
+- Every request has a deadline; a late response is dropped.
+- A lost connection fails its requests at once; the next request reconnects.
+- After a failed connect the peer is skipped for a back-off period (doubling up to a cap),
+  so a broker that is down costs callers nothing but a fast error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from proxy.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.connection import RemotingConnection
+
+log = logging.getLogger(__name__)
+
+_opaques = itertools.count(1)
+
+
+class RemotingError(Exception):
+    """A request could not be completed."""
+
+
+class RemotingConnectError(RemotingError):
+    """The peer cannot be reached (connect failed, connection lost, or in back-off)."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """The peer did not answer before the request's deadline."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    """A client of one remoting peer (a broker or a name server)."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        connect_timeout: float = 3.0,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 5.0,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.address = address
+        self._host, self._port = split_address(address)
+        self._connect_timeout = connect_timeout
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._backoff = backoff_initial
+        self._retry_at = 0.0
+        self._max_frame = max_frame
+        self._conn: RemotingConnection | None = None
+        self._connecting: asyncio.Task[RemotingConnection] | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._closed = False
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``request`` and wait at most ``timeout`` seconds for its response."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        conn = await self._connection(deadline)
+        opaque = request.opaque = next(_opaques)
+        future: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[opaque] = future
+        timer = loop.call_at(deadline, self._expire, opaque, timeout)
+        try:
+            if not conn.send(request):
+                raise RemotingConnectError(f"connection to {self.address} is closed")
+            return await future
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    async def invoke_oneway(self, request: RemotingCommand, timeout: float = 3.0) -> None:
+        """Send without waiting for (or getting) a response."""
+        loop = asyncio.get_running_loop()
+        conn = await self._connection(loop.time() + timeout)
+        request.opaque = next(_opaques)
+        request.flag |= FLAG_ONEWAY
+        if not conn.send(request):
+            raise RemotingConnectError(f"connection to {self.address} is closed")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._conn is not None:
+            self._conn.close()
+        self._fail_pending(RemotingConnectError(f"client of {self.address} closed"))
+
+    # -- connection management ----------------------------------------------------------
+
+    async def _connection(self, deadline: float) -> RemotingConnection:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        if self._closed:
+            raise RemotingConnectError(f"client of {self.address} is closed")
+        loop = asyncio.get_running_loop()
+        if self._connecting is None:
+            if loop.time() < self._retry_at:
+                raise RemotingConnectError(f"{self.address} is unreachable (backing off)")
+            self._connecting = loop.create_task(self._connect())
+        remaining = deadline - loop.time()
+        try:
+            # shield: one caller's deadline must not cancel the connect others wait for.
+            return await asyncio.wait_for(asyncio.shield(self._connecting), max(remaining, 0))
+        except TimeoutError:
+            raise RemotingTimeoutError(f"connect to {self.address} timed out") from None
+
+    async def _connect(self) -> RemotingConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: RemotingConnection(self._on_command, self._on_lost, self._max_frame),
+                    self._host,
+                    self._port,
+                ),
+                self._connect_timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            self._retry_at = loop.time() + self._backoff
+            log.info("connect to %s failed (%s); retry in %.1fs", self.address, exc, self._backoff)
+            self._backoff = min(self._backoff * 2, self._backoff_max)
+            raise RemotingConnectError(f"cannot connect to {self.address}: {exc}") from None
+        finally:
+            self._connecting = None
+        self._backoff = self._backoff_initial
+        self._conn = conn
+        return conn
+
+    def _on_command(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        if not cmd.is_response:
+            # Brokers may ask clients things (e.g. consumer running info); we answer nothing
+            # a proxy need not support.
+            if not cmd.is_oneway:
+                conn.send(cmd.make_response(3, remark=f" request type {cmd.code} not supported"))
+            return
+        future = self._pending.pop(cmd.opaque, None)
+        if future is not None and not future.done():
+            future.set_result(cmd)
+
+    def _on_lost(self, conn: RemotingConnection, exc: Exception | None) -> None:
+        if self._conn is conn:
+            self._conn = None
+        self._fail_pending(RemotingConnectError(f"connection to {self.address} lost: {exc}"))
+
+    def _fail_pending(self, error: RemotingError) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def _expire(self, opaque: int, timeout: float) -> None:
+        future = self._pending.pop(opaque, None)
+        if future is not None and not future.done():
+            future.set_exception(
+                RemotingTimeoutError(f"no answer from {self.address} within {timeout:.3f}s")
+            )

@@ -1,0 +1,105 @@
+"""Numeric constants of the RocketMQ remoting protocol.
+
+Values are the ones RocketMQ's ``RequestCode``, ``ResponseCode`` and ``LanguageCode``
+define (see ``shared/reference/remoting-wire.md``).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class RequestCode(IntEnum):
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    CHECK_CLIENT_CONFIG = 46
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    GET_CONSUMER_RUNNING_INFO = 307
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+    QUERY_DATA_VERSION = 322
+    GET_TOPIC_CONFIG = 351
+    BROKER_HEARTBEAT = 904
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
+
+
+class ResponseCode(IntEnum):
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    PULL_NOT_FOUND = 19
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    INVALID_PARAMETER = 29
+    NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
+
+
+class LanguageCode(IntEnum):
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+    NODE_JS = 13
+
+
+def code_name(code: int, names: type[IntEnum]) -> str:
+    """Lower-case name of a code for logs and metric labels, or the number itself."""
+    try:
+        return names(code).name.lower()
+    except ValueError:
+        return str(code)
+
+
+# Flag bits of a command.
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+# Serialize types, in the top byte of the header-length word.
+SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
+
+# The version ordinal we announce: V5_3_3. Java clients treat it as the broker version.
+CURRENT_VERSION = 479
+
+# Netty's default frame limit on both sides of a RocketMQ connection.
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024

@@ -1,0 +1,108 @@
+"""POP bookkeeping strings: the checkpoint extra info (POP_CK) and the offset-info headers.
+
+``POP_CK`` (RocketMQ's ``ExtraInfoUtil``) is eight space-separated fields::
+
+    startOffset popTime invisibleTime reviveQid retryFlag brokerName queueId queueOffset
+
+``startOffsetInfo`` and ``msgOffsetInfo`` list ``<retryFlag> <queueId> <value>`` entries
+joined by ``;``; the retry flag says which topic a queue belongs to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+RETRY_NORMAL = 0  # the topic itself
+RETRY_V1 = 1  # %RETRY%<group>_<topic>
+RETRY_V2 = 2  # %RETRY%<group>+<topic>
+
+
+def retry_flag(topic: str) -> int:
+    if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return RETRY_NORMAL
+    return RETRY_V2 if "+" in topic else RETRY_V1
+
+
+def pop_retry_topic(group: str, topic: str) -> str:
+    """The V1 pop retry topic of a (group, topic)."""
+    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}_{topic}"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{DLQ_GROUP_TOPIC_PREFIX}{group}"
+
+
+def topic_for_flag(flag: int, group: str, topic: str) -> str:
+    """The broker topic an ack must name, given the retry flag of its checkpoint."""
+    if flag == RETRY_NORMAL:
+        return topic
+    if flag == RETRY_V1:
+        return pop_retry_topic(group, topic)
+    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}+{topic}"
+
+
+@dataclass(frozen=True, slots=True)
+class PopCheckpointInfo:
+    """The parsed POP_CK extra info of one popped message."""
+
+    start_offset: int
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+    retry: int
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+
+    def encode(self) -> str:
+        return (
+            f"{self.start_offset} {self.pop_time} {self.invisible_time} {self.revive_qid} "
+            f"{self.retry} {self.broker_name} {self.queue_id} {self.queue_offset}"
+        )
+
+    @property
+    def next_visible_time(self) -> int:
+        return self.pop_time + self.invisible_time
+
+    @classmethod
+    def parse(cls, text: str) -> PopCheckpointInfo:
+        """Parse extra info; raises ValueError saying what is wrong."""
+        parts = text.split(" ")
+        if len(parts) != 8:
+            raise ValueError(f"extraInfo has {len(parts)} fields, expected 8")
+        try:
+            return cls(
+                start_offset=int(parts[0]),
+                pop_time=int(parts[1]),
+                invisible_time=int(parts[2]),
+                revive_qid=int(parts[3]),
+                retry=int(parts[4]),
+                broker_name=parts[5],
+                queue_id=int(parts[6]),
+                queue_offset=int(parts[7]),
+            )
+        except ValueError:
+            raise ValueError(f"extraInfo {text!r} has a non-numeric field") from None
+
+
+def join_info(entries: list[tuple[int, int, str]]) -> str:
+    """``retry queueId value`` entries joined by ``;``."""
+    return ";".join(f"{retry} {queue_id} {value}" for retry, queue_id, value in entries)
+
+
+def parse_info(text: str) -> dict[str, str]:
+    """Parse a start/msg offset info string into ``{"<retry>@<queueId>": value}``."""
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    for entry in text.split(";"):
+        parts = entry.split(" ")
+        if len(parts) != 3:
+            raise ValueError(f"offset info entry {entry!r} does not have 3 fields")
+        key = f"{parts[0]}@{parts[1]}"
+        if key in result:
+            raise ValueError(f"offset info repeats the key {key}")
+        result[key] = parts[2]
+    return result

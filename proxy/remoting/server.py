@@ -1,0 +1,109 @@
+"""An asyncio remoting server.
+
+A *processor* answers each request. It may return the response at once (the fast path: no
+task is created), or an awaitable that resolves to it later (a parked long poll), or None
+for no answer. Whatever is still pending when its connection closes is cancelled, so a
+parked request of a departed client leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Union
+
+from proxy.remoting.codes import DEFAULT_MAX_FRAME, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.connection import RemotingConnection
+
+log = logging.getLogger(__name__)
+
+Reply = Union[RemotingCommand, Awaitable[RemotingCommand | None], None]  # noqa: UP007
+Processor = Callable[[RemotingCommand, RemotingConnection], Reply]
+
+
+class RemotingServer:
+    """Serves one processor on one TCP port."""
+
+    def __init__(self, processor: Processor, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self._processor = processor
+        self._max_frame = max_frame
+        self._server: asyncio.Server | None = None
+        self._pending: dict[RemotingConnection, set[asyncio.Future]] = {}
+        self.port = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Listen; returns the bound port (pass 0 for a free one)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: RemotingConnection(self._on_command, self._on_lost, self._max_frame),
+            host,
+            port,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for conn in list(self._pending):
+            conn.close()
+        for futures in self._pending.values():
+            for future in futures:
+                future.cancel()
+        self._pending.clear()
+        await self._server.wait_closed()
+        self._server = None
+
+    def _on_command(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            return  # we send no requests of our own
+        try:
+            reply = self._processor(cmd, conn)
+        except Exception as exc:
+            log.exception("request code %s failed", cmd.code)
+            reply = cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"
+            )
+        if reply is None or isinstance(reply, RemotingCommand):
+            self._answer(conn, cmd, reply)
+            return
+        future = asyncio.ensure_future(reply) if inspect.isawaitable(reply) else None
+        if future is None:
+            raise TypeError(f"processor returned {type(reply).__name__}")
+        self._pending.setdefault(conn, set()).add(future)
+        future.add_done_callback(lambda f: self._finish(conn, cmd, f))
+
+    def _finish(
+        self, conn: RemotingConnection, cmd: RemotingCommand, future: asyncio.Future
+    ) -> None:
+        pending = self._pending.get(conn)
+        if pending is not None:
+            pending.discard(future)
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is not None:
+            log.error("request code %s failed", cmd.code, exc_info=exc)
+            reply = cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"
+            )
+        else:
+            reply = future.result()
+        self._answer(conn, cmd, reply)
+
+    @staticmethod
+    def _answer(
+        conn: RemotingConnection, cmd: RemotingCommand, reply: RemotingCommand | None
+    ) -> None:
+        if reply is None or cmd.is_oneway:
+            return
+        reply.opaque = cmd.opaque
+        conn.send(reply)
+
+    def _on_lost(self, conn: RemotingConnection, exc: Exception | None) -> None:
+        for future in self._pending.pop(conn, ()):
+            future.cancel()
