@@ -28,9 +28,12 @@ class TagFilter:
         text = (expression or "").strip()
         if text in ("", "*"):
             return cls(None)
-        tags = [tag.strip() for tag in text.split("||")]
-        if any(not tag for tag in tags):
-            raise FilterExpressionError(f"tag expression {expression!r} has an empty tag")
+        # Empty pieces are skipped, as RocketMQ's FilterAPI does ("a || " means "a").
+        tags = [tag for tag in (piece.strip() for piece in text.split("||")) if tag]
+        if not tags:
+            raise FilterExpressionError(f"tag expression {expression!r} names no tag")
+        if any("|" in tag for tag in tags):
+            raise FilterExpressionError(f"tag expression {expression!r} has a stray '|'")
         if "*" in tags:
             return cls(None)
         return cls(frozenset(tags))
