@@ -55,7 +55,9 @@ class Broker:
         config = self.config
         self.pop = PopService(self.store, self.topics, config, loop)
         self.pops = PollingTable(loop, config.polling_per_key, config.polling_total)
-        self.notifications = PollingTable(loop, config.polling_per_key, config.polling_total)
+        self.notifications = PollingTable(
+            loop, config.polling_per_key, config.polling_total, wake_newest=True
+        )
         self.scheduler = DeliveryScheduler(self.store, loop)
         self.processor = BrokerProcessor(
             config, self.store, self.topics, self.pop, self.pops, self.notifications, self.scheduler

@@ -2,9 +2,10 @@
 
 A request that finds nothing is parked under ``(topic, group, queueId)``, queueId -1
 meaning any queue. An arrival on (topic, queue q) wakes, for each group waiting on the
-topic, the oldest request under queueId -1 and the oldest under q: one message, one wake-up
-per key, as RocketMQ does. A wake-up runs the request's ``on_wake`` right away, inside the
-put that caused it, so there is no scan tick between a send and the answer.
+topic, one request under queueId -1 and one under q: one message, one wake-up per key, as
+RocketMQ does (the oldest pop, the newest notification). A wake-up runs the request's
+``on_wake`` right away, inside the put that caused it, so there is no scan tick between a
+send and the answer.
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ class Waiter:
 class PollingTable:
     """Parked requests of one kind. ``park`` refuses beyond the per-key or total limit."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, per_key: int, total: int) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, per_key: int, total: int, wake_newest: bool = False
+    ) -> None:
         self.loop = loop
+        # RocketMQ wakes the oldest parked pop but the newest parked notification: the newest
+        # probe is the one most likely to still have a client waiting behind it.
+        self.wake_newest = wake_newest
         self.per_key = per_key
         self.total = total
         self.size = 0
@@ -84,7 +90,7 @@ class PollingTable:
             for qid in keys:
                 waiters = by_queue.get(qid)
                 if waiters:
-                    self._wake(waiters.popleft())
+                    self._wake(waiters.pop() if self.wake_newest else waiters.popleft())
                     woken += 1
         return woken
 

@@ -6,12 +6,12 @@ Headers and response handling follow the RocketMQ client (``MQClientAPIImpl``).
 
 from __future__ import annotations
 
-import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from proxy.remoting.client import RemotingClient, RemotingError
-from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.client import RemotingClient, RemotingError, RemotingTimeoutError
+from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import (
     BatchEntry,
@@ -69,24 +69,57 @@ class NotificationResult:
     polling_full: bool = False
 
 
-_producer_ids = itertools.count()
+# Told of every call: (request code name, response code name, seconds, broker, long polling).
+CallObserver = Callable[[str, str, float, str, bool], None]
 
 
 class BrokerClient:
     """Calls to the broker ``name`` at ``address`` over one remoting connection."""
 
-    def __init__(self, name: str, address: str, client: RemotingClient | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        client: RemotingClient | None = None,
+        observer: CallObserver | None = None,
+    ) -> None:
         self.name = name
         self.address = address
         self.remoting = client or RemotingClient(address)
+        self.observer = observer
 
     async def close(self) -> None:
         await self.remoting.close()
 
     async def _call(
-        self, code: int, fields: dict[str, str], body: bytes = b"", timeout: float = DEFAULT_TIMEOUT
+        self,
+        code: int,
+        fields: dict[str, str],
+        body: bytes = b"",
+        timeout: float = DEFAULT_TIMEOUT,
+        long_polling: bool = False,
+        on_late: Callable[[RemotingCommand], None] | None = None,
     ) -> RemotingCommand:
-        return await self.remoting.invoke(RemotingCommand(code, fields, body), timeout)
+        request = RemotingCommand(code, fields, body)
+        if self.observer is None:
+            return await self.remoting.invoke(request, timeout, on_late)
+        start = time.perf_counter()
+        outcome = "error"
+        try:
+            response = await self.remoting.invoke(request, timeout, on_late)
+            outcome = code_name(response.code, ResponseCode)
+            return response
+        except RemotingError as exc:
+            outcome = "timeout" if isinstance(exc, RemotingTimeoutError) else "unreachable"
+            raise
+        finally:
+            self.observer(
+                code_name(code, RequestCode),
+                outcome,
+                time.perf_counter() - start,
+                self.name,
+                long_polling,
+            )
 
     @staticmethod
     def _check(response: RemotingCommand, request: str, *ok: int) -> RemotingCommand:
@@ -180,8 +213,13 @@ class BrokerClient:
         expression: str = "*",
         init_mode: int = 1,
         timeout: float | None = None,
+        on_late: Callable[[PopResult], None] | None = None,
     ) -> PopResult:
-        """Pop; with ``poll_ms`` the broker holds the request until a message or the time."""
+        """Pop; with ``poll_ms`` the broker holds the request until a message or the time.
+
+        ``on_late`` gets the result of a pop that answers after ``timeout``, so that messages
+        it holds can be handed back rather than left invisible.
+        """
         fields = {
             "consumerGroup": group,
             "topic": topic,
@@ -197,7 +235,20 @@ class BrokerClient:
         }
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
-        response = await self._call(RequestCode.POP_MESSAGE, fields, timeout=timeout)
+        late = None
+        if on_late is not None:
+
+            def late(response: RemotingCommand) -> None:
+                if response.code == ResponseCode.SUCCESS:
+                    on_late(self._pop_result(response, topic))
+
+        response = await self._call(
+            RequestCode.POP_MESSAGE,
+            fields,
+            timeout=timeout,
+            long_polling=poll_ms > 0,
+            on_late=late,
+        )
         self._check(
             response,
             "pop",
@@ -205,6 +256,9 @@ class BrokerClient:
             ResponseCode.PULL_NOT_FOUND,
             ResponseCode.POLLING_FULL,
         )
+        return self._pop_result(response, topic)
+
+    def _pop_result(self, response: RemotingCommand, topic: str) -> PopResult:
         f = response.fields
         result = PopResult(
             code=response.code,
@@ -322,7 +376,10 @@ class BrokerClient:
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
         response = self._check(
-            await self._call(RequestCode.NOTIFICATION, fields, timeout=timeout), "notification"
+            await self._call(
+                RequestCode.NOTIFICATION, fields, timeout=timeout, long_polling=poll_ms > 0
+            ),
+            "notification",
         )
         f = response.fields
         return NotificationResult(

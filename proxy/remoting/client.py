@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 
 from proxy.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY
 from proxy.remoting.command import RemotingCommand
@@ -63,21 +64,33 @@ class RemotingClient:
         self._conn: RemotingConnection | None = None
         self._connecting: asyncio.Task[RemotingConnection] | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._late: dict[int, Callable[[RemotingCommand], None]] = {}
+        self.late_window = 60.0
         self._closed = False
 
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
 
-    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send ``request`` and wait at most ``timeout`` seconds for its response."""
+    async def invoke(
+        self,
+        request: RemotingCommand,
+        timeout: float,
+        on_late: Callable[[RemotingCommand], None] | None = None,
+    ) -> RemotingCommand:
+        """Send ``request`` and wait at most ``timeout`` seconds for its response.
+
+        ``on_late`` receives a response that arrives after the deadline (within
+        ``late_window`` seconds): a pop that answers late still holds messages someone must
+        hand back.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         conn = await self._connection(deadline)
         opaque = request.opaque = next(_opaques)
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[opaque] = future
-        timer = loop.call_at(deadline, self._expire, opaque, timeout)
+        timer = loop.call_at(deadline, self._expire, opaque, timeout, on_late)
         try:
             if not conn.send(request):
                 raise RemotingConnectError(f"connection to {self.address} is closed")
@@ -154,6 +167,8 @@ class RemotingClient:
         future = self._pending.pop(cmd.opaque, None)
         if future is not None and not future.done():
             future.set_result(cmd)
+        elif future is None and cmd.opaque in self._late:
+            self._late.pop(cmd.opaque)(cmd)
 
     def _on_lost(self, conn: RemotingConnection, exc: Exception | None) -> None:
         if self._conn is conn:
@@ -166,8 +181,13 @@ class RemotingClient:
             if not future.done():
                 future.set_exception(error)
 
-    def _expire(self, opaque: int, timeout: float) -> None:
+    def _expire(
+        self, opaque: int, timeout: float, on_late: Callable[[RemotingCommand], None] | None
+    ) -> None:
         future = self._pending.pop(opaque, None)
+        if on_late is not None:
+            self._late[opaque] = on_late
+            asyncio.get_running_loop().call_later(self.late_window, self._late.pop, opaque, None)
         if future is not None and not future.done():
             future.set_exception(
                 RemotingTimeoutError(f"no answer from {self.address} within {timeout:.3f}s")

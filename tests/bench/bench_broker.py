@@ -35,9 +35,21 @@ GROUP = "BenchGroup"
 def start_broker() -> tuple[subprocess.Popen, str]:
     """Start ``rmq-broker-stub`` on a free port; return the process and its address."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from broker_stub.cli import broker_main; broker_main()",
-         "--port", "0", "--topic", TOPIC, "--queues", "8", "--log-level", "warning"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "from broker_stub.cli import broker_main; broker_main()",
+            "--port",
+            "0",
+            "--topic",
+            TOPIC,
+            "--queues",
+            "8",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     line = proc.stdout.readline().strip()  # "broker broker-a listening on host:port"
     if "listening on" not in line:
@@ -121,8 +133,19 @@ async def batch_ack_all(client: BrokerClient, group: str, messages) -> None:
         bits = bytearray((max(offsets) - start) // 8 + 1)
         for off in offsets:
             bits[(off - start) // 8] |= 1 << ((off - start) % 8)
-        acks.append({"c": group, "t": TOPIC, "r": "0", "so": start, "q": qid, "rq": 0,
-                     "pt": pop_time, "it": 60_000, "b": base64.b64encode(bits).decode()})
+        acks.append(
+            {
+                "c": group,
+                "t": TOPIC,
+                "r": "0",
+                "so": start,
+                "q": qid,
+                "rq": 0,
+                "pt": pop_time,
+                "it": 60_000,
+                "b": base64.b64encode(bits).decode(),
+            }
+        )
     body = orjson.dumps({"brokerName": client.name, "acks": acks})
     await client.remoting.invoke(RemotingCommand(RequestCode.BATCH_ACK_MESSAGE, {}, body), 3.0)
 
@@ -185,7 +208,9 @@ async def main(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=60_000)
     parser.add_argument("--in-flight", type=int, default=64, help="concurrent requests")
     parser.add_argument("--connections", type=int, default=4)
@@ -194,6 +219,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     try:
         import uvloop
+
         results = uvloop.run(main(args))
     except ImportError:
         results = asyncio.run(main(args))

@@ -104,8 +104,9 @@ def test_decode_binary_rocketmq_header_built_by_hand():
     assert cmd.fields == {"topic": "T", "queueId": "3"}
     assert cmd.body == b"B"
     # and our binary encoder writes the same bytes
-    same = RemotingCommand(105, {"topic": "T", "queueId": "3"}, b"B", 77, 0, "hello",
-                           LanguageCode.CPP, 333)
+    same = RemotingCommand(
+        105, {"topic": "T", "queueId": "3"}, b"B", 77, 0, "hello", LanguageCode.CPP, 333
+    )
     assert encode_binary(same) == json_frame(header, b"B", serialize_type=1)
 
 

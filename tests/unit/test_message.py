@@ -94,7 +94,9 @@ def test_encode_matches_the_hand_built_layout():
         store_host=("127.0.0.1", 10911),
         reconsume_times=1,
     )
-    assert encode_message(msg) == hand_record(b"hello", "TopicA", "TAGS\x01t1\x02UNIQ_KEY\x01ABC\x02")
+    assert encode_message(msg) == hand_record(
+        b"hello", "TopicA", "TAGS\x01t1\x02UNIQ_KEY\x01ABC\x02"
+    )
     assert msg.body_crc == zlib.crc32(b"hello") & 0x7FFFFFFF
 
 

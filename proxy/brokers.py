@@ -1,0 +1,182 @@
+"""The brokers behind the proxy: topic routes from the name server and one client per broker.
+
+Routes are cached for ``route_ttl_s``; concurrent look-ups of one topic share a request, and
+when the name server cannot be reached a stale route keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from proxy.remoting.broker_client import BrokerClient, CallObserver
+from proxy.remoting.client import RemotingClient, RemotingError
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+PERM_WRITE = 2
+PERM_READ = 4
+
+
+class TopicNotFound(Exception):
+    """No broker serves the topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRoute:
+    name: str
+    address: str
+    read_queues: int
+    write_queues: int
+    perm: int
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ) and self.read_queues > 0
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE) and self.write_queues > 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    topic: str
+    brokers: tuple[BrokerRoute, ...]
+
+    @property
+    def readable(self) -> list[BrokerRoute]:
+        return [b for b in self.brokers if b.readable]
+
+    @property
+    def writable(self) -> list[BrokerRoute]:
+        return [b for b in self.brokers if b.writable]
+
+    def broker(self, name: str) -> BrokerRoute | None:
+        return next((b for b in self.brokers if b.name == name), None)
+
+
+def parse_route(topic: str, body: bytes) -> TopicRoute:
+    """TopicRouteData JSON -> the master brokers serving ``topic``."""
+    data = orjson.loads(body)
+    masters = {
+        b["brokerName"]: b["brokerAddrs"].get("0")
+        for b in data.get("brokerDatas", [])
+        if b.get("brokerAddrs", {}).get("0")
+    }
+    brokers = [
+        BrokerRoute(
+            name=q["brokerName"],
+            address=masters[q["brokerName"]],
+            read_queues=int(q.get("readQueueNums", 0)),
+            write_queues=int(q.get("writeQueueNums", 0)),
+            perm=int(q.get("perm", 0)),
+        )
+        for q in data.get("queueDatas", [])
+        if q.get("brokerName") in masters
+    ]
+    return TopicRoute(topic, tuple(sorted(brokers, key=lambda b: b.name)))
+
+
+class BrokerPool:
+    """Routes and broker clients shared by everything in one proxy."""
+
+    def __init__(
+        self,
+        namesrv_addrs: list[str],
+        route_ttl_s: float = 30.0,
+        observer: CallObserver | None = None,
+        timeout_s: float = 3.0,
+    ) -> None:
+        if not namesrv_addrs:
+            raise ValueError("at least one name server address is needed")
+        self._namesrvs = [RemotingClient(addr) for addr in namesrv_addrs]
+        self._namesrv_turn = itertools.cycle(range(len(self._namesrvs)))
+        self._ttl = route_ttl_s
+        self._timeout = timeout_s
+        self._observer = observer
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._lookups: dict[str, asyncio.Future[TopicRoute]] = {}
+        self._brokers: dict[str, BrokerClient] = {}
+        self._retired: list[BrokerClient] = []
+
+    async def route(self, topic: str) -> TopicRoute:
+        """The route of ``topic``; raises TopicNotFound, or RemotingError with no route known."""
+        cached = self._routes.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < self._ttl:
+            return cached[1]
+        lookup = self._lookups.get(topic)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._fetch(topic))
+            self._lookups[topic] = lookup
+            lookup.add_done_callback(lambda _f: self._lookups.pop(topic, None))
+        try:
+            # shield: a cancelled caller must not cancel the look-up others share.
+            return await asyncio.shield(lookup)
+        except RemotingError:
+            if cached is not None:
+                log.warning("name server unreachable; using the stale route of %s", topic)
+                return cached[1]
+            raise
+
+    async def _fetch(self, topic: str) -> TopicRoute:
+        client = self._namesrvs[next(self._namesrv_turn)]
+        request = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        response = await client.invoke(request, self._timeout)
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            self._routes.pop(topic, None)
+            raise TopicNotFound(topic)
+        if response.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"route of {topic}: name server answered {response.code}")
+        route = parse_route(topic, response.body)
+        if not route.brokers:
+            raise TopicNotFound(topic)
+        for broker in route.brokers:
+            self._client_for(broker)
+        self._routes[topic] = (time.monotonic(), route)
+        return route
+
+    def _client_for(self, broker: BrokerRoute) -> BrokerClient:
+        client = self._brokers.get(broker.name)
+        if client is None or client.address != broker.address:
+            if client is not None:
+                # The broker moved; calls in flight on the old client may still finish.
+                self._retired.append(client)
+            client = BrokerClient(broker.name, broker.address, observer=self._observer)
+            self._brokers[broker.name] = client
+        return client
+
+    def broker(self, name: str) -> BrokerClient | None:
+        """The client of a broker seen in some route (receipt handles name brokers)."""
+        return self._brokers.get(name)
+
+    async def broker_by_name(self, name: str, topic: str) -> BrokerClient | None:
+        """The client of broker ``name``, looking up ``topic``'s route if it is not known yet
+        (an ack through a proxy that has not served this topic)."""
+        client = self._brokers.get(name)
+        if client is None:
+            try:
+                await self.route(topic)
+            except (TopicNotFound, RemotingError):
+                return None
+            client = self._brokers.get(name)
+        return client
+
+    @property
+    def brokers(self) -> dict[str, BrokerClient]:
+        return dict(self._brokers)
+
+    async def close(self) -> None:
+        for lookup in list(self._lookups.values()):
+            lookup.cancel()
+        for namesrv in self._namesrvs:
+            await namesrv.close()
+        for client in [*self._brokers.values(), *self._retired]:
+            await client.close()

@@ -1,0 +1,134 @@
+"""One client long poll in progress: its request, brokers, clock and broker calls.
+
+Every mode works through a ``PollContext``: it counts the broker requests the poll makes,
+knows how much time is left, and makes sure a pop that answers after the poll stopped
+waiting (client gone, deadline passed) has its messages handed back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
+from proxy.receive.types import PolledMessage, ReceiveRequest
+from proxy.remoting.broker_client import PopResult
+from proxy.remoting.client import RemotingError
+
+log = logging.getLogger(__name__)
+
+Nack = Callable[[list[PolledMessage], str], None]
+
+
+class PollContext:
+    def __init__(
+        self,
+        request: ReceiveRequest,
+        route: TopicRoute,
+        pool: BrokerPool,
+        nack: Nack,
+        first_broker_index: int,
+        broker_timeout_s: float,
+    ) -> None:
+        self.request = request
+        self.brokers: list[BrokerRoute] = route.readable
+        self.pool = pool
+        self.nack = nack
+        self.broker_timeout_s = broker_timeout_s
+        self.loop = asyncio.get_running_loop()
+        self.pops = 0
+        self.notifications = 0
+        self.short_polling_hit = False
+        self._first_index = first_broker_index
+
+    # -- time -----------------------------------------------------------------------------
+
+    @property
+    def remaining_s(self) -> float:
+        return max(self.request.answer_by - self.loop.time(), 0.0)
+
+    @property
+    def remaining_ms(self) -> int:
+        return int(self.remaining_s * 1000)
+
+    async def wait_for(self, awaitable) -> object | None:
+        """Await until the poll's deadline; None when time runs out first."""
+        try:
+            return await asyncio.wait_for(awaitable, self.remaining_s)
+        except TimeoutError:
+            return None
+
+    # -- brokers --------------------------------------------------------------------------
+
+    def first_broker(self) -> BrokerRoute | None:
+        """The broker the client named, else the next one in round-robin order."""
+        if not self.brokers:
+            return None
+        hint = self.request.broker_hint
+        for broker in self.brokers:
+            if broker.name == hint:
+                return broker
+        return self.brokers[self._first_index % len(self.brokers)]
+
+    def brokers_from(self, first: BrokerRoute) -> list[BrokerRoute]:
+        """All brokers, in turn, starting at ``first``."""
+        start = self.brokers.index(first)
+        return self.brokers[start:] + self.brokers[:start]
+
+    def broker(self, name: str) -> BrokerRoute | None:
+        return next((b for b in self.brokers if b.name == name), None)
+
+    def count_probe(self) -> None:
+        self.notifications += 1
+
+    async def pop(self, broker: BrokerRoute, poll_ms: int = 0) -> list[PolledMessage]:
+        """Pop from ``broker``; [] when it has nothing, is down or too slow.
+
+        The pop runs as its own task: if this poll stops waiting for it (cancelled, or out
+        of time), whatever it still brings back is handed back at once.
+        """
+        client = self.pool.broker(broker.name)
+        if client is None or (poll_ms > 0 and self.remaining_s <= 0):
+            return []
+        req = self.request
+        self.pops += 1
+
+        def hand_back(result: PopResult, reason: str = "late") -> None:
+            if result.messages:
+                self.nack(
+                    [PolledMessage(broker.name, req.group, m) for m in result.messages], reason
+                )
+
+        call = asyncio.ensure_future(
+            client.pop(
+                req.group,
+                req.topic,
+                max_nums=req.batch_size,
+                invisible_ms=req.invisible_ms,
+                poll_ms=poll_ms,
+                expression=req.expression,
+                timeout=poll_ms / 1000 + self.broker_timeout_s,
+                on_late=hand_back,
+            )
+        )
+        # A pop without broker-side wait may use its own timeout even on a short poll.
+        limit = self.remaining_s if poll_ms else max(self.remaining_s, self.broker_timeout_s)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(call), limit)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            reason = "cancelled" if isinstance(exc, asyncio.CancelledError) else "deadline"
+            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, reason))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return []
+        except RemotingError as exc:
+            log.info("pop from %s failed: %s", broker.name, exc)
+            return []
+        return [PolledMessage(broker.name, req.group, m) for m in result.messages]
+
+
+def _hand_back_done(call: asyncio.Future, hand_back, reason: str) -> None:
+    if call.cancelled() or call.exception() is not None:
+        return
+    hand_back(call.result(), reason)

@@ -1,0 +1,57 @@
+"""What a client long poll asks for and what it gets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.remoting.message import MessageExt, Prop
+
+FOUND = "found"
+EMPTY = "empty"
+
+
+@dataclass(slots=True)
+class ReceiveRequest:
+    group: str
+    topic: str
+    expression: str  # tag expression, already validated
+    batch_size: int
+    invisible_ms: int
+    polling_ms: int  # the long-polling time granted (0 for a short poll)
+    answer_by: float  # loop time by which the answer must be on its way
+    arrived_at: float  # loop time
+    arrived_ms: int  # epoch ms, for the event log
+    is_long_polling: bool
+    broker_hint: str | None = None  # the broker the client's message queue names
+
+
+@dataclass(slots=True)
+class PolledMessage:
+    """A message popped from ``broker`` for a client of ``group``."""
+
+    broker: str
+    group: str
+    message: MessageExt
+
+    @property
+    def receipt_handle(self) -> str:
+        """POP_CK plus the commit-log offset: nine fields, as the RocketMQ proxy forms it."""
+        ck = self.message.properties[Prop.POP_CK]
+        return f"{ck} {self.message.commit_log_offset}"
+
+
+@dataclass(slots=True)
+class ReceiveResult:
+    messages: list[PolledMessage]
+    mode: str
+    is_short_polling_hit: bool
+    pops: int
+    notifications: int
+    wait_s: float
+    broker: str | None = None
+    dead_lettered: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def result(self) -> str:
+        return FOUND if self.messages else EMPTY
