@@ -99,6 +99,9 @@ class PollingTable:
             for by_queue in groups.values():
                 for waiters in by_queue.values():
                     for waiter in list(waiters):
+                        waiter.parked = False  # so the done-callback does not count it again
+                        if waiter.timer is not None:
+                            waiter.timer.cancel()
                         waiter.future.cancel()
         self._table.clear()
         self.size = 0

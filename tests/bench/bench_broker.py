@@ -126,7 +126,7 @@ async def batch_ack_all(client: BrokerClient, group: str, messages) -> None:
     """One BATCH_ACK_MESSAGE per checkpoint (queue) of a pop."""
     by_ck: dict[tuple[int, int, int], list[int]] = {}
     for m in messages:
-        start, pop_time, _, _, retry, _, qid, off = m.properties[Prop.POP_CK].split(" ")
+        start, pop_time, _, _, _, _, qid, off = m.properties[Prop.POP_CK].split(" ")
         by_ck.setdefault((int(qid), int(start), int(pop_time)), []).append(int(off))
     acks = []
     for (qid, start, pop_time), offsets in by_ck.items():
@@ -194,7 +194,8 @@ async def main(args: argparse.Namespace) -> dict:
         proc.terminate()
         proc.wait(10)
     return {
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus, "
+        f"Python {platform.python_version()}",
         "send_msgs_per_s": round(send_rate),
         "send_broker_cpu_s_per_1000": round(cpu_send / (args.messages / 1000), 4),
         "pop_ack_msgs_per_s": round(pop_rate),

@@ -86,7 +86,7 @@ def test_decode_binary_rocketmq_header_built_by_hand():
     for key, value in (("topic", "T"), ("queueId", "3")):
         fields += struct.pack(">h", len(key)) + key.encode()
         fields += struct.pack(">i", len(value)) + value.encode()
-    remark = "hello".encode()
+    remark = b"hello"
     header = (
         struct.pack(">h", 105)  # code
         + bytes([LanguageCode.CPP])

@@ -129,7 +129,7 @@ def test_properties_format_and_parsing():
 
 
 def test_batch_body_hand_built():
-    props = "TAGS\x01t\x02".encode()
+    props = b"TAGS\x01t\x02"
     record = (
         struct.pack(">i", 20 + 3 + 2 + len(props))
         + struct.pack(">iiii", 0, 0, 7, 3)  # magic, crc, flag, body length

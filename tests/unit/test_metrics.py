@@ -1,0 +1,184 @@
+"""ProxyMetrics: exact names, types, labels and values, read back from the exposition text."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.observability.metrics import ProxyMetrics
+
+
+def families(m: ProxyMetrics) -> dict[str, object]:
+    body, content_type = m.render()
+    assert content_type.startswith("text/plain; version=0.0.4")
+    return {f.name: f for f in text_string_to_metric_families(body.decode())}
+
+
+def samples(m: ProxyMetrics, sample_name: str) -> dict[frozenset, float]:
+    """Every sample called ``sample_name``, keyed by its label set."""
+    body, _ = m.render()
+    out: dict[frozenset, float] = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            if s.name == sample_name:
+                out[frozenset(s.labels.items())] = s.value
+    return out
+
+
+def labels(**kw: str) -> frozenset:
+    return frozenset(kw.items())
+
+
+def test_families_have_the_contract_names_and_types():
+    m = ProxyMetrics(version="9.9.9")
+    fams = families(m)
+    expected = {
+        "rocketmq_proxy_receive": "counter",
+        "rocketmq_proxy_receive_wait_seconds": "histogram",
+        "rocketmq_proxy_rpc_latency_seconds": "histogram",
+        "rocketmq_proxy_notifications": "counter",
+        "rocketmq_proxy_long_polls_in_flight": "gauge",
+        "rocketmq_proxy_mode_switches": "counter",
+        "rocketmq_proxy_nacks": "counter",
+        "rocketmq_proxy_send_messages": "counter",
+        "rocketmq_proxy_long_polls_limit": "gauge",
+        "rocketmq_proxy_ready": "gauge",
+        "rocketmq_proxy_build_info": "gauge",
+    }
+    assert {name: fams[name].type for name in expected} == expected
+    assert set(fams) == set(expected)
+    assert samples(m, "rocketmq_proxy_build_info") == {labels(version="9.9.9"): 1.0}
+    assert samples(m, "rocketmq_proxy_ready") == {frozenset(): 0.0}
+
+
+def test_registries_are_private():
+    # Two instances in one process: a global registry would raise "Duplicated timeseries".
+    a, b = ProxyMetrics(), ProxyMetrics()
+    a.nack("client_gone")
+    assert samples(a, "rocketmq_proxy_nacks_total") == {labels(reason="client_gone"): 1.0}
+    assert samples(b, "rocketmq_proxy_nacks_total") == {}
+
+
+def test_receive_done_counts_and_observes_wait():
+    m = ProxyMetrics()
+    m.receive_done("G", "T", "notify", True, False, "found", 0.3)
+    m.receive_done("G", "T", "notify", True, False, "found", 0.0004)
+    m.receive_done("G", "T", "coupled", False, True, "empty", 31.0)
+    assert samples(m, "rocketmq_proxy_receive_total") == {
+        labels(
+            group="G", topic="T", mode="notify", is_long_polling="true",
+            is_short_polling_hit="false", result="found",
+        ): 2.0,
+        labels(
+            group="G", topic="T", mode="coupled", is_long_polling="false",
+            is_short_polling_hit="true", result="empty",
+        ): 1.0,
+    }  # fmt: skip
+    buckets = samples(m, "rocketmq_proxy_receive_wait_seconds_bucket")
+    les = sorted({dict(k)["le"] for k in buckets}, key=float)
+    assert les == [
+        "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5",
+        "1.0", "2.5", "5.0", "10.0", "15.0", "20.0", "25.0", "30.0", "+Inf",
+    ]  # fmt: skip
+
+    def bucket(mode: str, result: str, le: str) -> float:
+        return buckets[labels(mode=mode, result=result, le=le)]
+
+    assert bucket("notify", "found", "0.001") == 1.0  # 0.4 ms
+    assert bucket("notify", "found", "0.25") == 1.0
+    assert bucket("notify", "found", "0.5") == 2.0  # 300 ms
+    assert bucket("notify", "found", "+Inf") == 2.0
+    assert bucket("coupled", "empty", "30.0") == 0.0  # 31 s only in +Inf
+    assert bucket("coupled", "empty", "+Inf") == 1.0
+    counts = samples(m, "rocketmq_proxy_receive_wait_seconds_count")
+    assert counts == {labels(mode="notify", result="found"): 2.0,
+                      labels(mode="coupled", result="empty"): 1.0}  # fmt: skip
+    sums = samples(m, "rocketmq_proxy_receive_wait_seconds_sum")
+    assert abs(sums[labels(mode="notify", result="found")] - 0.3004) < 1e-9
+
+
+def test_rpc_latency():
+    m = ProxyMetrics()
+    m.rpc("grpc", "receive_message", "OK", 0.0003)
+    m.rpc("remoting", "pop_message", 0, 0.004, broker="broker-a", is_long_polling=True)
+    m.rpc("remoting", "pop_message", 0, 0.004, broker="broker-a", is_long_polling=True)
+    buckets = samples(m, "rocketmq_proxy_rpc_latency_seconds_bucket")
+    grpc = dict(
+        protocol_type="grpc", request_code="receive_message", response_code="OK",
+        broker="", is_long_polling="false",
+    )  # fmt: skip
+    remoting = dict(
+        protocol_type="remoting", request_code="pop_message", response_code="0",
+        broker="broker-a", is_long_polling="true",
+    )  # fmt: skip
+    assert len({dict(k)["le"] for k in buckets}) == 17  # 16 bounds and +Inf
+    assert buckets[labels(**grpc, le="0.0005")] == 1.0
+    assert buckets[labels(**remoting, le="0.0025")] == 0.0
+    assert buckets[labels(**remoting, le="0.005")] == 2.0
+    assert buckets[labels(**remoting, le="30.0")] == 2.0
+    assert samples(m, "rocketmq_proxy_rpc_latency_seconds_count") == {
+        labels(**grpc): 1.0,
+        labels(**remoting): 2.0,
+    }
+
+
+def test_notifications_long_polls_switches_nacks_sends():
+    m = ProxyMetrics()
+    m.notification("broker-a", "true")
+    m.notification("broker-a", True)  # a bool is spelled the same way
+    m.notification("broker-b", "false")
+    m.notification("broker-b", "error")
+    assert samples(m, "rocketmq_proxy_notifications_total") == {
+        labels(broker="broker-a", has_msg="true"): 2.0,
+        labels(broker="broker-b", has_msg="false"): 1.0,
+        labels(broker="broker-b", has_msg="error"): 1.0,
+    }
+
+    m.long_poll_started("notify")
+    m.long_poll_started("notify")
+    m.long_poll_started("coupled")
+    m.long_poll_finished("notify")
+    assert samples(m, "rocketmq_proxy_long_polls_in_flight") == {
+        labels(mode="notify"): 1.0,
+        labels(mode="coupled"): 1.0,
+    }
+
+    m.mode_switch("G", "T", "coupled")
+    m.mode_switch("G", "T", "notify")
+    m.mode_switch("G", "T", "coupled")
+    assert samples(m, "rocketmq_proxy_mode_switches_total") == {
+        labels(group="G", topic="T", to="coupled"): 2.0,
+        labels(group="G", topic="T", to="notify"): 1.0,
+    }
+
+    m.nack("client_gone", 3)
+    m.nack("deadline")
+    assert samples(m, "rocketmq_proxy_nacks_total") == {
+        labels(reason="client_gone"): 3.0,
+        labels(reason="deadline"): 1.0,
+    }
+
+    m.sent("T", "ok", 5)
+    m.sent("T", "error")
+    assert samples(m, "rocketmq_proxy_send_messages_total") == {
+        labels(topic="T", result="ok"): 5.0,
+        labels(topic="T", result="error"): 1.0,
+    }
+
+
+def test_process_gauges():
+    m = ProxyMetrics()
+    m.set_long_poll_limit(5000)
+    m.set_ready(True)
+    assert samples(m, "rocketmq_proxy_long_polls_limit") == {frozenset(): 5000.0}
+    assert samples(m, "rocketmq_proxy_ready") == {frozenset(): 1.0}
+    m.set_ready(False)
+    assert samples(m, "rocketmq_proxy_ready") == {frozenset(): 0.0}
+
+
+def test_openmetrics_on_request():
+    m = ProxyMetrics()
+    m.receive_done("G", "T", "notify", True, True, "found", 0.01)
+    body, content_type = m.render("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert b"rocketmq_proxy_receive_total{" in body
+    assert body.endswith(b"# EOF\n")
