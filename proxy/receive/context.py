@@ -30,8 +30,11 @@ class PollContext:
         nack: Nack,
         first_broker_index: int,
         broker_timeout_s: float,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         self.request = request
+        # Set when the proxy shuts down: every wait ends at once and the poll answers.
+        self.stopping = stopping or asyncio.Event()
         self.brokers: list[BrokerRoute] = route.readable
         self.pool = pool
         self.nack = nack
@@ -46,18 +49,30 @@ class PollContext:
 
     @property
     def remaining_s(self) -> float:
+        if self.stopping.is_set():
+            return 0.0
         return max(self.request.answer_by - self.loop.time(), 0.0)
 
     @property
     def remaining_ms(self) -> int:
         return int(self.remaining_s * 1000)
 
-    async def wait_for(self, awaitable) -> object | None:
-        """Await until the poll's deadline; None when time runs out first."""
+    async def wait_for(self, awaitable, limit_s: float | None = None) -> object | None:
+        """Await until the poll's deadline (or ``limit_s``), or the proxy stopping; None
+        when either comes first. The awaited task is cancelled then."""
+        work = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future(self.stopping.wait())
         try:
-            return await asyncio.wait_for(awaitable, self.remaining_s)
-        except TimeoutError:
-            return None
+            timeout = self.remaining_s if limit_s is None else limit_s
+            done, _ = await asyncio.wait(
+                {work, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stop.cancel()
+        if work in done:
+            return work.result()
+        work.cancel()
+        return None
 
     # -- brokers --------------------------------------------------------------------------
 
@@ -115,15 +130,15 @@ class PollContext:
         # A pop without broker-side wait may use its own timeout even on a short poll.
         limit = self.remaining_s if poll_ms else max(self.remaining_s, self.broker_timeout_s)
         try:
-            result = await asyncio.wait_for(asyncio.shield(call), limit)
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            reason = "cancelled" if isinstance(exc, asyncio.CancelledError) else "deadline"
-            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, reason))
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return []
+            result = await self.wait_for(asyncio.shield(call), limit)
+        except asyncio.CancelledError:
+            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "cancelled"))
+            raise
         except RemotingError as exc:
             log.info("pop from %s failed: %s", broker.name, exc)
+            return []
+        if result is None:  # out of time, or stopping: the pop hands back what it brings
+            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "deadline"))
             return []
         return [PolledMessage(broker.name, req.group, m) for m in result.messages]
 

@@ -23,6 +23,7 @@ from proxy.receive.probes import ProbeHub
 from proxy.receive.slicing import slicing_poll
 from proxy.receive.types import PolledMessage, ReceiveRequest, ReceiveResult
 from proxy.remoting.client import RemotingError
+from proxy.remoting.message import Prop
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class ReceiveEngine:
         self.in_flight: Counter[str] = Counter()
         self._turn = itertools.count()
         self._background: set[asyncio.Task] = set()
+        self.stopping = asyncio.Event()
         self.nacked = 0
 
     @property
@@ -86,7 +88,13 @@ class ReceiveEngine:
         mode = self.choose_mode(req.group, req.topic)
         route = await self.pool.route(req.topic)
         ctx = PollContext(
-            req, route, self.pool, self.nack, next(self._turn), self.config.broker_timeout_s
+            req,
+            route,
+            self.pool,
+            self.nack,
+            next(self._turn),
+            self.config.broker_timeout_s,
+            self.stopping,
         )
         self.in_flight[mode] += 1
         if self.metrics is not None:
@@ -134,10 +142,12 @@ class ReceiveEngine:
         client = self.pool.broker(polled.broker)
         if client is None:
             return
-        topic = polled.message.topic
+        msg = polled.message
         try:
-            await client.send_to_dead_letter(group, polled.message, max_reconsume)
-            await client.ack(group, topic, polled.message.properties["POP_CK"])
+            await client.send_to_dead_letter(
+                group, msg.commit_log_offset, msg.msg_id, msg.topic, max_reconsume
+            )
+            await client.ack(group, msg.topic, msg.properties[Prop.POP_CK])
         except RemotingError as exc:
             log.warning("dead-lettering %s failed: %s", polled.message.msg_id, exc)
 
@@ -162,7 +172,10 @@ class ReceiveEngine:
             msg = polled.message
             try:
                 await client.change_invisible_time(
-                    polled.group, msg.topic, msg.properties["POP_CK"], self.config.nack_invisible_ms
+                    polled.group,
+                    msg.topic,
+                    msg.properties[Prop.POP_CK],
+                    self.config.nack_invisible_ms,
                 )
             except RemotingError as exc:
                 log.warning("could not hand back %s: %s", msg.msg_id, exc)
@@ -180,6 +193,10 @@ class ReceiveEngine:
             "nacked": self.nacked,
             "adaptive": self.switch.snapshot(time.monotonic()),
         }
+
+    def stop_polls(self) -> None:
+        """Make every poll in flight answer now (shutdown)."""
+        self.stopping.set()
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Stop probing; give hand-backs in flight up to ``grace_s`` to finish."""

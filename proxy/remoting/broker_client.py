@@ -399,17 +399,20 @@ class BrokerClient:
     async def send_to_dead_letter(
         self,
         group: str,
-        msg: MessageExt,
+        commit_log_offset: int,
+        msg_id: str,
+        topic: str,
         max_reconsume_times: int,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        """Move ``msg`` to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK with delay level -1)."""
+        """Move the message at ``commit_log_offset`` to ``%DLQ%<group>``
+        (CONSUMER_SEND_MSG_BACK with delay level -1)."""
         fields = {
-            "offset": str(msg.commit_log_offset),
+            "offset": str(commit_log_offset),
             "group": group,
             "delayLevel": "-1",
-            "originMsgId": msg.msg_id,
-            "originTopic": msg.topic,
+            "originMsgId": msg_id,
+            "originTopic": topic,
             "maxReconsumeTimes": str(max_reconsume_times),
         }
         self._check(

@@ -1,0 +1,1 @@
+"""The client-facing ``apache.rocketmq.v2.MessagingService`` (gRPC)."""

@@ -1,0 +1,49 @@
+"""Receipt handles: POP_CK plus the commit-log offset, nine space-separated fields.
+
+``startOffset popTime invisibleTime reviveQid retryFlag brokerName queueId offset
+commitLogOffset``. The broker name routes an ack through any proxy, so proxies keep no
+state; the commit-log offset lets a message be forwarded to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from proxy.api.errors import ApiError, Code
+from proxy.remoting.popinfo import PopCheckpointInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    checkpoint: PopCheckpointInfo
+    commit_log_offset: int
+
+    @property
+    def extra_info(self) -> str:
+        return self.checkpoint.encode()
+
+    @property
+    def broker(self) -> str:
+        return self.checkpoint.broker_name
+
+    def encode(self) -> str:
+        return f"{self.checkpoint.encode()} {self.commit_log_offset}"
+
+    def expired(self, now_ms: int | None = None) -> bool:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return self.checkpoint.next_visible_time <= now_ms
+
+
+def parse_receipt_handle(text: str, *, allow_expired: bool = False) -> ReceiptHandle:
+    """Parse a client's handle; INVALID_RECEIPT_HANDLE when malformed or expired."""
+    if not text or not text.strip():
+        raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is blank")
+    head, _, offset = text.rpartition(" ")
+    try:
+        handle = ReceiptHandle(PopCheckpointInfo.parse(head), int(offset))
+    except ValueError as exc:
+        raise ApiError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}") from None
+    if not allow_expired and handle.expired():
+        raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt handle has expired")
+    return handle

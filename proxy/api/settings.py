@@ -1,0 +1,72 @@
+"""The settings a proxy answers on a client's Telemetry stream.
+
+The clients wait for this answer before they start, and use what it says: a producer
+needs a retry policy and a maximum body size; a consumer a batch size, a long-polling
+time and the retry back-off that sets its delivery attempts (see the reference).
+"""
+
+from __future__ import annotations
+
+from proxy.api.convert import duration
+from proxy.api.errors import ApiError, Code
+from proxy.api.v2 import definition_pb2 as pb
+
+# RocketMQ's retry back-off levels, seconds: the consumer's customized back-off.
+RETRY_BACKOFF_S = [
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+]
+
+
+def answer_settings(
+    client: pb.Settings, *, max_body_bytes: int, max_polling_ms: int, max_attempts: int
+) -> pb.Settings:
+    """The client's settings completed with the server's part."""
+    settings = pb.Settings()
+    settings.CopyFrom(client)
+    settings.metric.CopyFrom(pb.Metric(on=False))
+    which = client.WhichOneof("pub_sub")
+    if which == "publishing":
+        settings.backoff_policy.CopyFrom(
+            pb.RetryPolicy(
+                max_attempts=3,
+                exponential_backoff=pb.ExponentialBackoff(
+                    initial=duration(10), max=duration(1000), multiplier=2.0
+                ),
+            )
+        )
+        settings.publishing.max_body_size = max_body_bytes
+        settings.publishing.validate_message_type = True
+    elif which == "subscription":
+        settings.backoff_policy.CopyFrom(
+            pb.RetryPolicy(
+                max_attempts=max_attempts,
+                customized_backoff=pb.CustomizedBackoff(
+                    next=[duration(s * 1000) for s in RETRY_BACKOFF_S]
+                ),
+            )
+        )
+        settings.subscription.receive_batch_size = 32
+        settings.subscription.long_polling_timeout.CopyFrom(duration(max_polling_ms))
+        settings.subscription.fifo = False
+    else:
+        raise ApiError(
+            Code.UNRECOGNIZED_CLIENT_TYPE, "settings carry neither publishing nor subscription"
+        )
+    return settings

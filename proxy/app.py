@@ -1,0 +1,154 @@
+"""The proxy process: brokers, receive engine, gRPC front and ops server, started and
+stopped in order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+
+from proxy.api.service import MessagingService
+from proxy.api.v2 import service_pb2_grpc
+from proxy.brokers import BrokerPool
+from proxy.config import ProxyConfig
+from proxy.observability.eventlog import EventLog
+from proxy.observability.metrics import ProxyMetrics
+from proxy.observability.ops import OpsServer
+from proxy.receive.engine import ReceiveEngine
+
+log = logging.getLogger(__name__)
+
+
+class ProxyApp:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.metrics = ProxyMetrics()
+        self.cluster = None  # embedded broker stubs, when asked for
+        self.events: EventLog | None = None
+        self.ready = False
+        self.started_at = time.time()
+
+    async def start(self) -> None:
+        config = self.config
+        if config.embedded_brokers:
+            await self._start_embedded_brokers()
+        if config.event_log_dir:
+            self.events = EventLog(config.event_log_dir, config.proxy_id)
+            self.events.start()
+        self.pool = BrokerPool(
+            config.namesrv_addrs,
+            config.route_ttl_s,
+            observer=self._observe_broker_call,
+            timeout_s=config.receive.broker_timeout_s,
+        )
+        self.engine = ReceiveEngine(
+            config.receive,
+            self.pool,
+            metrics=self.metrics,
+            events=self.events,
+            proxy_id=config.proxy_id,
+        )
+        self.grpc_server = grpc.aio.server(
+            options=[
+                # Room for bodies over the limit, so the proxy itself can answer
+                # MESSAGE_BODY_TOO_LARGE instead of gRPC's own error.
+                ("grpc.max_receive_message_length", 4 * config.max_body_bytes + (1 << 20)),
+                ("grpc.max_send_message_length", 4 * config.max_body_bytes + (1 << 20)),
+            ]
+        )
+        config.grpc_port = self.grpc_server.add_insecure_port(
+            f"{config.grpc_host}:{config.grpc_port}"
+        )
+        self.service = MessagingService(
+            config, self.pool, self.engine, metrics=self.metrics, events=self.events
+        )
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.grpc_server)
+        await self.grpc_server.start()
+        self.ops = OpsServer(self.metrics, status=self.status, ready=lambda: self.ready)
+        config.http_port = await self.ops.start(config.http_host, config.http_port)
+        self.metrics.set_long_poll_limit(config.receive.max_in_flight)
+        self.ready = True
+        self.metrics.set_ready(True)
+        log.info(
+            "proxy %s ready: grpc %s:%s, http %s:%s",
+            config.proxy_id,
+            config.grpc_host,
+            config.grpc_port,
+            config.http_host,
+            config.http_port,
+        )
+
+    async def _start_embedded_brokers(self) -> None:
+        from broker_stub import BrokerConfig, StubCluster
+
+        self.cluster = StubCluster(
+            self.config.embedded_brokers,
+            host="127.0.0.1",
+            template=BrokerConfig(topics=list(self.config.topics)),
+        )
+        await self.cluster.start()
+        self.config.namesrv_addrs = [self.cluster.namesrv_address]
+
+    def _observe_broker_call(
+        self, request: str, response: str, seconds: float, broker: str, long_polling: bool
+    ) -> None:
+        self.metrics.rpc(
+            "remoting", request, response, seconds, broker=broker, is_long_polling=long_polling
+        )
+
+    async def stop(self) -> None:
+        """Graceful stop: not ready at once, refuse new polls, answer those in flight, hand
+        back what was not delivered, then close everything."""
+        self.ready = False
+        self.metrics.set_ready(False)
+        self.service.accepting = False
+        self.engine.stop_polls()
+        await self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
+        await self.engine.close()
+        await self.pool.close()
+        await self.ops.stop()
+        if self.events is not None:
+            await self.events.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
+
+    def status(self) -> dict:
+        return {
+            "proxy_id": self.config.proxy_id,
+            "ready": self.ready,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "grpc": f"{self.config.grpc_host}:{self.config.grpc_port}",
+            "namesrv": self.config.namesrv_addrs,
+            "brokers": {
+                name: {"address": c.address, "connected": c.remoting.connected}
+                for name, c in self.pool.brokers.items()
+            },
+            "receive": self.engine.status(),
+            "event_log": self.events.stats() if self.events is not None else None,
+        }
+
+
+async def serve(config: ProxyConfig, ready_line: bool = True) -> None:
+    """Run until SIGTERM or SIGINT."""
+    import signal
+
+    app = ProxyApp(config)
+    await app.start()
+    if ready_line:
+        namesrv = ",".join(config.namesrv_addrs)
+        print(
+            f"rmq-proxy ready grpc={config.grpc_host}:{config.grpc_port} "
+            f"http={config.http_host}:{config.http_port} namesrv={namesrv}",
+            flush=True,
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping")
+        await app.stop()
