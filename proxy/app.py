@@ -28,6 +28,7 @@ class ProxyApp:
         self.cluster = None  # embedded broker stubs, when asked for
         self.events: EventLog | None = None
         self.ready = False
+        self.stopped = False
         self.started_at = time.time()
 
     async def start(self) -> None:
@@ -100,7 +101,10 @@ class ProxyApp:
 
     async def stop(self) -> None:
         """Graceful stop: not ready at once, refuse new polls, answer those in flight, hand
-        back what was not delivered, then close everything."""
+        back what was not delivered, then close everything. Safe to call twice."""
+        if self.stopped:
+            return
+        self.stopped = True
         self.ready = False
         self.metrics.set_ready(False)
         self.service.accepting = False

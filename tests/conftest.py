@@ -26,3 +26,61 @@ async def client(broker):
     client = BrokerClient(broker.name, broker.address)
     yield client
     await client.close()
+
+
+@pytest.fixture
+async def start_proxy():
+    """Start ProxyApps on free ports; each is stopped when the test ends.
+
+    ``await start_proxy(mode="notify", brokers=3)`` runs embedded brokers; pass
+    ``namesrv=...`` to front an existing cluster instead.
+    """
+    from proxy.app import ProxyApp
+    from proxy.config import ProxyConfig, ReceiveConfig
+
+    apps = []
+
+    async def start(
+        mode: str = "notify",
+        brokers: int = 3,
+        topics=("T",),
+        namesrv: str | None = None,
+        event_log_dir: str | None = None,
+        **receive,
+    ):
+        receive.setdefault("min_polling_ms", 200)
+        config = ProxyConfig(
+            grpc_port=0,
+            http_port=0,
+            embedded_brokers=0 if namesrv else brokers,
+            namesrv_addrs=[namesrv] if namesrv else [],
+            topics=list(topics),
+            event_log_dir=event_log_dir,
+            receive=ReceiveConfig(mode=mode, **receive),
+            proxy_id=f"test-proxy-{len(apps)}",
+        )
+        app = ProxyApp(config)
+        apps.append(app)
+        await app.start()
+        return app
+
+    yield start
+    for app in reversed(apps):
+        await app.stop()
+
+
+@pytest.fixture
+async def lean():
+    """LeanClient factory: ``lean(app)`` connects to a ProxyApp; closed at the end."""
+    from tests.lean_client import LeanClient
+
+    clients = []
+
+    def connect(app, client_id: str | None = "test-client"):
+        client = LeanClient(f"127.0.0.1:{app.config.grpc_port}", client_id)
+        clients.append(client)
+        return client
+
+    yield connect
+    for client in clients:
+        await client.close()

@@ -193,7 +193,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             self.require_client_id(context)
         except ApiError as err:
-            yield pb.TelemetryCommand(status=err.status)
+            yield api.TelemetryCommand(status=err.status)
             return
         async for command in request_iterator:
             if command.WhichOneof("command") != "settings":
@@ -206,9 +206,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     max_attempts=self.config.receive.max_delivery_attempts,
                 )
             except ApiError as err:
-                yield pb.TelemetryCommand(status=err.status)
+                yield api.TelemetryCommand(status=err.status)
                 continue
-            yield pb.TelemetryCommand(status=ok(), settings=settings)
+            yield api.TelemetryCommand(status=ok(), settings=settings)
 
     # -- send -----------------------------------------------------------------------------
 
@@ -328,6 +328,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         else:
             code = await self._deliver(result, req, context)
         finally:
+            if req is None:  # refused before it became a poll: record what it asked for
+                req = self._refused_request(request, arrived_at, arrived_ms)
             self._record_receive(req, result, code, loop.time() - arrived_at)
 
     def _receive_request(
@@ -396,19 +398,45 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise
         return Code.OK
 
-    def _record_receive(self, req, result, code: int, wait_s: float) -> None:
+    def _refused_request(self, request, arrived_at: float, arrived_ms: int) -> ReceiveRequest:
+        """A ReceiveRequest for the record of a refused call. Names that failed validation
+        are recorded as "" so that label values stay bounded."""
+
+        def valid(validate, name: str) -> str:
+            try:
+                return validate(name)
+            except ApiError:
+                return ""
+
+        asked = (
+            check.duration_ms(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else 0
+        )
+        return ReceiveRequest(
+            group=valid(check.validate_group, request.group.name),
+            topic=valid(check.validate_topic, request.message_queue.topic.name),
+            expression="",
+            batch_size=0,
+            invisible_ms=0,
+            polling_ms=0,
+            answer_by=arrived_at,
+            arrived_at=arrived_at,
+            arrived_ms=arrived_ms,
+            is_long_polling=asked >= self.config.receive.min_polling_ms,
+        )
+
+    def _record_receive(self, req: ReceiveRequest, result, code: int, wait_s: float) -> None:
         """One metric sample and one event per ReceiveMessage, as DESIGN.md specifies."""
-        long_polling = req.is_long_polling if req is not None else False
+        long_polling = req.is_long_polling
         self.observe("ReceiveMessage", code, wait_s, long_polling=long_polling)
-        if req is None:
-            return  # refused before it was a poll (no client id, shutting down)
         if code == Code.OK:
             outcome = "found"
         elif code == Code.MESSAGE_NOT_FOUND:
             outcome = "empty"
         else:
             outcome = code_name(code)
-        mode = result.mode if result else self.engine.config.mode
+        mode = result.mode if result else self.engine.current_mode(req.group, req.topic)
         hit = bool(result and result.is_short_polling_hit)
         if self.metrics is not None:
             metric_result = outcome if outcome in ("found", "empty") else "error"

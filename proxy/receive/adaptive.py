@@ -79,6 +79,10 @@ class AdaptiveSwitch:
             entry.mode = NOTIFY
         return entry.mode, entry.mode != before
 
+    def current(self, group: str, topic: str) -> str:
+        entry = self._keys.get((group, topic))
+        return entry.mode if entry is not None else NOTIFY
+
     def snapshot(self, now: float) -> list[dict]:
         """Mode and rate of every (group, topic) seen within the window."""
         return [

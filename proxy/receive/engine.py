@@ -81,6 +81,12 @@ class ReceiveEngine:
                 self.metrics.mode_switch(group, topic, mode)
         return mode
 
+    def current_mode(self, group: str, topic: str) -> str:
+        """The mode a poll of (group, topic) would use now, without counting a request."""
+        if self.config.mode != "adaptive":
+            return self.config.mode
+        return self.switch.current(group, topic)
+
     async def receive(self, req: ReceiveRequest) -> ReceiveResult:
         """Run one client poll. Raises TooManyRequests, TopicNotFound or RemotingError."""
         if self.in_flight_total >= self.config.max_in_flight:

@@ -1,0 +1,356 @@
+"""The receive event log: one JSON line per client ReceiveMessage, the Spark job's input.
+
+Layout (DESIGN.md, "The event log")::
+
+    <dir>/proxy=<proxy_id>/date=<YYYY-MM-DD>/part-<yyyymmddTHHMMSS>-<seq>.jsonl
+
+The date is the UTC date of the event's ``ts``; the file stamp is the UTC time the file was
+opened. A file is written under a hidden name in the same directory
+(``.part-....jsonl.inprogress``, which Spark and Hadoop readers skip because of the leading
+dot) and renamed to its final name once complete, so a reader only ever sees whole files.
+
+Threading: the event loop only puts events on a bounded queue (``write`` never blocks and
+never touches a file). One writer thread serialises, writes, flushes, rotates and renames.
+When the queue is full the event is dropped and counted: losing analytics lines is better
+than stalling client answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+log = logging.getLogger(__name__)
+
+WRITER_THREAD_NAME = "eventlog-writer"
+TMP_PREFIX = "."
+TMP_SUFFIX = ".inprogress"
+_MS_PER_DAY = 86_400_000
+_BUFFER_BYTES = 256 * 1024
+# At most this many queued events are written between housekeeping checks, so a steady
+# stream cannot postpone the once-a-second flush or an age rotation.
+_BATCH = 1000
+
+
+@dataclass(slots=True)
+class ReceiveEvent:
+    """One client ReceiveMessage, with exactly the contract's fields, in its order."""
+
+    ts: int  # epoch ms, when the request arrived
+    proxy: str
+    group: str
+    topic: str
+    mode: str  # notify / coupled / slicing
+    is_long_polling: bool
+    is_short_polling_hit: bool
+    polling_ms: int  # long-polling time granted
+    wait_ms: int  # arrival to answer
+    messages: int
+    result: str  # found / empty / error code name
+    pops: int
+    notifications: int
+    broker: str | None  # broker that delivered, None when nothing was
+
+    def to_json(self) -> bytes:
+        """One JSON object, one line, no trailing newline."""
+        # orjson serialises (slotted) dataclasses natively, in field order.
+        return orjson.dumps(self)
+
+
+@dataclass(slots=True)
+class _OpenFile:
+    """A part file being written under its hidden name."""
+
+    date: str
+    directory: Path
+    stem: str  # "part-<stamp>-<seq>"
+    fh: BinaryIO
+    opened: float  # monotonic, like the other times
+    last_write: float
+    size: int = 0
+    dirty_since: float | None = None  # first write not yet flushed
+
+    @property
+    def tmp_path(self) -> Path:
+        return self.directory / f"{TMP_PREFIX}{self.stem}.jsonl{TMP_SUFFIX}"
+
+
+_STOP = object()
+
+
+class EventLog:
+    """Writes ``ReceiveEvent`` lines to rotated JSON-lines files from one background thread."""
+
+    def __init__(
+        self,
+        directory: str,
+        proxy_id: str,
+        *,
+        max_bytes: int = 64 * 1024 * 1024,
+        max_age_seconds: float = 300.0,
+        queue_size: int = 10_000,
+        flush_interval: float = 1.0,
+        late_grace_seconds: float = 2.0,
+    ) -> None:
+        """``late_grace_seconds``: after the event date moves on, the previous date's file
+        stays open until it has had no event for this long. Requests that arrived before
+        midnight are answered (and logged) after it, interleaved with new-day events;
+        closing at the first new-day event would cut a tiny file per interleaving."""
+        self.root = Path(directory) / f"proxy={proxy_id}"
+        self.proxy_id = proxy_id
+        self.max_bytes = max_bytes
+        self.max_age_seconds = max_age_seconds
+        self.flush_interval = flush_interval
+        self.late_grace_seconds = late_grace_seconds
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._closing: asyncio.Future[None] | None = None
+        # Counters for the status page. Each is updated by one thread only (``dropped`` by
+        # the writers' thread, the rest by the writer thread), so plain ints are enough.
+        self.written = 0
+        self.dropped = 0
+        self.files_completed = 0
+        self.files_recovered = 0
+        self.failed = 0  # events lost to I/O errors
+        # Writer-thread state.
+        self._files: dict[str, _OpenFile] = {}  # by date
+        self._newest_date = ""
+        self._seq = 0
+        self._day_cache: tuple[int, str] = (-1, "")
+
+    # -- event-loop side ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name=WRITER_THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    def write(self, event: ReceiveEvent) -> bool:
+        """Queue ``event``; False (and counted in ``dropped``) if full or closed.
+
+        The event is serialised later on the writer thread: do not change it after this.
+        """
+        if self._closed:
+            self.dropped += 1
+            return False
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.dropped += 1
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Write everything queued, complete the open files and stop the thread."""
+        if self._closing is None:
+            self._closed = True
+            if self._thread is None:
+                # Never started: still write what was queued rather than lose it.
+                self.start()
+            # The put may wait for room and the join for the last write: both off the loop.
+            self._closing = asyncio.ensure_future(asyncio.to_thread(self._stop_and_join))
+        # Shielded: a cancelled caller must not stop the shutdown of the others.
+        await asyncio.shield(self._closing)
+
+    def _stop_and_join(self) -> None:
+        thread = self._thread
+        assert thread is not None
+        # Wait for room for the stop marker, unless the writer is gone (then nobody would
+        # ever make room).
+        while thread.is_alive():
+            try:
+                self._queue.put(_STOP, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        thread.join()
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def stats(self) -> dict[str, int]:
+        """Counters for the status page."""
+        return {
+            "written": self.written,
+            "dropped": self.dropped,
+            "pending": self.pending,
+            "files_completed": self.files_completed,
+            "files_recovered": self.files_recovered,
+            "failed": self.failed,
+        }
+
+    # -- writer thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._recover()
+        except OSError:
+            log.exception("event log: recovering earlier part files under %s failed", self.root)
+        stopping = False
+        while not stopping:
+            try:
+                item = self._queue.get(timeout=self._next_wakeup())
+            except queue.Empty:
+                item = None
+            n = 0
+            while item is not None:
+                if item is _STOP:
+                    stopping = True
+                    break
+                self._append(item)  # type: ignore[arg-type]
+                n += 1
+                if n >= _BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = None
+            self._housekeeping(time.monotonic())
+        for f in list(self._files.values()):
+            self._complete(f)
+
+    def _next_wakeup(self) -> float:
+        """Seconds until the next flush, age rotation or late-day close is due."""
+        if not self._files:
+            return self.flush_interval
+        now = time.monotonic()
+        due = now + self.flush_interval
+        for f in self._files.values():
+            due = min(due, f.opened + self.max_age_seconds)
+            if f.dirty_since is not None:
+                due = min(due, f.dirty_since + self.flush_interval)
+            if f.date < self._newest_date:
+                due = min(due, f.last_write + self.late_grace_seconds)
+        return max(0.0, due - now)
+
+    def _date_of(self, ts_ms: int) -> str:
+        day = ts_ms // _MS_PER_DAY
+        cached_day, text = self._day_cache
+        if day != cached_day:
+            text = datetime.fromtimestamp(day * 86_400, tz=UTC).strftime("%Y-%m-%d")
+            self._day_cache = (day, text)
+        return text
+
+    def _append(self, event: ReceiveEvent) -> None:
+        try:
+            line = event.to_json() + b"\n"
+            date = self._date_of(event.ts)
+            f = self._files.get(date)
+            if f is not None and f.size and f.size + len(line) > self.max_bytes:
+                self._complete(f)
+                f = None
+            if f is None:
+                f = self._open(date)
+            f.fh.write(line)
+        except Exception:  # I/O or a malformed event: lose the line, never the thread
+            self.failed += 1
+            # A full disk fails every event: log the first and then a sample, not each.
+            if self.failed == 1 or self.failed % 10_000 == 0:
+                log.exception("event log: writing an event failed (%d so far)", self.failed)
+            return
+        now = time.monotonic()
+        f.size += len(line)
+        f.last_write = now
+        if f.dirty_since is None:
+            f.dirty_since = now
+        self.written += 1
+        if date > self._newest_date:
+            self._newest_date = date
+
+    def _housekeeping(self, now: float) -> None:
+        for f in list(self._files.values()):
+            try:
+                if now - f.opened >= self.max_age_seconds or (
+                    f.date < self._newest_date and now - f.last_write >= self.late_grace_seconds
+                ):
+                    self._complete(f)
+                elif f.dirty_since is not None and now - f.dirty_since >= self.flush_interval:
+                    # Batch writes in the buffer, but push them to the OS within a flush
+                    # interval, so a crash of the process loses at most that much.
+                    f.fh.flush()
+                    f.dirty_since = None
+            except OSError:
+                log.exception("event log: flushing %s failed", f.tmp_path)
+
+    def _open(self, date: str) -> _OpenFile:
+        directory = self.root / f"date={date}"
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        while True:
+            self._seq += 1
+            stem = f"part-{stamp}-{self._seq:05d}"
+            tmp = directory / f"{TMP_PREFIX}{stem}.jsonl{TMP_SUFFIX}"
+            if (directory / f"{stem}.jsonl").exists():
+                continue  # left by an earlier run in the same second
+            try:
+                fh = open(tmp, "xb", buffering=_BUFFER_BYTES)  # noqa: SIM115 (kept open)
+            except FileExistsError:
+                continue
+            now = time.monotonic()
+            f = _OpenFile(date, directory, stem, fh, opened=now, last_write=now)
+            self._files[date] = f
+            return f
+
+    def _complete(self, f: _OpenFile) -> None:
+        """Flush, fsync and rename ``f`` to its final, visible name."""
+        if self._files.get(f.date) is f:
+            del self._files[f.date]
+        try:
+            f.fh.flush()
+            # fsync before the rename: a file that is visible must be whole, even after
+            # a power loss.
+            os.fsync(f.fh.fileno())
+            f.fh.close()
+            self._publish(f.tmp_path, f.directory, f.stem)
+        except OSError:
+            log.exception("event log: completing %s failed", f.tmp_path)
+            with contextlib.suppress(OSError):
+                f.fh.close()
+            return
+        self.files_completed += 1
+
+    @staticmethod
+    def _publish(tmp: Path, directory: Path, stem: str) -> None:
+        final = directory / f"{stem}.jsonl"
+        n = 0
+        while final.exists():  # never overwrite a finished file
+            n += 1
+            final = directory / f"{stem}-{n}.jsonl"
+        os.rename(tmp, final)
+
+    def _recover(self) -> None:
+        """Publish part files a crashed earlier run of this proxy id left hidden.
+
+        Their lines up to the last flush are good; a torn last line is cut off so that
+        every published line is valid JSON. Assumes one live process per proxy id.
+        """
+        if not self.root.is_dir():
+            return
+        for tmp in sorted(self.root.glob(f"date=*/{TMP_PREFIX}part-*.jsonl{TMP_SUFFIX}")):
+            data = tmp.read_bytes()
+            keep = data.rfind(b"\n") + 1
+            if keep == 0:
+                tmp.unlink()
+                continue
+            if keep < len(data):
+                with open(tmp, "r+b") as fh:
+                    fh.truncate(keep)
+            stem = tmp.name[len(TMP_PREFIX) : -len(".jsonl" + TMP_SUFFIX)]
+            self._publish(tmp, tmp.parent, stem)
+            self.files_recovered += 1
+            log.warning("event log: recovered %s", tmp)

@@ -1,0 +1,236 @@
+"""The proxy's Prometheus metrics, exactly as DESIGN.md's "Metrics" table names them.
+
+Each ``ProxyMetrics`` owns its own ``CollectorRegistry`` (never the process-global one) so a
+test, or a process hosting several proxies, can make as many as it likes without
+"Duplicated timeseries" errors.
+
+The recording methods run on every request, so each caches its labelled children in a dict
+keyed by the label tuple: after the first call for a label set, a call is one dict lookup
+plus the sample update, instead of ``labels()``'s validation and its registry-lock lookup.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+
+# Client waits run from ~1 ms (short-polling hit) to the 20 s maximum long poll plus the
+# client's own slack, so the buckets go up to 30 s.
+RECEIVE_WAIT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0,
+)  # fmt: skip
+# RPCs include sub-millisecond remoting calls on loopback as well as broker long polls.
+RPC_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+)  # fmt: skip
+
+_PACKAGE = "rmq-notify-proxy"
+
+
+def _flag(value: bool) -> str:
+    """Booleans become the label values "true"/"false" (RocketMQ's own spelling)."""
+    return "true" if value else "false"
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version(_PACKAGE)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class ProxyMetrics:
+    """Every metric the proxy exports, on a private registry."""
+
+    def __init__(self, version: str | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        # prometheus_client appends "_total" to counter names itself.
+        self._receive = Counter(
+            "rocketmq_proxy_receive",
+            "Client ReceiveMessage requests answered.",
+            ["group", "topic", "mode", "is_long_polling", "is_short_polling_hit", "result"],
+            registry=r,
+        )
+        self._receive_wait = Histogram(
+            "rocketmq_proxy_receive_wait_seconds",
+            "Time from a ReceiveMessage request's arrival to its answer.",
+            ["mode", "result"],
+            buckets=RECEIVE_WAIT_BUCKETS,
+            registry=r,
+        )
+        self._rpc_latency = Histogram(
+            "rocketmq_proxy_rpc_latency_seconds",
+            "Latency of every RPC in (gRPC) and out (remoting).",
+            ["protocol_type", "request_code", "response_code", "broker", "is_long_polling"],
+            buckets=RPC_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._notifications = Counter(
+            "rocketmq_proxy_notifications",
+            "NOTIFICATION probes sent to brokers, by answer.",
+            ["broker", "has_msg"],
+            registry=r,
+        )
+        self._in_flight = Gauge(
+            "rocketmq_proxy_long_polls_in_flight",
+            "Client long polls currently parked on the proxy.",
+            ["mode"],
+            registry=r,
+        )
+        self._mode_switches = Counter(
+            "rocketmq_proxy_mode_switches",
+            "Adaptive mode switches of a (group, topic).",
+            ["group", "topic", "to"],
+            registry=r,
+        )
+        self._nacks = Counter(
+            "rocketmq_proxy_nacks",
+            "Popped messages handed back undelivered (CHANGE_MESSAGE_INVISIBLETIME).",
+            ["reason"],
+            registry=r,
+        )
+        self._sent = Counter(
+            "rocketmq_proxy_send_messages",
+            "Messages sent by producers through the proxy.",
+            ["topic", "result"],
+            registry=r,
+        )
+        self._long_polls_limit = Gauge(
+            "rocketmq_proxy_long_polls_limit",
+            "Configured maximum of client long polls in flight.",
+            registry=r,
+        )
+        self._ready = Gauge(
+            "rocketmq_proxy_ready", "1 while the proxy is ready to serve, else 0.", registry=r
+        )
+        self._build_info = Gauge(
+            "rocketmq_proxy_build_info", "Always 1; the label carries the version.", ["version"],
+            registry=r,
+        )  # fmt: skip
+        self._build_info.labels(version or _package_version()).set(1)
+
+        # Label-tuple -> child caches (see the module docstring). The values are
+        # prometheus_client children; their update methods are thread-safe.
+        self._receive_c: dict[tuple[str, str, str, bool, bool, str], Counter] = {}
+        self._receive_wait_c: dict[tuple[str, str], Histogram] = {}
+        self._rpc_c: dict[tuple[str, str, str | int, str, bool], Histogram] = {}
+        self._notifications_c: dict[tuple[str, str | bool], Counter] = {}
+        self._in_flight_c: dict[str, Gauge] = {}
+        self._mode_switches_c: dict[tuple[str, str, str], Counter] = {}
+        self._nacks_c: dict[str, Counter] = {}
+        self._sent_c: dict[tuple[str, str], Counter] = {}
+
+    # -- receive -----------------------------------------------------------------------------
+
+    def receive_done(
+        self,
+        group: str,
+        topic: str,
+        mode: str,
+        is_long_polling: bool,
+        is_short_polling_hit: bool,
+        result: str,
+        wait_seconds: float,
+    ) -> None:
+        """One client ReceiveMessage answered: count it and observe its wait."""
+        key = (group, topic, mode, is_long_polling, is_short_polling_hit, result)
+        counter = self._receive_c.get(key)
+        if counter is None:
+            counter = self._receive.labels(
+                group, topic, mode, _flag(is_long_polling), _flag(is_short_polling_hit), result
+            )
+            self._receive_c[key] = counter
+        counter.inc()
+        wkey = (mode, result)
+        hist = self._receive_wait_c.get(wkey)
+        if hist is None:
+            hist = self._receive_wait_c[wkey] = self._receive_wait.labels(mode, result)
+        hist.observe(wait_seconds)
+
+    def long_poll_started(self, mode: str) -> None:
+        self._in_flight_child(mode).inc()
+
+    def long_poll_finished(self, mode: str) -> None:
+        self._in_flight_child(mode).dec()
+
+    def _in_flight_child(self, mode: str) -> Gauge:
+        child = self._in_flight_c.get(mode)
+        if child is None:
+            child = self._in_flight_c[mode] = self._in_flight.labels(mode)
+        return child
+
+    def mode_switch(self, group: str, topic: str, to: str) -> None:
+        key = (group, topic, to)
+        child = self._mode_switches_c.get(key)
+        if child is None:
+            child = self._mode_switches_c[key] = self._mode_switches.labels(group, topic, to)
+        child.inc()
+
+    def nack(self, reason: str, count: int = 1) -> None:
+        child = self._nacks_c.get(reason)
+        if child is None:
+            child = self._nacks_c[reason] = self._nacks.labels(reason)
+        child.inc(count)
+
+    # -- brokers and RPCs --------------------------------------------------------------------
+
+    def rpc(
+        self,
+        protocol_type: str,
+        request_code: str,
+        response_code: str | int,
+        seconds: float,
+        broker: str = "",
+        is_long_polling: bool = False,
+    ) -> None:
+        """One RPC finished: ``protocol_type`` grpc/remoting; ``broker`` only for remoting."""
+        key = (protocol_type, request_code, response_code, broker, is_long_polling)
+        child = self._rpc_c.get(key)
+        if child is None:
+            child = self._rpc_latency.labels(
+                protocol_type, request_code, str(response_code), broker, _flag(is_long_polling)
+            )
+            self._rpc_c[key] = child
+        child.observe(seconds)
+
+    def notification(self, broker: str, has_msg: str | bool) -> None:
+        """One NOTIFICATION probe answered: ``has_msg`` is "true", "false" or "error"."""
+        key = (broker, has_msg)
+        child = self._notifications_c.get(key)
+        if child is None:
+            value = _flag(has_msg) if isinstance(has_msg, bool) else has_msg
+            child = self._notifications_c[key] = self._notifications.labels(broker, value)
+        child.inc()
+
+    # -- producers ---------------------------------------------------------------------------
+
+    def sent(self, topic: str, result: str, count: int = 1) -> None:
+        key = (topic, result)
+        child = self._sent_c.get(key)
+        if child is None:
+            child = self._sent_c[key] = self._sent.labels(topic, result)
+        child.inc(count)
+
+    # -- process state -----------------------------------------------------------------------
+
+    def set_ready(self, ready: bool) -> None:
+        self._ready.set(1 if ready else 0)
+
+    def set_long_poll_limit(self, n: int) -> None:
+        self._long_polls_limit.set(n)
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The exposition body and its content type.
+
+        ``accept`` is the scraper's Accept header: Prometheus asks for OpenMetrics and gets
+        it; anything else gets the classic text format 0.0.4, which every scraper reads.
+        """
+        if not accept:
+            return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type

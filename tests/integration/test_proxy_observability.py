@@ -1,0 +1,148 @@
+"""Metrics and event records that a scripted scenario produces, checked against what
+happened."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.remoting.broker_client import BrokerClient
+
+T, G = "T", "G"
+
+
+async def send_to(app, broker_name: str, body: bytes) -> None:
+    broker = app.cluster.broker(broker_name)
+    client = BrokerClient(broker.name, broker.address)
+    try:
+        await client.send(T, body)
+    finally:
+        await client.close()
+
+
+def read_events(directory) -> list[dict]:
+    files = sorted(Path(directory).glob("proxy=test-proxy-0/date=*/*.jsonl"))
+    assert files, list(Path(directory).rglob("*"))
+    return [json.loads(line) for f in files for line in f.read_text().splitlines()]
+
+
+def samples(app, name: str) -> list[tuple[dict, float]]:
+    text = app.metrics.render()[0].decode()
+    return [
+        (s.labels, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    ]
+
+
+def value(app, name: str, **labels) -> float:
+    return sum(
+        v for lbl, v in samples(app, name) if all(lbl.get(k) == x for k, x in labels.items())
+    )
+
+
+async def test_scenario_metrics_and_events(start_proxy, lean, tmp_path):
+    app = await start_proxy(mode="notify", event_log_dir=str(tmp_path))
+    client = lean(app)
+    # 1. two messages wait on broker-a: the first pop finds them (a short-polling hit)
+    await send_to(app, "broker-a", b"one")
+    await send_to(app, "broker-a", b"two")
+    hit = await client.receive(G, T, await_ms=1000, broker="broker-a")
+    assert len(hit.messages) == 2
+    # 2. nothing anywhere: probes to all three brokers, then empty
+    empty = await client.receive(G, T, await_ms=400, broker="broker-a")
+    assert empty.status == pb.Code.MESSAGE_NOT_FOUND
+    # 3. a message lands on broker-c while the poll waits
+    poll = asyncio.ensure_future(client.receive(G, T, await_ms=3000, broker="broker-a"))
+    await asyncio.sleep(0.3)
+    await send_to(app, "broker-c", b"three")
+    late = await poll
+    assert [m.body for m in late.messages] == [b"three"]
+    # 4. a bad request
+    bad = await client.receive(G, T, await_ms=1000, invisible_ms=1000)
+    assert bad.status == pb.Code.ILLEGAL_INVISIBLE_TIME
+
+    receive_total = "rocketmq_proxy_receive_total"
+    common = dict(group=G, topic=T, mode="notify", is_long_polling="true")
+    assert value(app, receive_total, **common, is_short_polling_hit="true", result="found") == 1
+    assert value(app, receive_total, **common, is_short_polling_hit="false", result="found") == 1
+    assert value(app, receive_total, **common, is_short_polling_hit="false", result="empty") == 1
+    assert value(app, receive_total, **common, result="error") == 1
+    assert value(app, receive_total) == 4
+    assert value(app, "rocketmq_proxy_receive_wait_seconds_count", mode="notify") == 4
+    assert value(app, "rocketmq_proxy_notifications_total", broker="broker-c", has_msg="true") >= 1
+    assert value(app, "rocketmq_proxy_long_polls_in_flight") == 0
+    pops = value(
+        app,
+        "rocketmq_proxy_rpc_latency_seconds_count",
+        protocol_type="remoting",
+        request_code="pop_message",
+    )
+    assert pops == 1 + 1 + 2  # hit; empty's first pop; late: first pop + pop on broker-c
+    grpc_receives = value(
+        app,
+        "rocketmq_proxy_rpc_latency_seconds_count",
+        protocol_type="grpc",
+        request_code="receive_message",
+    )
+    assert grpc_receives == 4
+
+    # the ops server serves the same numbers
+    async with aiohttp.ClientSession() as http:
+        base = f"http://127.0.0.1:{app.config.http_port}"
+        async with http.get(f"{base}/metrics") as r:
+            assert r.status == 200 and receive_total in await r.text()
+        async with http.get(f"{base}/readyz") as r:
+            assert r.status == 200
+        async with http.get(f"{base}/v1/status") as r:
+            status = await r.json()
+            assert status["receive"]["in_flight"] == {"notify": 0}
+            assert set(status["brokers"]) == {"broker-a", "broker-b", "broker-c"}
+
+    await app.stop()  # closes the event log: its files are complete now
+    events = await asyncio.to_thread(read_events, tmp_path)
+    assert [e["result"] for e in events] == ["found", "empty", "found", "illegal_invisible_time"]
+    first, second, third, fourth = events
+    assert first["messages"] == 2 and first["is_short_polling_hit"] is True
+    assert first["pops"] == 1 and first["notifications"] == 0 and first["broker"] == "broker-a"
+    assert second["messages"] == 0 and second["notifications"] == 3 and second["broker"] is None
+    assert second["polling_ms"] == 400 and second["wait_ms"] >= 350
+    assert third["broker"] == "broker-c" and third["pops"] == 2 and third["notifications"] == 3
+    assert third["is_short_polling_hit"] is False and third["wait_ms"] < 1500
+    assert fourth["messages"] == 0
+    for event in events:
+        assert event["proxy"] == "test-proxy-0" and event["mode"] == "notify"
+        assert event["group"] == G and event["topic"] == T and event["is_long_polling"] is True
+        assert set(event) == {
+            "ts",
+            "proxy",
+            "group",
+            "topic",
+            "mode",
+            "is_long_polling",
+            "is_short_polling_hit",
+            "polling_ms",
+            "wait_ms",
+            "messages",
+            "result",
+            "pops",
+            "notifications",
+            "broker",
+        }
+
+
+async def test_readyz_turns_false_at_once_on_stop(start_proxy):
+    app = await start_proxy(mode="notify")
+    async with aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{app.config.http_port}/readyz"
+        async with http.get(url) as r:
+            assert r.status == 200
+        app.ready = False  # what stop() does first
+        async with http.get(url) as r:
+            assert r.status == 503

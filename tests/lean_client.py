@@ -1,0 +1,140 @@
+"""A lean asyncio client of the proxy's gRPC API, making the calls the official
+SimpleConsumer and Producer make. For tests and load generation; the official clients
+prove interop separately (tests/interop)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.api.v2 import service_pb2_grpc
+
+_ids = itertools.count()
+
+
+def millis(ms: int) -> Duration:
+    d = Duration()
+    d.FromMilliseconds(ms)
+    return d
+
+
+@dataclass
+class Received:
+    status: int
+    message: str
+    messages: list[pb.Message] = field(default_factory=list)
+    stream: list[str] = field(default_factory=list)  # the order of the response contents
+
+
+class LeanClient:
+    def __init__(self, endpoint: str, client_id: str | None = "lean-client") -> None:
+        self.channel = grpc.aio.insecure_channel(endpoint)
+        self.stub = service_pb2_grpc.MessagingServiceStub(self.channel)
+        self.metadata = (("x-mq-client-id", client_id),) if client_id else ()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def query_route(self, topic: str) -> api.QueryRouteResponse:
+        return await self.stub.QueryRoute(
+            api.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=self.metadata
+        )
+
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        tag: str | None = None,
+        keys=(),
+        properties=None,
+        message_id: str | None = None,
+    ) -> api.SendMessageResponse:
+        system = pb.SystemProperties(
+            keys=list(keys),
+            message_id=message_id or f"LEAN{next(_ids):028d}",
+            body_encoding=pb.Encoding.IDENTITY,
+            message_type=pb.MessageType.NORMAL,
+        )
+        if tag is not None:
+            system.tag = tag
+        message = pb.Message(
+            topic=pb.Resource(name=topic),
+            body=body,
+            system_properties=system,
+            user_properties=properties or {},
+        )
+        return await self.stub.SendMessage(
+            api.SendMessageRequest(messages=[message]), metadata=self.metadata
+        )
+
+    async def receive(
+        self,
+        group: str,
+        topic: str,
+        *,
+        await_ms: int = 5000,
+        batch: int = 16,
+        invisible_ms: int | None = 30_000,
+        expression: str = "*",
+        broker: str | None = None,
+        timeout_s: float | None = None,
+        filter_type: int = pb.FilterType.TAG,
+    ) -> Received:
+        """One ReceiveMessage; the deadline is await + 3 s, as the official clients set it."""
+        request = api.ReceiveMessageRequest(
+            group=pb.Resource(name=group),
+            message_queue=pb.MessageQueue(
+                topic=pb.Resource(name=topic), broker=pb.Broker(name=broker or "")
+            ),
+            filter_expression=pb.FilterExpression(type=filter_type, expression=expression),
+            batch_size=batch,
+            long_polling_timeout=millis(await_ms),
+        )
+        if invisible_ms is not None:
+            request.invisible_duration.CopyFrom(millis(invisible_ms))
+        timeout = timeout_s if timeout_s is not None else await_ms / 1000 + 3
+        result = Received(status=0, message="")
+        async for response in self.stub.ReceiveMessage(
+            request, metadata=self.metadata, timeout=timeout
+        ):
+            kind = response.WhichOneof("content")
+            result.stream.append(kind)
+            if kind == "status":
+                result.status, result.message = response.status.code, response.status.message
+            elif kind == "message":
+                result.messages.append(response.message)
+        return result
+
+    async def ack(self, group: str, topic: str, messages) -> api.AckMessageResponse:
+        entries = [
+            api.AckMessageEntry(
+                message_id=m.system_properties.message_id,
+                receipt_handle=m.system_properties.receipt_handle,
+            )
+            for m in messages
+        ]
+        return await self.stub.AckMessage(
+            api.AckMessageRequest(
+                group=pb.Resource(name=group), topic=pb.Resource(name=topic), entries=entries
+            ),
+            metadata=self.metadata,
+        )
+
+    async def change_invisible(
+        self, group: str, topic: str, message: pb.Message, invisible_ms: int
+    ) -> api.ChangeInvisibleDurationResponse:
+        return await self.stub.ChangeInvisibleDuration(
+            api.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name=group),
+                topic=pb.Resource(name=topic),
+                receipt_handle=message.system_properties.receipt_handle,
+                invisible_duration=millis(invisible_ms),
+                message_id=message.system_properties.message_id,
+            ),
+            metadata=self.metadata,
+        )

@@ -1,0 +1,255 @@
+"""EventLog: real files in a temporary directory, read back after close."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+from proxy.observability.eventlog import WRITER_THREAD_NAME, EventLog, ReceiveEvent
+
+FIELDS = [
+    "ts", "proxy", "group", "topic", "mode", "is_long_polling", "is_short_polling_hit",
+    "polling_ms", "wait_ms", "messages", "result", "pops", "notifications", "broker",
+]  # fmt: skip
+
+# 2024-02-28T23:59:59Z: one second before a (leap) day change.
+TS = int(datetime(2024, 2, 28, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
+
+
+def event(i: int, ts: int = TS) -> ReceiveEvent:
+    return ReceiveEvent(
+        ts=ts + i,
+        proxy="p1",
+        group="G",
+        topic="T",
+        mode=("notify", "coupled", "slicing")[i % 3],
+        is_long_polling=i % 2 == 0,
+        is_short_polling_hit=i % 5 == 0,
+        polling_ms=20_000,
+        wait_ms=i,
+        messages=i % 4,
+        result="found" if i % 4 else "empty",
+        pops=1 + i % 3,
+        notifications=i % 7,
+        broker=f"broker-{i % 2}" if i % 4 else None,
+    )
+
+
+def as_dict(e: ReceiveEvent) -> dict[str, object]:
+    return {name: getattr(e, name) for name in FIELDS}
+
+
+def all_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def visible_parts(root: Path) -> list[Path]:
+    # Sorted by name: the stamp and sequence number give the write order.
+    return sorted(root.rglob("part-*.jsonl"), key=lambda p: (p.parent.name, p.name))
+
+
+def read_lines(files: list[Path]) -> list[dict[str, object]]:
+    out = []
+    for f in files:
+        data = f.read_bytes()
+        assert data.endswith(b"\n")  # whole lines only
+        out.extend(orjson.loads(line) for line in data.splitlines())
+    return out
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def test_to_json_is_one_line_with_the_contract_fields():
+    e = event(1)
+    assert e.to_json() == (
+        b'{"ts":%d,"proxy":"p1","group":"G","topic":"T","mode":"coupled",'
+        b'"is_long_polling":false,"is_short_polling_hit":false,"polling_ms":20000,'
+        b'"wait_ms":1,"messages":1,"result":"found","pops":2,"notifications":1,'
+        b'"broker":"broker-1"}' % (TS + 1)
+    )
+    assert list(orjson.loads(event(0).to_json())) == FIELDS
+    assert orjson.loads(event(0).to_json())["broker"] is None
+
+
+async def test_all_events_written_in_order_with_final_names_only(tmp_path: Path):
+    log = EventLog(str(tmp_path), "p1")
+    log.start()
+    events = [event(i) for i in range(500)]
+    assert all(log.write(e) for e in events)
+    await log.close()
+    files = all_files(tmp_path)
+    assert len(files) == 1
+    f = files[0]
+    assert f.parent == tmp_path / "proxy=p1" / "date=2024-02-28"
+    assert f.name.startswith("part-") and f.name.endswith(".jsonl")
+    stamp, seq = f.name[len("part-") : -len(".jsonl")].split("-")
+    datetime.strptime(stamp, "%Y%m%dT%H%M%S")  # UTC stamp, well formed
+    assert seq.isdigit()
+    lines = read_lines(files)
+    assert [list(line) for line in lines[:1]] == [FIELDS]
+    assert lines == [as_dict(e) for e in events]
+    assert (log.written, log.dropped, log.files_completed) == (500, 0, 1)
+    assert log.write(event(0)) is False  # closed
+    assert log.dropped == 1
+
+
+async def test_rotation_by_size_makes_several_whole_files(tmp_path: Path):
+    line_len = len(event(0).to_json()) + 1
+    max_bytes = line_len * 10
+    log = EventLog(str(tmp_path), "p1", max_bytes=max_bytes)
+    log.start()
+    events = [event(i) for i in range(100)]
+    for e in events:
+        log.write(e)
+    await log.close()
+    files = all_files(tmp_path)
+    assert files == visible_parts(tmp_path)  # nothing hidden left behind
+    assert len(files) >= 9
+    assert all(f.stat().st_size <= max_bytes for f in files)
+    assert read_lines(files) == [as_dict(e) for e in events]
+    assert log.files_completed == len(files)
+
+
+async def test_date_partition_from_ts(tmp_path: Path):
+    log = EventLog(str(tmp_path), "p1")
+    log.start()
+    # TS + 999 is the last ms of Feb 28; TS + 1000 is midnight Feb 29 (UTC).
+    for e in [event(0), event(999), event(1000), event(5000)]:
+        log.write(e)
+    await log.close()
+    root = tmp_path / "proxy=p1"
+    assert sorted(p.name for p in root.iterdir()) == ["date=2024-02-28", "date=2024-02-29"]
+    assert [d["wait_ms"] for d in read_lines(visible_parts(root / "date=2024-02-28"))] == [0, 999]
+    assert [d["wait_ms"] for d in read_lines(visible_parts(root / "date=2024-02-29"))] == [
+        1000,
+        5000,
+    ]
+
+
+async def test_old_date_file_completes_after_the_late_grace(tmp_path: Path):
+    log = EventLog(str(tmp_path), "p1", late_grace_seconds=0.1)
+    log.start()
+    log.write(event(0))
+    log.write(event(2000))  # next day
+    log.write(event(1))  # a late answer for a request that arrived before midnight
+    await wait_until(lambda: log.files_completed == 1)
+    day1 = visible_parts(tmp_path / "proxy=p1" / "date=2024-02-28")
+    assert [d["wait_ms"] for d in read_lines(day1)] == [0, 1]  # one file, not two
+    assert visible_parts(tmp_path / "proxy=p1" / "date=2024-02-29") == []  # still open
+    await log.close()
+    assert log.files_completed == 2
+
+
+async def test_rotation_by_age_and_flush_while_open(tmp_path: Path):
+    log = EventLog(str(tmp_path), "p1", max_age_seconds=1.0, flush_interval=0.05)
+    log.start()
+    log.write(event(0))
+    hidden: list[Path] = []
+
+    def flushed() -> bool:
+        hidden[:] = [p for p in all_files(tmp_path) if p.name.startswith(".part-")]
+        return bool(hidden) and hidden[0].stat().st_size > 0
+
+    # Flushed to its hidden file long before rotation; a reader sees nothing yet.
+    await wait_until(flushed, timeout=0.8)
+    assert hidden[0].name.endswith(".jsonl.inprogress")
+    assert visible_parts(tmp_path) == []
+    await wait_until(lambda: log.files_completed == 1)
+    assert len(visible_parts(tmp_path)) == 1
+    log.write(event(1))
+    await log.close()
+    files = visible_parts(tmp_path)
+    assert len(files) == 2 and files == all_files(tmp_path)
+    assert [d["wait_ms"] for d in read_lines(files)] == [0, 1]
+
+
+async def test_full_queue_drops_and_counts(tmp_path: Path):
+    log = EventLog(str(tmp_path), "p1", queue_size=3)  # not started: nothing drains yet
+    results = [log.write(event(i)) for i in range(5)]
+    assert results == [True, True, True, False, False]
+    assert log.dropped == 2
+    assert log.stats()["pending"] == 3
+    await log.close()  # starts the writer to drain what was queued
+    assert [d["wait_ms"] for d in read_lines(visible_parts(tmp_path))] == [0, 1, 2]
+    assert (log.written, log.dropped) == (3, 2)
+
+
+# --- file I/O happens on the writer thread only ----------------------------------------------
+
+# Audit hooks cannot be removed; this one is inert unless a test has set a root to watch.
+_watch: dict[str, object] = {"root": None, "seen": []}
+_hook_installed = False
+_FS_EVENTS = {"open", "os.rename", "os.mkdir", "os.truncate", "os.remove"}
+
+
+def _audit(name: str, args: tuple) -> None:
+    root = _watch["root"]
+    if root is None or name not in _FS_EVENTS or not args:
+        return
+    path = args[0]
+    if isinstance(path, str | bytes | os.PathLike) and os.fsdecode(path).startswith(root):
+        _watch["seen"].append((name, threading.current_thread().name))  # type: ignore[union-attr]
+
+
+async def test_file_io_happens_on_the_writer_thread(tmp_path: Path):
+    global _hook_installed
+    if not _hook_installed:
+        sys.addaudithook(_audit)
+        _hook_installed = True
+    seen: list[tuple[str, str]] = []
+    _watch.update(root=str(tmp_path), seen=seen)
+    try:
+        log = EventLog(str(tmp_path), "p1", max_bytes=len(event(0).to_json()) * 3)
+        log.start()
+        for i in range(20):
+            assert log.write(event(i))
+            # write() returned, on the loop thread, without touching a file.
+            assert all(thread == WRITER_THREAD_NAME for _, thread in seen)
+        await log.close()
+    finally:
+        _watch.update(root=None, seen=[])
+    names = {name for name, _ in seen}
+    assert {"open", "os.rename", "os.mkdir"} <= names
+    assert {thread for _, thread in seen} == {WRITER_THREAD_NAME}
+
+
+async def test_crashed_run_leftovers_are_recovered_whole(tmp_path: Path):
+    day = tmp_path / "proxy=p1" / "date=2024-02-28"
+    day.mkdir(parents=True)
+    good = event(0).to_json() + b"\n" + event(1).to_json() + b"\n"
+    (day / ".part-20240228T235959-00001.jsonl.inprogress").write_bytes(good + b'{"ts":17')
+    (day / ".part-20240228T235959-00002.jsonl.inprogress").write_bytes(b'{"ts":1')  # no line
+    log = EventLog(str(tmp_path), "p1")
+    log.start()
+    log.write(event(2))
+    await log.close()
+    assert log.files_recovered == 1
+    files = all_files(tmp_path)
+    assert files == visible_parts(tmp_path)
+    assert files[0].name == "part-20240228T235959-00001.jsonl"
+    assert files[0].read_bytes() == good
+    assert [d["wait_ms"] for d in read_lines(files)] == [0, 1, 2]
+
+
+async def test_concurrent_closes_all_wait_for_the_files(tmp_path: Path):
+    log = EventLog(str(tmp_path), "p1")
+    log.start()
+    for i in range(100):
+        log.write(event(i))
+    await asyncio.gather(log.close(), log.close())
+    assert log.files_completed == 1
+    await log.close()  # and later ones return at once
+    assert len(read_lines(visible_parts(tmp_path))) == 100
