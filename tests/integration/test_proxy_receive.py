@@ -125,3 +125,29 @@ async def test_a_cancelled_poll_loses_nothing(start_proxy, lean):
     assert time.perf_counter() - sent < 3.0
     assert found[0].system_properties.delivery_attempt == 2  # handed back once
     assert app.engine.nacked == 1
+
+
+async def test_a_broker_that_is_down_is_skipped(start_proxy, lean):
+    app = await start_proxy(mode="notify")
+    consumer = lean(app)
+    await consumer.query_route(T)  # the proxy learns all three brokers
+    await app.cluster.broker("broker-b").stop()
+    started = time.perf_counter()
+    poll = asyncio.ensure_future(consumer.receive(G, T, await_ms=3000, broker="broker-b"))
+    await asyncio.sleep(0.3)
+    await send_to(app, "broker-c", b"around the hole")
+    result = await poll
+    assert [m.body for m in result.messages] == [b"around the hole"]
+    assert time.perf_counter() - started < 1.5
+    empty = await consumer.receive(G, T, await_ms=500, broker="broker-b")
+    assert empty.status == NOT_FOUND  # answered on time, not stalled by the dead broker
+
+
+async def test_finished_polls_leave_nothing_in_flight(start_proxy, lean):
+    app = await start_proxy(mode="notify")
+    consumer = lean(app)
+    polls = [consumer.receive(G, T, await_ms=400) for _ in range(5)]
+    await asyncio.gather(*polls)
+    status = app.engine.status()
+    assert status["in_flight"] == {"notify": 0}
+    assert status["probe_watchers"] == 0

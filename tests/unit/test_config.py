@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+
+from proxy.config import load
+
+
+def test_defaults():
+    config = load(env={})
+    assert (config.grpc_port, config.http_port) == (8081, 8082)
+    assert config.receive.mode == "adaptive"
+    assert (config.receive.min_polling_ms, config.receive.max_polling_ms) == (5000, 20000)
+
+
+def test_file_then_environment_then_flags(tmp_path):
+    path = tmp_path / "proxy.toml"
+    path.write_text(
+        'grpc_port = 9000\nnamesrv_addrs = ["10.0.0.1:9876"]\n'
+        '[receive]\nmode = "notify"\nmax_in_flight = 10\nslice_ms = 50\n'
+    )
+    config = load(str(path), env={})
+    assert config.grpc_port == 9000 and config.namesrv_addrs == ["10.0.0.1:9876"]
+    assert (config.receive.mode, config.receive.max_in_flight) == ("notify", 10)
+    env = {
+        "RMQ_PROXY_GRPC_PORT": "9100",
+        "RMQ_PROXY_RECEIVE_MODE": "coupled",
+        "RMQ_PROXY_NAMESRV_ADDRS": "a:1,b:2",
+    }
+    config = load(str(path), env=env)
+    assert config.grpc_port == 9100 and config.receive.mode == "coupled"
+    assert config.namesrv_addrs == ["a:1", "b:2"]
+    config = load(str(path), env=env, grpc_port=9200, receive_mode="slicing", http_port=None)
+    assert config.grpc_port == 9200 and config.receive.mode == "slicing"
+    assert config.http_port == 8082  # None leaves the setting alone
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nonsense = 1\n", "unknown setting"),
+        ('[receive]\nmode = "fast"\n', "receive.mode"),
+        ("[receive]\nmin_polling_ms = 30000\n", "polling bounds"),
+    ],
+)
+def test_bad_configuration_is_refused_with_a_reason(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load(str(path), env={})
