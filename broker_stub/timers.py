@@ -12,30 +12,10 @@ import dataclasses
 
 from broker_stub.pop import now_ms
 from broker_stub.store import MessageStore, PutResult
+from proxy.remoting.codes import DELAY_LEVELS_S
 from proxy.remoting.message import MessageExt, Prop
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-# Delay levels 1..18 of the DELAY property, in seconds.
-DELAY_LEVELS = [
-    1,
-    5,
-    10,
-    30,
-    60,
-    120,
-    180,
-    240,
-    300,
-    360,
-    420,
-    480,
-    540,
-    600,
-    1200,
-    1800,
-    3600,
-    7200,
-]
 
 
 def due_time_ms(msg: MessageExt, now: int) -> int | None:
@@ -50,7 +30,7 @@ def due_time_ms(msg: MessageExt, now: int) -> int | None:
         return now + int(props["TIMER_DELAY_MS"])
     level = int(props.get(Prop.DELAY, "0") or 0)
     if level > 0:
-        return now + DELAY_LEVELS[min(level, len(DELAY_LEVELS)) - 1] * 1000
+        return now + DELAY_LEVELS_S[min(level, len(DELAY_LEVELS_S)) - 1] * 1000
     return None
 
 

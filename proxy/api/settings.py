@@ -10,28 +10,7 @@ from __future__ import annotations
 from proxy.api.convert import duration
 from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
-
-# RocketMQ's retry back-off levels, seconds: the consumer's customized back-off.
-RETRY_BACKOFF_S = [
-    1,
-    5,
-    10,
-    30,
-    60,
-    120,
-    180,
-    240,
-    300,
-    360,
-    420,
-    480,
-    540,
-    600,
-    1200,
-    1800,
-    3600,
-    7200,
-]
+from proxy.remoting.codes import DELAY_LEVELS_S
 
 
 def answer_settings(
@@ -58,7 +37,7 @@ def answer_settings(
             pb.RetryPolicy(
                 max_attempts=max_attempts,
                 customized_backoff=pb.CustomizedBackoff(
-                    next=[duration(s * 1000) for s in RETRY_BACKOFF_S]
+                    next=[duration(s * 1000) for s in DELAY_LEVELS_S]
                 ),
             )
         )

@@ -103,3 +103,26 @@ CURRENT_VERSION = 479
 
 # Netty's default frame limit on both sides of a RocketMQ connection.
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+# RocketMQ's delay levels 1..18 in seconds: the DELAY property's levels, and the retry
+# back-off a consumer is told to use.
+DELAY_LEVELS_S = (
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+)

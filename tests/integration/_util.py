@@ -35,3 +35,13 @@ async def pop_until_empty(
 
 def checkpoint(msg: MessageExt) -> PopCheckpointInfo:
     return PopCheckpointInfo.parse(msg.properties[Prop.POP_CK])
+
+
+async def send_to(app, broker_name: str, body: bytes, topic: str = "T") -> None:
+    """Send straight to one embedded broker of a ProxyApp, bypassing the proxy."""
+    broker = app.cluster.broker(broker_name)
+    client = BrokerClient(broker.name, broker.address)
+    try:
+        await client.send(topic, body)
+    finally:
+        await client.close()

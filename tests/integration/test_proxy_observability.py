@@ -11,18 +11,9 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.remoting.broker_client import BrokerClient
+from tests.integration._util import send_to
 
 T, G = "T", "G"
-
-
-async def send_to(app, broker_name: str, body: bytes) -> None:
-    broker = app.cluster.broker(broker_name)
-    client = BrokerClient(broker.name, broker.address)
-    try:
-        await client.send(T, body)
-    finally:
-        await client.close()
 
 
 def read_events(directory) -> list[dict]:

@@ -7,20 +7,11 @@ import asyncio
 import time
 
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.remoting.broker_client import BrokerClient
+from tests.integration._util import send_to
 
 OK = pb.Code.OK
 NOT_FOUND = pb.Code.MESSAGE_NOT_FOUND
 T, G = "T", "G"
-
-
-async def send_to(app, broker_name: str, body: bytes) -> BrokerClient:
-    broker = app.cluster.broker(broker_name)
-    client = BrokerClient(broker.name, broker.address)
-    try:
-        await client.send(T, body)
-    finally:
-        await client.close()
 
 
 async def receive_with_late_send(app, lean, await_ms: int, delay_s: float = 0.3):

@@ -47,3 +47,21 @@ def test_bad_configuration_is_refused_with_a_reason(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load(str(path), env={})
+
+
+def test_the_example_file_lists_every_setting_with_its_default():
+    from pathlib import Path
+
+    example_path = Path(__file__).parents[2] / "deploy" / "proxy.example.toml"
+    example = load(str(example_path), env={})
+    defaults = load(env={})
+    example.proxy_id = defaults.proxy_id
+    assert example == defaults
+    text = example_path.read_text()
+    import dataclasses
+
+    from proxy.config import ProxyConfig, ReceiveConfig
+
+    for f in [*dataclasses.fields(ProxyConfig), *dataclasses.fields(ReceiveConfig)]:
+        if f.name != "receive":
+            assert f.name in text, f"{f.name} missing from the example"
