@@ -47,6 +47,22 @@ class BrokerRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class RouteQueue:
+    """One queue of a topic on one broker, as listed to clients."""
+
+    broker: BrokerRoute
+    queue_id: int  # the broker's own queue id
+
+    @property
+    def readable(self) -> bool:
+        return self.broker.readable and self.queue_id < self.broker.read_queues
+
+    @property
+    def writable(self) -> bool:
+        return self.broker.writable and self.queue_id < self.broker.write_queues
+
+
+@dataclass(frozen=True, slots=True)
 class TopicRoute:
     topic: str
     brokers: tuple[BrokerRoute, ...]
@@ -61,6 +77,16 @@ class TopicRoute:
 
     def broker(self, name: str) -> BrokerRoute | None:
         return next((b for b in self.brokers if b.name == name), None)
+
+    @property
+    def queues(self) -> list[RouteQueue]:
+        """Every queue, brokers in name order. A client names a queue by its position
+        here (QueryRoute lists them so), which says both the broker and its queue."""
+        return [
+            RouteQueue(broker, queue_id)
+            for broker in self.brokers
+            for queue_id in range(max(broker.read_queues, broker.write_queues))
+        ]
 
 
 def parse_route(topic: str, body: bytes) -> TopicRoute:

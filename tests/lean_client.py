@@ -53,8 +53,11 @@ class LeanClient:
         keys=(),
         properties=None,
         message_id: str | None = None,
+        queue_id: int = 0,
     ) -> api.SendMessageResponse:
+        """Send one message to the queue at ``queue_id`` of the proxy's route listing."""
         system = pb.SystemProperties(
+            queue_id=queue_id,
             keys=list(keys),
             message_id=message_id or f"LEAN{next(_ids):028d}",
             body_encoding=pb.Encoding.IDENTITY,

@@ -36,6 +36,8 @@ from proxy.remoting.message import Prop, UniqueIdGenerator
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
+# FIFO needs ordered pops and transactions need half messages; neither is offered.
+ACCEPTED_TYPES = [pb.MessageType.NORMAL, pb.MessageType.DELAY]
 # Broker errors that another broker may not have (the producer's retry list).
 _RETRY_ELSEWHERE = {
     ResponseCode.SYSTEM_ERROR,
@@ -121,38 +123,29 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- metadata RPCs --------------------------------------------------------------------
 
+    def _endpoints(self) -> pb.Endpoints:
+        """This proxy's address: clients reach every broker through it."""
+        host, _, port = self.advertise.rpartition(":")
+        return pb.Endpoints(
+            scheme=pb.AddressScheme.IPv4 if _is_ipv4(host) else pb.AddressScheme.DOMAIN_NAME,
+            addresses=[pb.Address(host=host, port=int(port))],
+        )
+
     @unary("QueryRoute")
     async def QueryRoute(self, request: api.QueryRouteRequest, context):
         topic = check.validate_topic(request.topic.name)
         route = await self.route(topic)
-        host, _, port = self.advertise.rpartition(":")
-        endpoints = pb.Endpoints(
-            scheme=pb.AddressScheme.IPv4 if _is_ipv4(host) else pb.AddressScheme.DOMAIN_NAME,
-            addresses=[pb.Address(host=host, port=int(port))],
-        )
-        queues = []
-        for broker in route.brokers:
-            for queue_id in range(max(broker.read_queues, broker.write_queues)):
-                readable = broker.readable and queue_id < broker.read_queues
-                writable = broker.writable and queue_id < broker.write_queues
-                permission = (
-                    pb.Permission.READ_WRITE
-                    if readable and writable
-                    else pb.Permission.READ
-                    if readable
-                    else pb.Permission.WRITE
-                    if writable
-                    else pb.Permission.NONE
-                )
-                queues.append(
-                    pb.MessageQueue(
-                        topic=request.topic,
-                        id=queue_id,
-                        permission=permission,
-                        broker=pb.Broker(name=broker.name, id=0, endpoints=endpoints),
-                        accept_message_types=[pb.MessageType.NORMAL, pb.MessageType.DELAY],
-                    )
-                )
+        endpoints = self._endpoints()
+        queues = [
+            pb.MessageQueue(
+                topic=request.topic,
+                id=position,  # SendMessage maps it back to the broker and its queue
+                permission=_permission(queue.readable, queue.writable),
+                broker=pb.Broker(name=queue.broker.name, id=0, endpoints=endpoints),
+                accept_message_types=ACCEPTED_TYPES,
+            )
+            for position, queue in enumerate(route.queues)
+        ]
         return api.QueryRouteResponse(status=ok(), message_queues=queues)
 
     @unary("Heartbeat")
@@ -169,11 +162,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         topic = check.validate_topic(request.topic.name)
         check.validate_group(request.group.name)
         route = await self.route(topic)
-        host, _, port = self.advertise.rpartition(":")
-        endpoints = pb.Endpoints(
-            scheme=pb.AddressScheme.IPv4 if _is_ipv4(host) else pb.AddressScheme.DOMAIN_NAME,
-            addresses=[pb.Address(host=host, port=int(port))],
-        )
+        endpoints = self._endpoints()
         assignments = [
             pb.Assignment(
                 message_queue=pb.MessageQueue(
@@ -181,7 +170,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     id=-1,
                     permission=pb.Permission.READ_WRITE,
                     broker=pb.Broker(name=b.name, id=0, endpoints=endpoints),
-                    accept_message_types=[pb.MessageType.NORMAL, pb.MessageType.DELAY],
+                    accept_message_types=ACCEPTED_TYPES,
                 )
             )
             for b in route.readable
@@ -220,10 +209,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if any(m.topic.name != topic for m in request.messages):
             raise ApiError(Code.BAD_REQUEST, "messages of one request must share a topic")
         route = await self.route(topic)
-        writable = route.writable
-        if not writable:
+        if not route.writable:
             raise ApiError(Code.FORBIDDEN, f"no broker accepts writes to {topic!r}")
-        entries = [await self._send_one(topic, message, writable) for message in request.messages]
+        entries = [await self._send_one(topic, message, route) for message in request.messages]
         codes = {e.status.code for e in entries}
         status = (
             entries[0].status
@@ -232,7 +220,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         return api.SendMessageResponse(status=status, entries=entries)
 
-    async def _send_one(self, topic: str, message: pb.Message, writable) -> api.SendResultEntry:
+    async def _send_one(
+        self, topic: str, message: pb.Message, route: TopicRoute
+    ) -> api.SendResultEntry:
         system = message.system_properties
         try:
             properties = self._send_properties(message)
@@ -247,16 +237,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ApiError as err:
             self._count_send(topic, err.code)
             return api.SendResultEntry(status=err.status, message_id=system.message_id)
-        first = next(self._send_turn)
         last_error: ApiError | None = None
-        for attempt in range(min(2, len(writable))):  # one retry, on another broker
-            broker = writable[(first + attempt) % len(writable)]
+        for broker, queue_id in self._send_targets(route, system.queue_id):
             client = self.pool.broker(broker.name)
             if client is None:
                 continue
             try:
                 result = await client.send(
-                    topic, body, properties=properties, timeout=self.config.receive.broker_timeout_s
+                    topic,
+                    body,
+                    properties=properties,
+                    queue_id=queue_id,
+                    timeout=self.config.receive.broker_timeout_s,
                 )
             except BrokerError as exc:
                 last_error = ApiError(_send_error_code(exc.code), f"{broker.name}: {exc.remark}")
@@ -276,6 +268,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         err = last_error or ApiError(Code.INTERNAL_SERVER_ERROR, "no broker could take it")
         self._count_send(topic, err.code)
         return api.SendResultEntry(status=err.status, message_id=system.message_id)
+
+    def _send_targets(self, route: TopicRoute, position: int) -> list[tuple]:
+        """The queue the client chose (its position in our route listing), then one other
+        broker, any queue, should the first fail."""
+        queues = route.queues
+        writable = route.writable
+        turn = next(self._send_turn)
+        if 0 <= position < len(queues) and queues[position].writable:
+            first = (queues[position].broker, queues[position].queue_id)
+        else:
+            first = (writable[turn % len(writable)], -1)
+        others = [b for b in writable if b != first[0]]
+        return [first, (others[turn % len(others)], -1)] if others else [first]
 
     def _send_properties(self, message: pb.Message) -> dict[str, str]:
         system = message.system_properties
@@ -571,6 +576,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
 def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def _permission(readable: bool, writable: bool) -> int:
+    if readable and writable:
+        return pb.Permission.READ_WRITE
+    if readable:
+        return pb.Permission.READ
+    return pb.Permission.WRITE if writable else pb.Permission.NONE
 
 
 def _is_ipv4(host: str) -> bool:

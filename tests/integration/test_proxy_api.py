@@ -33,6 +33,20 @@ async def test_query_route_points_every_queue_at_the_proxy(app, lean):
         assert pb.MessageType.NORMAL in queue.accept_message_types
 
 
+async def test_send_goes_to_the_queue_the_client_chose(app, lean):
+    client = lean(app)
+    route = await client.query_route(T)
+    assert [q.id for q in route.message_queues] == list(range(len(route.message_queues)))
+    chosen = route.message_queues[9]
+    sent = await client.send(T, b"here", queue_id=chosen.id)
+    assert sent.status.code == Code.OK
+    local_queue = [q for q in route.message_queues if q.broker.name == chosen.broker.name].index(
+        chosen
+    )
+    broker = app.cluster.broker(chosen.broker.name)
+    assert broker.store.max_offset(T, local_queue) == 1
+
+
 async def test_send_receive_change_ack(app, lean):
     client = lean(app)
     sent = await client.send(T, b"body-1", tag="tagA", keys=["k1", "k2"], properties={"p": "v"})
