@@ -1,0 +1,254 @@
+"""Processes for the interop tests: the proxy under test, and the official clients' drivers.
+
+Everything here is a separate process on 127.0.0.1 with a free port, started and stopped by
+pid with bounded waits. The official clients run in their own runtimes (``.venv-interop`` for
+Python, ``tests/interop/node`` for Node.js), installed by ``make interop-deps``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INTEROP_DIR = Path(__file__).resolve().parent
+REPO = INTEROP_DIR.parents[1]
+INTEROP_PYTHON = REPO / ".venv-interop" / "bin" / "python"
+PYTHON_DRIVER = INTEROP_DIR / "python_client.py"
+NODE_DIR = INTEROP_DIR / "node"
+NODE_DRIVER = NODE_DIR / "client.mjs"
+NODE_CLIENT_PACKAGE = NODE_DIR / "node_modules" / "rocketmq-client-nodejs"
+LANGS = ("python", "node")
+
+# The one line `rmq-proxy` prints on stdout once it serves.
+READY_LINE = re.compile(r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)\s*$")
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+KILL_WAIT = 5.0
+LOG_TAIL = 4000
+
+
+def tail(path: Path, limit: int = LOG_TAIL) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return text[-limit:]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound once, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def proxy_executable() -> Path:
+    """RMQ_INTEROP_PROXY if set (another build of the proxy), else the venv's console script."""
+    override = os.environ.get("RMQ_INTEROP_PROXY")
+    if override:
+        return Path(override)
+    beside = Path(sys.executable).parent / "rmq-proxy"
+    if beside.exists():
+        return beside
+    found = shutil.which("rmq-proxy")
+    if found:
+        return Path(found)
+    raise AssertionError(
+        f"rmq-proxy is not installed (looked in {beside.parent} and on PATH): "
+        "run `make venv` once the proxy's console script exists"
+    )
+
+
+@dataclass
+class ProxyProcess:
+    """A running ``rmq-proxy --embedded-brokers 3``; ``stop()`` ends it by pid."""
+
+    grpc: str
+    http: str
+    namesrv: str
+    pid: int
+    stdout_log: Path
+    stderr_log: Path
+    proc: subprocess.Popen = field(repr=False)
+    _reader: threading.Thread = field(repr=False)
+
+    def logs(self) -> str:
+        return (
+            f"--- rmq-proxy stdout (tail) ---\n{tail(self.stdout_log)}\n"
+            f"--- rmq-proxy stderr (tail) ---\n{tail(self.stderr_log)}"
+        )
+
+    def stop(self) -> str | None:
+        """SIGTERM, wait, SIGKILL if need be. Returns a complaint, or None for a clean stop."""
+        complaint = None
+        if self.proc.poll() is not None:
+            complaint = f"rmq-proxy exited on its own with code {self.proc.returncode}"
+        else:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait(KILL_WAIT)
+                complaint = f"rmq-proxy did not stop within {STOP_TIMEOUT:.0f}s of SIGTERM"
+        self._reader.join(KILL_WAIT)
+        self.proc.stdout.close()
+        return complaint
+
+
+def start_proxy(
+    workdir: Path,
+    topics: tuple[str, ...],
+    mode: str | None = None,
+    brokers: int = 3,
+) -> ProxyProcess:
+    """Start ``rmq-proxy`` on free ports and wait (bounded) for its ready line."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    stdout_log = workdir / "rmq-proxy.stdout.log"
+    stderr_log = workdir / "rmq-proxy.stderr.log"
+    cmd = [
+        str(proxy_executable()),
+        "--embedded-brokers",
+        str(brokers),
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+    ]
+    for topic in topics:
+        cmd += ["--topic", topic]
+    if mode:
+        cmd += ["--mode", mode]
+    with open(stderr_log, "wb") as err:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=workdir
+        )
+    ready = threading.Event()
+    found: list[re.Match] = []
+
+    def read_stdout() -> None:
+        # Keeps draining after the ready line, so the proxy never blocks on a full pipe.
+        with open(stdout_log, "w") as out:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace")
+                out.write(line)
+                out.flush()
+                match = READY_LINE.match(line.strip())
+                if match and not found:
+                    found.append(match)
+                    ready.set()
+        ready.set()  # EOF: the proxy closed stdout or died
+
+    reader = threading.Thread(target=read_stdout, name="rmq-proxy-stdout", daemon=True)
+    reader.start()
+    ready.wait(READY_TIMEOUT)
+    if not found:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(KILL_WAIT)
+        reader.join(KILL_WAIT)
+        proc.stdout.close()
+        raise AssertionError(
+            f"rmq-proxy printed no ready line within {READY_TIMEOUT:.0f}s "
+            f"(exit code {proc.returncode}); command: {' '.join(cmd)}\n"
+            f"--- stdout ---\n{tail(stdout_log)}\n--- stderr ---\n{tail(stderr_log)}"
+        )
+    grpc, http, namesrv = found[0].groups()
+    return ProxyProcess(grpc, http, namesrv, proc.pid, stdout_log, stderr_log, proc, reader)
+
+
+def driver_command(lang: str) -> list[str]:
+    if lang == "python":
+        if not INTEROP_PYTHON.exists():
+            raise AssertionError(f"{INTEROP_PYTHON} is missing: run `make interop-deps`")
+        return [str(INTEROP_PYTHON), str(PYTHON_DRIVER)]
+    if lang == "node":
+        node = shutil.which("node")
+        if node is None:
+            raise AssertionError("node is not on PATH (Node.js 20 is needed for the interop tests)")
+        if not NODE_CLIENT_PACKAGE.exists():
+            raise AssertionError(f"{NODE_CLIENT_PACKAGE} is missing: run `make interop-deps`")
+        return [node, str(NODE_DRIVER)]
+    raise ValueError(f"unknown client language {lang!r}")
+
+
+def client_log(lang: str, home: Path) -> str:
+    """The client's own log: the Python client writes a file under HOME, the Node driver
+    sends its client's log to stderr."""
+    if lang == "python":
+        log = tail(home / "logs" / "rocketmq_python" / "rocketmq_client.log")
+        return f"--- python client log (tail) ---\n{log}" if log else ""
+    return ""
+
+
+def run_driver(
+    lang: str, args: list[str], *, timeout: float, home: Path
+) -> subprocess.CompletedProcess:
+    """Run a driver to completion; on timeout ``subprocess.run`` kills it (by pid) and waits."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HOME=str(home))
+    # The official client must not see the project's own apache.rocketmq.v2 modules.
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONHOME", None)
+    cmd = driver_command(lang) + args
+    try:
+        return subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=home,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        raise AssertionError(
+            f"{lang} client did not finish within {timeout:.0f}s: {' '.join(args)}\n"
+            f"--- stdout ---\n{(out or '')[-LOG_TAIL:]}\n--- stderr ---\n"
+            f"{(err or '')[-LOG_TAIL:]}\n{client_log(lang, home)}"
+        ) from None
+
+
+def run_client(lang: str, *args: str | int, timeout: float, home: Path) -> dict:
+    """Run ``produce`` / ``consume`` with the official ``lang`` client; return its JSON.
+
+    The driver is given a deadline a little shorter than ``timeout`` so that it gives up
+    with its own diagnostics before it would be killed.
+    """
+    argv = [str(a) for a in args]
+    if "--deadline-seconds" not in argv:
+        argv += ["--deadline-seconds", str(max(timeout - 5.0, 1.0))]
+    started = time.monotonic()
+    done = run_driver(lang, argv, timeout=timeout, home=home)
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{lang} client failed (exit {done.returncode}, {elapsed:.1f}s): {' '.join(argv)}\n"
+            f"--- stderr (tail) ---\n{done.stderr[-LOG_TAIL:]}\n{client_log(lang, home)}"
+        )
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    if not lines:
+        raise AssertionError(f"{lang} client printed nothing: {' '.join(argv)}\n{done.stderr}")
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"{lang} client printed no JSON ({exc}): {done.stdout!r}") from None
+
+
+def sleep_until(deadline: float) -> None:
+    """Wait for a point on the monotonic clock (a bounded, computed wait)."""
+    remaining = deadline - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)

@@ -1,0 +1,179 @@
+"""What the interop tests prove, written once for every official client.
+
+``test_official_python.py`` and ``test_official_node.py`` run these with their own client.
+Each takes ``run`` (the ``run_client`` fixture: language, arguments, timeout) and a running
+proxy, and uses a consumer group of its own.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from tests.interop._harness import ProxyProcess, sleep_until
+
+AWAIT_SECONDS = 5  # the proxy's minimum long-polling time: never ILLEGAL_POLLING_TIME
+INVISIBLE_SECONDS = 10  # the minimum legal invisible duration
+CHANGED_INVISIBLE_SECONDS = 12
+MARGIN_SECONDS = 2
+
+# Bounds for one driver run; each is well above the happy path (about 1 s per call, plus a
+# long poll per empty receive) and the sum per test stays under the test's own timeout.
+PRODUCE_TIMEOUT = 40
+CONSUME_TIMEOUT = 60
+EMPTY_CHECK_TIMEOUT = 30
+START_ONLY_TIMEOUT = 40
+
+Run = Callable[..., dict]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def produce(run: Run, lang: str, proxy: ProxyProcess, topic: str, count: int, *extra) -> tuple:
+    """Send ``count`` messages; returns (ids, body prefix)."""
+    prefix = unique("body")
+    out = run(
+        lang,
+        "produce",
+        "--endpoint",
+        proxy.grpc,
+        "--topic",
+        topic,
+        "--count",
+        count,
+        "--body-prefix",
+        prefix,
+        *extra,
+        timeout=PRODUCE_TIMEOUT,
+    )
+    ids = out["ids"]
+    assert len(ids) == count, out
+    assert len(set(ids)) == count, f"duplicate message ids: {ids}"
+    assert all(isinstance(i, str) and i for i in ids), ids
+    return ids, prefix
+
+
+def consume(run: Run, lang: str, proxy: ProxyProcess, topic: str, group: str, *extra, **kw):
+    return run(
+        lang,
+        "consume",
+        "--endpoint",
+        proxy.grpc,
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--await-seconds",
+        AWAIT_SECONDS,
+        "--invisible-seconds",
+        INVISIBLE_SECONDS,
+        *extra,
+        timeout=kw.get("timeout", CONSUME_TIMEOUT),
+    )
+
+
+def assert_nothing_left(run: Run, lang: str, proxy: ProxyProcess, topic: str, group: str):
+    """One more long poll on ``group``: it must come back empty."""
+    once = ("--expect", 0, "--max-rounds", 1)
+    out = consume(run, lang, proxy, topic, group, *once, timeout=EMPTY_CHECK_TIMEOUT)
+    assert out["errors"] == [], out
+    assert out["messages"] == [], f"redelivered after ack: {out['messages']}"
+    assert out["receives"] == 1, out
+    assert out["empty_receives"] == 1, out
+
+
+def assert_delivered_once(out: dict, ids: list[str], prefix: str, topic: str, **expected) -> None:
+    """Every produced message arrived exactly once, first attempt, as it was sent."""
+    assert out["errors"] == [], out["errors"]
+    got = [m["id"] for m in out["messages"]]
+    assert sorted(got) == sorted(ids), f"sent {ids}, received {got}"
+    for msg in out["messages"]:
+        assert msg["body"] == f"{prefix}-{ids.index(msg['id'])}", msg
+        assert msg["topic"] == topic, msg
+        assert msg["attempt"] == 1, msg
+        for key, value in expected.items():
+            assert msg[key] == value, msg
+
+
+def start_only(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
+    """QueryRoute, Telemetry (settings answered), Heartbeat, NotifyClientTermination."""
+    out = run(
+        lang,
+        "consume",
+        "--endpoint",
+        proxy.grpc,
+        "--group",
+        unique(f"interop-{lang}-start"),
+        "--topic",
+        topic,
+        "--start-only",
+        timeout=START_ONLY_TIMEOUT,
+    )
+    assert out["started"] is True, out
+    assert out["settings"] is True, out
+    assert out["heartbeat"] == "OK", out
+    # The route must send the client back to the proxy itself, not to a broker.
+    assert out["endpoints"] == [proxy.grpc], out
+
+
+def produce_receive_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
+    """10 messages with a tag and a key: all received with their ids, bodies and tags, acked;
+    once they would have become visible again, the group gets nothing."""
+    key = unique("key")
+    ids, prefix = produce(run, lang, proxy, topic, 10, "--tag", "TagA", "--keys", key)
+    group = unique(f"interop-{lang}-ack")
+    out = consume(run, lang, proxy, topic, group, "--expect", 10, "--max-rounds", 6, "--ack")
+    received_by = time.monotonic()
+    assert_delivered_once(out, ids, prefix, topic, tag="TagA", keys=[key])
+    assert out["receives"] <= 6, out
+    # Had an ack been lost, its message would be visible again INVISIBLE_SECONDS after it was
+    # received (which was before `received_by`).
+    sleep_until(received_by + INVISIBLE_SECONDS + MARGIN_SECONDS)
+    assert_nothing_left(run, lang, proxy, topic, group)
+
+
+def change_invisible_then_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
+    """ChangeInvisibleDuration, then ack with the handle it returned. An ack with the old
+    handle would leave the new checkpoint to revive the message after the new duration."""
+    ids, prefix = produce(run, lang, proxy, topic, 3, "--tag", "TagC")
+    group = unique(f"interop-{lang}-change")
+    out = consume(
+        run,
+        lang,
+        proxy,
+        topic,
+        group,
+        "--expect",
+        3,
+        "--max-rounds",
+        6,
+        "--change-invisible-seconds",
+        CHANGED_INVISIBLE_SECONDS,
+        "--ack",
+    )
+    received_by = time.monotonic()
+    assert_delivered_once(out, ids, prefix, topic, tag="TagC")
+    sleep_until(received_by + CHANGED_INVISIBLE_SECONDS + MARGIN_SECONDS)
+    assert_nothing_left(run, lang, proxy, topic, group)
+
+
+def redelivery_without_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
+    """Unacked messages come back after their invisible time with attempt 2 (acked then)."""
+    ids, prefix = produce(run, lang, proxy, topic, 2)
+    group = unique(f"interop-{lang}-redeliver")
+    # Rounds: the first delivery, then long polls until the revive INVISIBLE_SECONDS later.
+    out = consume(
+        run, lang, proxy, topic, group, "--expect", 4, "--max-rounds", 8, "--ack", "--no-ack-first"
+    )
+    received_by = time.monotonic()
+    assert out["errors"] == [], out["errors"]
+    by_id: dict[str, list[int]] = {}
+    for msg in out["messages"]:
+        assert msg["body"] == f"{prefix}-{ids.index(msg['id'])}", msg
+        by_id.setdefault(msg["id"], []).append(msg["attempt"])
+    assert by_id == {i: [1, 2] for i in ids}, f"attempts per id: {by_id}"
+    sleep_until(received_by + INVISIBLE_SECONDS + MARGIN_SECONDS)
+    assert_nothing_left(run, lang, proxy, topic, group)

@@ -1,0 +1,287 @@
+"""Drive the official RocketMQ 5 Python client (rocketmq-python-client 5.1.2) as a test peer.
+
+Run it with ``.venv-interop/bin/python`` (``make interop-deps``), never with the project's own
+interpreter: the client bundles its own generated ``apache.rocketmq.v2`` descriptors and its own
+protobuf. Same command line as ``node/client.mjs``::
+
+    produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
+        -> {"ids": [...]}            message i has the body "<P>-<i>"
+    consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
+            [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
+            [--no-ack-first] [--start-only]
+        -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt"}],
+            "receives": <calls>, "empty_receives": <count>, "errors": [...]}
+        --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
+
+One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
+an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds). Errors of single
+operations inside the receive loop (a receive, an ack, a change of invisible time, a corrupted
+body) are reported in "errors" instead, so the caller sees what did arrive.
+
+The client logs to ~/logs/rocketmq_python/rocketmq_client.log: set HOME to move it.
+
+What this client (5.1.2) requires of the server, read from its source:
+- Endpoints: ``ClientConfiguration("127.0.0.1:<port>")`` gives scheme IPv4; every queue in a
+  QueryRoute answer must carry ``broker.endpoints`` with a scheme (IPv4 for an IP address; an
+  UNSPECIFIED scheme yields an empty gRPC target), broker id 0 (master), a READ/READ_WRITE
+  permission for consumers, WRITE/READ_WRITE plus ``accept_message_types`` containing NORMAL for
+  producers (the producer refuses to send otherwise).
+- Startup does NOT fail when QueryRoute fails (it only logs), and Producer / SimpleConsumer do
+  not wait for the Telemetry settings answer: this script checks both itself.
+- Every response's ``status.code`` must be non-zero ("response is illegal" otherwise).
+  MESSAGE_NOT_FOUND on ReceiveMessage = empty list; ILLEGAL_* / BAD_REQUEST raise.
+- Telemetry: the answer is used only when ``status.code == OK`` and it carries ``settings``.
+  For a producer ``settings.publishing.max_body_size`` replaces the 4 MiB default, so 0 makes
+  every send fail; ``validate_message_type`` is taken from it as well.
+- Deadlines: QueryRoute / SendMessage / Ack / ChangeInvisibleDuration / Heartbeat /
+  NotifyClientTermination use request_timeout (3 s); ReceiveMessage uses await + 3 s, and
+  ``long_polling_timeout`` and ``invisible_duration`` are sent as whole seconds.
+- SendMessage: exactly one entry (asserted); the receipt's id is ``entries[0].message_id``.
+- Received messages: ``system_properties.body_digest`` is checked: MD5/SHA1 as upper-case hex,
+  CRC32 as 8 upper-case hex digits (the Node client wants CRC32 in decimal, so a server that
+  serves both must use MD5); a mismatch marks the message corrupted, an unset digest type is
+  only logged (the Node client cannot decode a message without one).
+  ``body_encoding`` must be IDENTITY or GZIP, else decoding the whole batch raises.
+- ChangeInvisibleDuration: the response's ``receipt_handle`` replaces the message's handle
+  before the status is checked; the next ack sends it.
+- Metadata: x-mq-client-id, x-mq-language=PYTHON, x-mq-protocol=GRPC_V2, x-mq-date-time,
+  x-mq-request-id, x-mq-namespace, and always an ``authorization`` header (empty keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+REQUEST_TIMEOUT_SECONDS = 3  # the client's default, stated so deadlines can be computed
+MAX_MESSAGES_PER_RECEIVE = 16
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python_client.py", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    produce = sub.add_parser("produce", help="send --count messages, print their ids")
+    produce.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--count", type=int, required=True)
+    produce.add_argument("--tag")
+    produce.add_argument("--keys", help="one message key")
+    produce.add_argument("--body-prefix", default="msg", help='message i gets body "<P>-<i>"')
+    produce.add_argument("--deadline-seconds", type=float)
+
+    consume = sub.add_parser("consume", help="receive with a SimpleConsumer in a bounded loop")
+    consume.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
+    consume.add_argument("--group", required=True)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--filter", default="*", help="tag filter expression (default *)")
+    consume.add_argument("--await-seconds", type=int, help="long-polling time, whole seconds")
+    consume.add_argument("--expect", type=int, help="stop once this many messages arrived")
+    consume.add_argument(
+        "--max-rounds", type=int, default=5, help="receive calls at most (default 5)"
+    )
+    consume.add_argument("--invisible-seconds", type=int, default=30)
+    consume.add_argument("--ack", action="store_true", help="ack every message received")
+    consume.add_argument(
+        "--change-invisible-seconds",
+        type=int,
+        help="change each message's invisible time to this first (the ack uses the new handle)",
+    )
+    consume.add_argument(
+        "--no-ack-first",
+        action="store_true",
+        help="with --ack: leave a message unacked the first time its id arrives, ack it when "
+        "it is delivered again",
+    )
+    consume.add_argument(
+        "--start-only",
+        action="store_true",
+        help="start (QueryRoute, Telemetry settings), send one Heartbeat, shut down",
+    )
+    consume.add_argument("--deadline-seconds", type=float)
+    args = parser.parse_args(argv)
+    if args.command == "consume" and not args.start_only:
+        if args.await_seconds is None or args.expect is None:
+            parser.error("consume needs --await-seconds and --expect (or --start-only)")
+        if args.no_ack_first and not args.ack:
+            parser.error("--no-ack-first only makes sense with --ack")
+    if args.deadline_seconds is None:
+        args.deadline_seconds = default_deadline(args)
+    return args
+
+
+def default_deadline(args: argparse.Namespace) -> float:
+    """Start-up and shut-down allowance plus, for consume, every round at its gRPC deadline."""
+    if args.command == "produce":
+        return 20.0 + args.count * 3 * REQUEST_TIMEOUT_SECONDS
+    if args.start_only:
+        return 30.0
+    per_round = (args.await_seconds or 0) + REQUEST_TIMEOUT_SECONDS + 1
+    per_message = 2 * REQUEST_TIMEOUT_SECONDS  # change + ack, in the worst case
+    return 20.0 + args.max_rounds * (per_round + MAX_MESSAGES_PER_RECEIVE * per_message)
+
+
+def arm_watchdog(seconds: float) -> None:
+    """Bound the whole run: the client has waits without a timeout of their own."""
+
+    def expire() -> None:
+        sys.stderr.write(f"python_client: deadline of {seconds:.0f}s exceeded, giving up\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def route_endpoints(client, topic: str) -> list[str]:
+    """The broker endpoints QueryRoute gave; startup only logs a failed QueryRoute."""
+    endpoints = sorted(str(e) for e in client.route_manager.get_all_endpoints().values())
+    if not endpoints:
+        raise RuntimeError(
+            f"no route for topic {topic!r}: QueryRoute failed or returned no queues "
+            "(see ~/logs/rocketmq_python/rocketmq_client.log)"
+        )
+    return endpoints
+
+
+def produce(args: argparse.Namespace) -> dict:
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    config = ClientConfiguration(
+        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
+    )
+    producer = Producer(config, topics=(args.topic,))
+    producer.startup()
+    try:
+        route_endpoints(producer, args.topic)
+        ids = []
+        for i in range(args.count):
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = f"{args.body_prefix}-{i}".encode()
+            if args.tag:
+                msg.tag = args.tag
+            if args.keys:
+                msg.keys = args.keys
+            receipt = producer.send(msg)
+            ids.append(receipt.message_id)
+    finally:
+        producer.shutdown()
+    return {"ids": ids}
+
+
+def start_only(consumer, args: argparse.Namespace) -> dict:
+    from rocketmq.grpc_protocol import Code
+
+    endpoints = route_endpoints(consumer, args.topic)
+    # Set by SimpleConsumer.reset_setting, which runs only for a Telemetry answer that has
+    # status OK and settings.
+    if not consumer._init_settings_event.wait(10):
+        raise RuntimeError("no Telemetry answer with status OK and settings within 10s")
+    for rpc_endpoints in consumer.route_manager.get_all_endpoints().values():
+        future = consumer.rpc_client.heartbeat_async(
+            rpc_endpoints,
+            consumer._heartbeat_req(),
+            metadata=consumer.sign(),
+            timeout=REQUEST_TIMEOUT_SECONDS,
+        )
+        res = future.result(timeout=REQUEST_TIMEOUT_SECONDS + 2)
+        if res.status.code != Code.OK:
+            raise RuntimeError(
+                f"Heartbeat to {rpc_endpoints}: code {res.status.code} {res.status.message!r}"
+            )
+    return {"started": True, "endpoints": endpoints, "settings": True, "heartbeat": "OK"}
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def receive_loop(consumer, args: argparse.Namespace) -> dict:
+    messages: list[dict] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+    receives = empty = 0
+    while receives < args.max_rounds and (args.expect == 0 or len(messages) < args.expect):
+        receives += 1
+        try:
+            batch = consumer.receive(MAX_MESSAGES_PER_RECEIVE, args.invisible_seconds)
+        except Exception as exc:
+            errors.append(f"receive #{receives}: {describe(exc)}")
+            continue
+        if not batch:
+            empty += 1
+        for msg in batch:
+            messages.append(
+                {
+                    "id": msg.message_id,
+                    "body": msg.body.decode("utf-8", "replace") if msg.body else "",
+                    "tag": msg.tag,
+                    "keys": sorted(msg.keys),
+                    "topic": msg.topic,
+                    "attempt": msg.delivery_attempt,
+                }
+            )
+            if msg.corrupted:
+                errors.append(f"message {msg.message_id}: body digest mismatch (corrupted)")
+            first_time = msg.message_id not in seen
+            seen.add(msg.message_id)
+            try:
+                if args.change_invisible_seconds is not None:
+                    consumer.change_invisible_duration(msg, args.change_invisible_seconds)
+                if args.ack and not (args.no_ack_first and first_time):
+                    consumer.ack(msg)
+            except Exception as exc:
+                errors.append(f"message {msg.message_id}: {describe(exc)}")
+    return {"messages": messages, "receives": receives, "empty_receives": empty, "errors": errors}
+
+
+def consume(args: argparse.Namespace) -> dict:
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(
+        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
+    )
+    consumer = SimpleConsumer(
+        config,
+        args.group,
+        {args.topic: FilterExpression(args.filter)},
+        await_duration=args.await_seconds or 5,
+    )
+    consumer.startup()
+    try:
+        if args.start_only:
+            return start_only(consumer, args)
+        route_endpoints(consumer, args.topic)
+        return receive_loop(consumer, args)
+    finally:
+        consumer.shutdown()
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    arm_watchdog(args.deadline_seconds)
+    started = time.monotonic()
+    try:
+        result = produce(args) if args.command == "produce" else consume(args)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.write(
+            f"python_client {args.command} failed after {time.monotonic() - started:.1f}s: "
+            f"{describe(exc)}\n"
+        )
+        sys.stderr.flush()
+        return 1
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
