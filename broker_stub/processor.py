@@ -437,11 +437,18 @@ class BrokerProcessor:
         )
 
     def polling_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """``pollingNum`` as RocketMQ answers it; ``parkedPops`` and ``parkedNotifications``
+        (the whole broker's totals) are the stub's own additions, for benchmarks."""
         f = Fields(cmd)
         group, topic, queue_id = f.str("consumerGroup"), f.str("topic"), f.int("queueId")
         self._read_queue(self._topic(topic), queue_id)
         self._group(group)
-        return cmd.make_response(OK, {"pollingNum": str(self.pops.count(topic, group, queue_id))})
+        fields = {
+            "pollingNum": str(self.pops.count(topic, group, queue_id)),
+            "parkedPops": str(self.pops.size),
+            "parkedNotifications": str(self.notifications.size),
+        }
+        return cmd.make_response(OK, fields)
 
     # -- send back (dead-letter queue) ------------------------------------------------------
 

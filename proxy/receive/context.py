@@ -43,6 +43,7 @@ class PollContext:
         self.pops = 0
         self.notifications = 0
         self.short_polling_hit = False
+        self.polling_full = False  # a broker refused to park a pop: it holds too many
         self._first_index = first_broker_index
 
     # -- time -----------------------------------------------------------------------------
@@ -140,6 +141,8 @@ class PollContext:
         if result is None:  # out of time, or stopping: the pop hands back what it brings
             call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "deadline"))
             return []
+        if result.polling_full:
+            self.polling_full = True
         return [PolledMessage(broker.name, req.group, m) for m in result.messages]
 
 

@@ -108,6 +108,9 @@ class ReceiveEngine:
         try:
             messages = await self._run(mode, ctx)
             delivered, dead = await self._divert_exhausted(req, messages)
+            if not messages and ctx.polling_full:
+                # Answering empty at once would have the client poll again at once.
+                raise TooManyRequests("the broker holds too many parked pops")
         finally:
             self.in_flight[mode] -= 1
             if self.metrics is not None:

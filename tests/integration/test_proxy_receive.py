@@ -6,7 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
+from broker_stub import BrokerConfig, StubCluster
 from proxy.api.v2 import definition_pb2 as pb
+from proxy.brokers import BrokerPool
+from proxy.config import ReceiveConfig
+from proxy.receive.engine import ReceiveEngine, TooManyRequests
+from proxy.receive.types import ReceiveRequest
 from tests.integration._util import send_to
 
 OK = pb.Code.OK
@@ -142,3 +149,26 @@ async def test_finished_polls_leave_nothing_in_flight(start_proxy, lean):
     status = app.engine.status()
     assert status["in_flight"] == {"notify": 0}
     assert status["probe_watchers"] == 0
+
+
+async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
+    """A broker that will not park another pop must not turn into an empty answer at once
+    (the client would poll again at once): the client is told to back off."""
+    async with StubCluster(1, template=BrokerConfig(topics=[T], polling_per_key=1)) as stub:
+        pool = BrokerPool([stub.namesrv_address])
+        engine = ReceiveEngine(ReceiveConfig(mode="coupled"), pool)
+        loop = asyncio.get_running_loop()
+
+        def request() -> ReceiveRequest:
+            now = loop.time()
+            return ReceiveRequest(G, T, "*", 16, 30_000, 1000, now + 1.0, now, 0, True)
+
+        try:
+            first = asyncio.ensure_future(engine.receive(request()))
+            await asyncio.sleep(0.2)  # parked on the broker: the key is now full
+            with pytest.raises(TooManyRequests):
+                await engine.receive(request())
+            assert (await first).messages == []
+        finally:
+            await engine.close()
+            await pool.close()

@@ -1,0 +1,168 @@
+"""The benchmark's system under test, as separate processes on loopback: a name server,
+brokers and one proxy per receive mode, each on a free port, each stopped by pid."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from proxy.remoting.broker_client import BrokerClient
+from proxy.remoting.codes import RequestCode
+from proxy.remoting.command import RemotingCommand
+
+MODES = ("notify", "coupled", "slicing", "adaptive")
+
+
+@dataclass
+class Process:
+    name: str
+    proc: asyncio.subprocess.Process
+    address: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+
+async def _spawn(name: str, module: str, func: str, *args: str) -> Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", f"from {module} import {func}; {func}()", *args,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+    except TimeoutError:
+        proc.kill()
+        raise RuntimeError(f"{name} did not start") from None
+    if not line:
+        raise RuntimeError(f"{name} exited at start")
+    process = Process(name, proc)
+    words = line.split()
+    if words[:2] == ["rmq-proxy", "ready"]:
+        process.address = dict(w.split("=", 1) for w in words[2:])
+    else:  # "... listening on host:port"
+        process.address = {"remoting": words[-1]}
+    return process
+
+
+class System:
+    """Name server + ``brokers`` stub brokers + a proxy per mode."""
+
+    def __init__(self, brokers: int = 4, modes=MODES, proxy_args: dict | None = None) -> None:
+        self.broker_count = brokers
+        self.modes = modes
+        self.proxy_args = proxy_args or {}
+        self.namesrv: Process | None = None
+        self.brokers: list[Process] = []
+        self.proxies: dict[str, Process] = {}
+        self.broker_clients: list[BrokerClient] = []
+
+    async def start(self) -> System:
+        self.namesrv = await _spawn(
+            "namesrv", "broker_stub.cli", "namesrv_main", "--port", "0", "--log-level", "warning"
+        )
+        namesrv = self.namesrv.address["remoting"]
+        for i in range(self.broker_count):
+            name = f"broker-{chr(ord('a') + i)}"
+            self.brokers.append(await _spawn(
+                name, "broker_stub.cli", "broker_main", "--name", name, "--port", "0",
+                "--namesrv", namesrv, "--log-level", "warning",
+            ))
+            self.broker_clients.append(BrokerClient(name, self.brokers[-1].address["remoting"]))
+        for mode in self.modes:
+            extra = [str(a) for a in self.proxy_args.get(mode, [])]
+            self.proxies[mode] = await _spawn(
+                f"proxy-{mode}", "proxy.cli", "main", "--namesrv", namesrv, "--grpc-port", "0",
+                "--http-port", "0", "--mode", mode, "--proxy-id", f"bench-{mode}",
+                "--log-level", "warning", *extra,
+            )
+        return self
+
+    async def stop(self) -> None:
+        for client in self.broker_clients:
+            await client.close()
+        for process in [*self.proxies.values(), *reversed(self.brokers), self.namesrv]:
+            if process is None or process.proc.returncode is not None:
+                continue
+            process.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.proc.wait(), 15)
+            except TimeoutError:
+                process.proc.kill()
+                await process.proc.wait()
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        """Create ``topic`` on every broker and wait until the name server routes it."""
+        for client in self.broker_clients:
+            await client.remoting.invoke(
+                RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                {"topic": topic, "readQueueNums": str(queues),
+                                 "writeQueueNums": str(queues), "perm": "6"}), 3.0)
+        # Brokers register at once on a topic change; give the name server a moment.
+        namesrv = BrokerClient("namesrv", self.namesrv.address["remoting"])
+        try:
+            for _ in range(200):
+                response = await namesrv.remoting.invoke(
+                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), 3.0)
+                if response.code == 0 and response.body.count(b"brokerName") >= 2 * len(
+                    self.broker_clients
+                ):
+                    return
+                await asyncio.sleep(0.01)
+            raise RuntimeError(f"topic {topic} never got a full route")
+        finally:
+            await namesrv.close()
+
+    async def parked(self, group: str, topic: str) -> dict[str, int]:
+        """Requests parked on all brokers (the stub's POLLING_INFO totals)."""
+        pops = notifications = 0
+        for client in self.broker_clients:
+            response = await client.remoting.invoke(
+                RemotingCommand(RequestCode.POLLING_INFO,
+                                {"consumerGroup": group, "topic": topic, "queueId": "-1"}), 3.0)
+            pops += int(response.fields.get("parkedPops", 0))
+            notifications += int(response.fields.get("parkedNotifications", 0))
+        return {"pops": pops, "notifications": notifications}
+
+
+async def scrape(proxy: Process) -> dict[str, float]:
+    """The proxy's metrics, summed by sample name and the labels that matter here."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with aiohttp.ClientSession() as http, http.get(
+        f"http://{proxy.address['http']}/metrics"
+    ) as response:
+        text = await response.text()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "rocketmq_proxy_rpc_latency_seconds_count":
+                key = f"rpc:{s.labels['protocol_type']}:{s.labels['request_code']}"
+            elif s.name == "rocketmq_proxy_receive_total":
+                key = f"receive:{s.labels['mode']}:{s.labels['result']}"
+            else:
+                key = s.name
+            totals[key] = totals.get(key, 0.0) + s.value
+    return totals
+
+
+def broker_requests(before: dict[str, float], after: dict[str, float]) -> float:
+    """Remoting requests the proxy sent to brokers between two scrapes."""
+    return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith("rpc:remoting:"))
