@@ -11,6 +11,7 @@ help:
 	@echo "make test         create the virtualenv and run the whole test suite"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make lint         ruff"
+	@echo "make bench        every receive mode side by side (results/bench), then bench-broker"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make clean        remove the virtualenv and caches"
 
@@ -40,7 +41,14 @@ format: $(STAMP)
 run: $(STAMP)
 	$(BIN)/rmq-proxy --embedded-brokers 3 --topic TestTopic --topic OrderTopic
 
-bench: bench-broker
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+# The modes side by side (a few minutes), then the broker stub on its own.
+bench: $(BENCH_STAMP) bench-broker
+	$(BIN)/python -m tests.bench.bench_proxy --out results/bench
 
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py

@@ -65,15 +65,13 @@ class PollContext:
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
             timeout = self.remaining_s if limit_s is None else limit_s
-            done, _ = await asyncio.wait(
-                {work, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait({work, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
-        if work in done:
-            return work.result()
-        work.cancel()
-        return None
+            finished = work.done()
+            if not finished:
+                work.cancel()  # also when this poll itself is cancelled
+        return work.result() if finished else None
 
     # -- brokers --------------------------------------------------------------------------
 

@@ -43,7 +43,10 @@ class Process:
 
 async def _spawn(name: str, module: str, func: str, *args: str) -> Process:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", f"from {module} import {func}; {func}()", *args,
+        sys.executable,
+        "-c",
+        f"from {module} import {func}; {func}()",
+        *args,
         stdout=asyncio.subprocess.PIPE,
     )
     try:
@@ -81,17 +84,41 @@ class System:
         namesrv = self.namesrv.address["remoting"]
         for i in range(self.broker_count):
             name = f"broker-{chr(ord('a') + i)}"
-            self.brokers.append(await _spawn(
-                name, "broker_stub.cli", "broker_main", "--name", name, "--port", "0",
-                "--namesrv", namesrv, "--log-level", "warning",
-            ))
+            self.brokers.append(
+                await _spawn(
+                    name,
+                    "broker_stub.cli",
+                    "broker_main",
+                    "--name",
+                    name,
+                    "--port",
+                    "0",
+                    "--namesrv",
+                    namesrv,
+                    "--log-level",
+                    "warning",
+                )
+            )
             self.broker_clients.append(BrokerClient(name, self.brokers[-1].address["remoting"]))
         for mode in self.modes:
             extra = [str(a) for a in self.proxy_args.get(mode, [])]
             self.proxies[mode] = await _spawn(
-                f"proxy-{mode}", "proxy.cli", "main", "--namesrv", namesrv, "--grpc-port", "0",
-                "--http-port", "0", "--mode", mode, "--proxy-id", f"bench-{mode}",
-                "--log-level", "warning", *extra,
+                f"proxy-{mode}",
+                "proxy.cli",
+                "main",
+                "--namesrv",
+                namesrv,
+                "--grpc-port",
+                "0",
+                "--http-port",
+                "0",
+                "--mode",
+                mode,
+                "--proxy-id",
+                f"bench-{mode}",
+                "--log-level",
+                "warning",
+                *extra,
             )
         return self
 
@@ -112,15 +139,24 @@ class System:
         """Create ``topic`` on every broker and wait until the name server routes it."""
         for client in self.broker_clients:
             await client.remoting.invoke(
-                RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                {"topic": topic, "readQueueNums": str(queues),
-                                 "writeQueueNums": str(queues), "perm": "6"}), 3.0)
+                RemotingCommand(
+                    RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    {
+                        "topic": topic,
+                        "readQueueNums": str(queues),
+                        "writeQueueNums": str(queues),
+                        "perm": "6",
+                    },
+                ),
+                3.0,
+            )
         # Brokers register at once on a topic change; give the name server a moment.
         namesrv = BrokerClient("namesrv", self.namesrv.address["remoting"])
         try:
             for _ in range(200):
                 response = await namesrv.remoting.invoke(
-                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), 3.0)
+                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), 3.0
+                )
                 if response.code == 0 and response.body.count(b"brokerName") >= 2 * len(
                     self.broker_clients
                 ):
@@ -135,8 +171,12 @@ class System:
         pops = notifications = 0
         for client in self.broker_clients:
             response = await client.remoting.invoke(
-                RemotingCommand(RequestCode.POLLING_INFO,
-                                {"consumerGroup": group, "topic": topic, "queueId": "-1"}), 3.0)
+                RemotingCommand(
+                    RequestCode.POLLING_INFO,
+                    {"consumerGroup": group, "topic": topic, "queueId": "-1"},
+                ),
+                3.0,
+            )
             pops += int(response.fields.get("parkedPops", 0))
             notifications += int(response.fields.get("parkedNotifications", 0))
         return {"pops": pops, "notifications": notifications}
@@ -146,9 +186,10 @@ async def scrape(proxy: Process) -> dict[str, float]:
     """The proxy's metrics, summed by sample name and the labels that matter here."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with aiohttp.ClientSession() as http, http.get(
-        f"http://{proxy.address['http']}/metrics"
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://{proxy.address['http']}/metrics") as response,
+    ):
         text = await response.text()
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):

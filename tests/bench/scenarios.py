@@ -1,0 +1,372 @@
+"""The four benchmark scenarios. Each runs every mode, interleaved in rounds, so the
+machine's noise hits them alike; each mode has its own proxy process and its own topics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.remoting.message import BatchEntry
+from tests.bench.processes import System, broker_requests, scrape
+from tests.lean_client import LeanClient
+
+OK, NOT_FOUND, TOO_MANY = pb.Code.OK, pb.Code.MESSAGE_NOT_FOUND, pb.Code.TOO_MANY_REQUESTS
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1000, 2)
+
+
+@dataclass
+class ModeTally:
+    """What one mode did over all its slots of a scenario."""
+
+    latencies: list[float] = field(default_factory=list)
+    delivered: int = 0
+    receives: int = 0
+    empties: int = 0
+    false_empties: int = 0
+    too_many: int = 0
+    undelivered: int = 0
+    seconds: float = 0.0
+    proxy_cpu: float = 0.0
+    before: dict | None = None
+    after: dict | None = None
+
+    @property
+    def broker_requests(self) -> float:
+        return broker_requests(self.before or {}, self.after or {})
+
+    def summary(self) -> dict:
+        per_msg = self.broker_requests / self.delivered if self.delivered else None
+        return {
+            "delivered": self.delivered,
+            "receives": self.receives,
+            "empty_answers": self.empties,
+            "false_empties": self.false_empties,
+            "too_many_requests": self.too_many,
+            "undelivered_at_end": self.undelivered,
+            "latency_ms_p50": ms(percentile(self.latencies, 0.5)),
+            "latency_ms_p99": ms(percentile(self.latencies, 0.99)),
+            "latency_ms_max": ms(max(self.latencies) if self.latencies else None),
+            "broker_requests": round(self.broker_requests),
+            "broker_requests_per_message": round(per_msg, 2) if per_msg is not None else None,
+            "receive_rate_per_s": round(self.receives / self.seconds, 1) if self.seconds else None,
+            "delivered_per_s": round(self.delivered / self.seconds, 1) if self.seconds else None,
+            "proxy_cpu_s_per_1000": (
+                round(self.proxy_cpu / self.delivered * 1000, 3) if self.delivered else None
+            ),
+        }
+
+
+class Consumers:
+    """Long-polling consumers through one proxy; they ack what they get and count what
+    they see. ``available`` maps message ids to the time their send was acknowledged."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        group: str,
+        topic: str,
+        tally: ModeTally,
+        available: dict[str, float],
+        await_ms: int,
+        batch: int = 16,
+    ) -> None:
+        self.endpoint, self.group, self.topic = endpoint, group, topic
+        self.tally, self.available = tally, available
+        self.await_ms, self.batch = await_ms, batch
+        self.tasks: list[asyncio.Task] = []
+        self.clients: list[LeanClient] = []
+        self.received = asyncio.Event()
+
+    def start(self, count: int) -> None:
+        for i in range(count):
+            client = LeanClient(self.endpoint, f"bench-consumer-{i}")
+            self.clients.append(client)
+            self.tasks.append(asyncio.ensure_future(self._run(client)))
+
+    async def _run(self, client: LeanClient) -> None:
+        while True:
+            try:
+                result = await client.receive(
+                    self.group,
+                    self.topic,
+                    await_ms=self.await_ms,
+                    batch=self.batch,
+                    invisible_ms=30_000,
+                )
+            except Exception:
+                result = None
+            now = time.perf_counter()
+            self.tally.receives += 1
+            if result is not None and result.messages:
+                for m in result.messages:
+                    sent = self.available.pop(m.system_properties.message_id, None)
+                    if sent is not None:
+                        self.tally.latencies.append(now - sent)
+                self.tally.delivered += len(result.messages)
+                self.received.set()
+                await client.ack(self.group, self.topic, result.messages)
+            elif result is not None and result.status == TOO_MANY:
+                self.tally.too_many += 1
+                await asyncio.sleep(1.0)
+            else:
+                self.tally.empties += 1
+                if any(now - t >= 0.1 for t in self.available.values()):
+                    self.tally.false_empties += 1
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for client in self.clients:
+            await client.close()
+
+
+async def _interleaved(system: System, rounds: int, slot) -> dict[str, ModeTally]:
+    """Run ``slot(mode, round, tally)`` for every mode, in a shuffled order per round."""
+    tallies = {mode: ModeTally() for mode in system.modes}
+    for mode in system.modes:
+        tallies[mode].before = await scrape(system.proxies[mode])
+    for round_no in range(rounds):
+        order = list(system.modes)
+        random.shuffle(order)
+        for mode in order:
+            proxy = system.proxies[mode]
+            cpu0, t0 = proxy.cpu_seconds(), time.perf_counter()
+            await slot(mode, round_no, tallies[mode])
+            tallies[mode].seconds += time.perf_counter() - t0
+            tallies[mode].proxy_cpu += proxy.cpu_seconds() - cpu0
+    return tallies
+
+
+async def _final_scrape(system: System, tallies: dict[str, ModeTally], settle_s: float) -> None:
+    # Probes and parked pops of the last slots finish within one poll time.
+    await asyncio.sleep(settle_s)
+    for mode, tally in tallies.items():
+        tally.after = await scrape(system.proxies[mode])
+
+
+# -- 1. sparse ------------------------------------------------------------------------------
+
+
+async def sparse(
+    system: System, *, rounds: int, slot_s: float, await_ms: int = 10_000, consumers: int = 2
+) -> dict:
+    """Few consumers, a message every 200-500 ms on a random broker."""
+    rng = random.Random(7)
+
+    async def slot(mode: str, round_no: int, tally: ModeTally) -> None:
+        topic = f"sparse-{mode}-{round_no}"
+        await system.create_topic(topic)
+        available: dict[str, float] = {}
+        group = f"sparse-{mode}"
+        crowd = Consumers(
+            system.proxies[mode].address["grpc"], group, topic, tally, available, await_ms
+        )
+        crowd.start(consumers)
+        await asyncio.sleep(0.5)  # consumers are polling
+        end = time.perf_counter() + slot_s
+        while time.perf_counter() < end:
+            await asyncio.sleep(rng.uniform(0.2, 0.5))
+            result = await rng.choice(system.broker_clients).send(topic, b"x" * 64)
+            available[result.msg_id] = time.perf_counter()
+        drain_until = time.perf_counter() + await_ms / 1000 + 1
+        while available and time.perf_counter() < drain_until:  # noqa: ASYNC110 - bounded poll
+            await asyncio.sleep(0.05)
+        tally.undelivered += len(available)
+        await crowd.stop()
+
+    tallies = await _interleaved(system, rounds, slot)
+    await _final_scrape(system, tallies, await_ms / 1000 + 1)
+    return {
+        mode: t.summary() | {"latencies_ms": [round(x * 1000, 3) for x in t.latencies]}
+        for mode, t in tallies.items()
+    }
+
+
+# -- 2. busy --------------------------------------------------------------------------------
+
+
+async def busy(
+    system: System,
+    *,
+    rounds: int,
+    slot_s: float,
+    rate: int,
+    consumers: int = 64,
+    await_ms: int = 10_000,
+) -> dict:
+    """Many consumers, producers at a steady high rate (batches straight to the brokers)."""
+
+    async def slot(mode: str, round_no: int, tally: ModeTally) -> None:
+        topic = f"busy-{mode}-{round_no}"
+        await system.create_topic(topic)
+        crowd = Consumers(
+            system.proxies[mode].address["grpc"], f"busy-{mode}", topic, tally, {}, await_ms
+        )
+        crowd.start(consumers)
+        batch = [BatchEntry(b"x" * 64, {}) for _ in range(10)]
+        interval = len(batch) * len(system.broker_clients) / rate
+
+        async def produce(client) -> None:
+            next_at = time.perf_counter()
+            end = next_at + slot_s
+            while next_at < end:
+                await client.send_batch(topic, batch)
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+
+        await asyncio.gather(*(produce(c) for c in system.broker_clients))
+        await asyncio.sleep(1.0)  # let consumers catch up
+        await crowd.stop()
+
+    tallies = await _interleaved(system, rounds, slot)
+    await _final_scrape(system, tallies, await_ms / 1000 + 1)
+    return {mode: t.summary() for mode, t in tallies.items()}
+
+
+# -- 3. idle fan-in -------------------------------------------------------------------------
+
+
+async def _in_flight(proxy) -> int:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://{proxy.address['http']}/v1/status") as response,
+    ):
+        status = await response.json()
+    return sum(status["receive"]["in_flight"].values())
+
+
+async def fan_in(system: System, *, polls: int, wakeups: int = 10, await_ms: int = 20_000) -> dict:
+    """``polls`` idle long polls on each proxy in turn: memory, parked requests, wake-up."""
+    results = {}
+    modes = list(system.modes)
+    random.shuffle(modes)
+    for mode in modes:
+        proxy = system.proxies[mode]
+        topic, group = f"fanin-{mode}-{polls}", f"fanin-{mode}-{polls}"
+        await system.create_topic(topic)
+        tally = ModeTally()
+        rss_before = proxy.rss_bytes()
+        crowd = Consumers(proxy.address["grpc"], group, topic, tally, {}, await_ms, batch=1)
+        crowd.start(polls)
+        ramp_end = time.perf_counter() + 60
+        while await _in_flight(proxy) < polls * 0.98 and time.perf_counter() < ramp_end:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)
+        in_flight = await _in_flight(proxy)
+        rss_with = proxy.rss_bytes()
+        parked = await system.parked(group, topic)
+        latencies = []
+        for _ in range(wakeups):
+            crowd.received.clear()
+            start = time.perf_counter()
+            await random.choice(system.broker_clients).send(topic, b"wake")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(crowd.received.wait(), await_ms / 1000)
+                latencies.append(time.perf_counter() - start)
+            await asyncio.sleep(0.2)
+        await crowd.stop()
+        results[mode] = {
+            "polls_requested": polls,
+            "polls_in_flight": in_flight,
+            "proxy_rss_mb_before": round(rss_before / 2**20, 1),
+            "proxy_rss_mb_with_polls": round(rss_with / 2**20, 1),
+            "proxy_kb_per_poll": round((rss_with - rss_before) / max(in_flight, 1) / 1024, 2),
+            "broker_parked_pops": parked["pops"],
+            "broker_parked_notifications": parked["notifications"],
+            "wakeups": len(latencies),
+            "wakeup_ms_p50": ms(statistics.median(latencies)) if latencies else None,
+            "wakeup_ms_p99": ms(percentile(latencies, 0.99)),
+            "wakeup_ms_max": ms(max(latencies)) if latencies else None,
+            "too_many_requests": tally.too_many,
+        }
+        await asyncio.sleep(await_ms / 1000 + 1)  # the polls' parked remnants time out
+    return results
+
+
+# -- 4. overhead ----------------------------------------------------------------------------
+
+
+async def _fill(system: System, topic: str, messages: int) -> None:
+    batch = [BatchEntry(b"x" * 128, {}) for _ in range(32)]
+    per_broker = messages // (len(batch) * len(system.broker_clients))
+
+    async def fill(client) -> None:
+        for _ in range(per_broker):
+            await client.send_batch(topic, batch)
+
+    await asyncio.gather(*(fill(c) for c in system.broker_clients))
+
+
+async def _consume(
+    system: System, path: str, topic: str, group: str, total: int, workers: int
+) -> float:
+    """Pop and ack ``total`` messages with ``workers`` in parallel; return messages/s."""
+    consumed = 0
+
+    async def via_proxy(i: int) -> None:
+        nonlocal consumed
+        client = LeanClient(system.proxies["notify"].address["grpc"], f"over-{i}")
+        try:
+            while consumed < total:
+                result = await client.receive(group, topic, await_ms=5000, batch=32)
+                if not result.messages:
+                    return
+                consumed += len(result.messages)
+                await client.ack(group, topic, result.messages)
+        finally:
+            await client.close()
+
+    async def direct(i: int) -> None:
+        nonlocal consumed
+        broker = system.broker_clients[i % len(system.broker_clients)]
+        while consumed < total:
+            result = await broker.pop(group, topic, max_nums=32, invisible_ms=30_000)
+            if not result.messages:
+                return
+            consumed += len(result.messages)
+            await asyncio.gather(
+                *(broker.ack(group, topic, m.properties["POP_CK"]) for m in result.messages)
+            )
+
+    worker = via_proxy if path == "proxy" else direct
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    return consumed / (time.perf_counter() - start)
+
+
+async def overhead(system: System, *, rounds: int, messages: int, workers: int = 16) -> dict:
+    """Pop+ack throughput through the proxy (notify mode) against straight to the brokers."""
+    rates: dict[str, list[float]] = {"proxy": [], "direct": []}
+    per_request = 32 * len(system.broker_clients)
+    total = messages // per_request * per_request
+    for round_no in range(rounds):
+        for path in random.sample(["proxy", "direct"], 2):
+            topic, group = f"over-{path}-{round_no}", f"over-{path}"
+            await system.create_topic(topic)
+            await _fill(system, topic, total)
+            rates[path].append(await _consume(system, path, topic, group, total, workers))
+    proxy_rate, direct_rate = statistics.median(rates["proxy"]), statistics.median(rates["direct"])
+    return {
+        "proxy_msgs_per_s": round(proxy_rate),
+        "direct_msgs_per_s": round(direct_rate),
+        "proxy_share_of_direct": round(proxy_rate / direct_rate, 3),
+        "rounds": rates,
+    }
