@@ -30,11 +30,10 @@ class PollContext:
         nack: Nack,
         first_broker_index: int,
         broker_timeout_s: float,
-        stopping: asyncio.Event | None = None,
     ) -> None:
         self.request = request
         # Set when the proxy shuts down: every wait ends at once and the poll answers.
-        self.stopping = stopping or asyncio.Event()
+        self.stopped = False
         self.brokers: list[BrokerRoute] = route.readable
         self.pool = pool
         self.nack = nack
@@ -45,12 +44,16 @@ class PollContext:
         self.short_polling_hit = False
         self.polling_full = False  # a broker refused to park a pop: it holds too many
         self._first_index = first_broker_index
+        # One plain future at a time carries every wait of the poll; an idle poll is held
+        # by thousands, so no task, queue or event per poll.
+        self._waiter: asyncio.Future | None = None
+        self._notice: asyncio.Future | None = None
 
     # -- time -----------------------------------------------------------------------------
 
     @property
     def remaining_s(self) -> float:
-        if self.stopping.is_set():
+        if self.stopped:
             return 0.0
         return max(self.request.answer_by - self.loop.time(), 0.0)
 
@@ -58,20 +61,43 @@ class PollContext:
     def remaining_ms(self) -> int:
         return int(self.remaining_s * 1000)
 
-    async def wait_for(self, awaitable, limit_s: float | None = None) -> object | None:
-        """Await until the poll's deadline (or ``limit_s``), or the proxy stopping; None
-        when either comes first. The awaited task is cancelled then."""
-        work = asyncio.ensure_future(awaitable)
-        stop = asyncio.ensure_future(self.stopping.wait())
+    def stop(self) -> None:
+        """End every wait of this poll now (the proxy is shutting down)."""
+        self.stopped = True
+        self._wake()
+
+    def notice(self) -> None:
+        """Something this poll waits for in ``wait_notice`` has happened."""
+        if self._notice is not None and not self._notice.done():
+            self._notice.set_result(None)
+
+    async def wait_notice(self) -> bool:
+        """Wait for ``notice()`` until the deadline; False when time runs out first."""
+        self._notice = self.loop.create_future()
         try:
-            timeout = self.remaining_s if limit_s is None else limit_s
-            await asyncio.wait({work, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            return await self.wait_done(self._notice, self.remaining_s)
         finally:
-            stop.cancel()
-            finished = work.done()
-            if not finished:
-                work.cancel()  # also when this poll itself is cancelled
-        return work.result() if finished else None
+            self._notice = None
+
+    async def wait_done(self, future: asyncio.Future, limit_s: float) -> bool:
+        """Wait until ``future`` is done, ``limit_s`` passes or the poll stops; True if done.
+        The future itself is left alone (a pop goes on and hands back what it brings)."""
+        if future.done() or self.stopped or limit_s <= 0:
+            return future.done()
+        self._waiter = self.loop.create_future()
+        future.add_done_callback(self._wake)
+        timer = self.loop.call_later(limit_s, self._wake)
+        try:
+            await self._waiter
+        finally:
+            timer.cancel()
+            future.remove_done_callback(self._wake)
+            self._waiter = None
+        return future.done()
+
+    def _wake(self, _future: object = None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     # -- brokers --------------------------------------------------------------------------
 
@@ -129,15 +155,17 @@ class PollContext:
         # A pop without broker-side wait may use its own timeout even on a short poll.
         limit = self.remaining_s if poll_ms else max(self.remaining_s, self.broker_timeout_s)
         try:
-            result = await self.wait_for(asyncio.shield(call), limit)
+            finished = await self.wait_done(call, limit)
         except asyncio.CancelledError:
             call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "cancelled"))
             raise
+        if not finished:  # out of time, or stopping: the pop hands back what it brings
+            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "deadline"))
+            return []
+        try:
+            result = call.result()
         except RemotingError as exc:
             log.info("pop from %s failed: %s", broker.name, exc)
-            return []
-        if result is None:  # out of time, or stopping: the pop hands back what it brings
-            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "deadline"))
             return []
         if result.polling_full:
             self.polling_full = True

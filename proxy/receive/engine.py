@@ -62,7 +62,8 @@ class ReceiveEngine:
         self.in_flight: Counter[str] = Counter()
         self._turn = itertools.count()
         self._background: set[asyncio.Task] = set()
-        self.stopping = asyncio.Event()
+        self.stopping = False
+        self._polls: set[PollContext] = set()
         self.nacked = 0
 
     @property
@@ -94,14 +95,11 @@ class ReceiveEngine:
         mode = self.choose_mode(req.group, req.topic)
         route = await self.pool.route(req.topic)
         ctx = PollContext(
-            req,
-            route,
-            self.pool,
-            self.nack,
-            next(self._turn),
-            self.config.broker_timeout_s,
-            self.stopping,
+            req, route, self.pool, self.nack, next(self._turn), self.config.broker_timeout_s
         )
+        if self.stopping:
+            ctx.stop()
+        self._polls.add(ctx)
         self.in_flight[mode] += 1
         if self.metrics is not None:
             self.metrics.long_poll_started(mode)
@@ -112,6 +110,7 @@ class ReceiveEngine:
                 # Answering empty at once would have the client poll again at once.
                 raise TooManyRequests("the broker holds too many parked pops")
         finally:
+            self._polls.discard(ctx)
             self.in_flight[mode] -= 1
             if self.metrics is not None:
                 self.metrics.long_poll_finished(mode)
@@ -205,7 +204,9 @@ class ReceiveEngine:
 
     def stop_polls(self) -> None:
         """Make every poll in flight answer now (shutdown)."""
-        self.stopping.set()
+        self.stopping = True
+        for ctx in list(self._polls):
+            ctx.stop()
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Stop probing; give hand-backs in flight up to ``grace_s`` to finish."""

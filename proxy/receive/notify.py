@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from proxy.receive.context import PollContext
 from proxy.receive.probes import ProbeHub, Watch
 from proxy.receive.types import PolledMessage
@@ -31,20 +29,24 @@ async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[
         return []
 
     req = ctx.request
-    ready: asyncio.Queue[str] = asyncio.Queue(maxsize=len(ctx.brokers))
+    ready: list[str] = []  # the result queue: brokers that said hasMsg (a few at most)
     deadline = req.answer_by
 
+    def has_msg(broker: str) -> None:
+        ready.append(broker)
+        ctx.notice()
+
     def watch(broker: str) -> Watch:
-        return hub.watch(
-            (broker, req.group, req.topic), deadline, ready.put_nowait, ctx.count_probe
-        )
+        return hub.watch((broker, req.group, req.topic), deadline, has_msg, ctx.count_probe)
 
     watches = {broker.name: watch(broker.name) for broker in ctx.brokers}
     try:
         while True:
-            broker_name = await ctx.wait_for(ready.get())
-            if broker_name is None:
+            if not ready and not await ctx.wait_notice():
                 return []  # the deadline: answer empty
+            if not ready:
+                continue
+            broker_name = ready.pop(0)
             broker = ctx.broker(broker_name)
             messages = await ctx.pop(broker) if broker is not None else []
             hub.release(watches[broker_name])

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 ProbeKey = tuple[str, str, str]  # broker, group, topic
 
+# A probe for less time than this costs a request and cannot change any answer.
+MIN_PROBE_S = 0.05
+
 WATCHING, NOTIFIED, RELEASED = "watching", "notified", "released"
 
 
@@ -103,6 +106,8 @@ class ProbeHub:
                     state.watchers.remove(watch)
             else:  # NOTIFIED: its pop is over (or will not happen); probe for the others
                 state.consumed.set()
+            if not state.watchers and state.probe is None:
+                del self._keys[watch.key]
         watch.state = RELEASED
 
     async def close(self) -> None:
@@ -126,6 +131,8 @@ class ProbeHub:
                 if client is None:
                     return
                 longest = max(w.deadline for w in state.watchers) - loop.time()
+                if longest < MIN_PROBE_S:
+                    return  # these polls answer in a moment; a probe could not help them
                 poll_ms = min(int(longest * 1000), self.max_poll_ms)
                 state.watchers[0].on_probe_sent()
                 self.probes_sent += 1
