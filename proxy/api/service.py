@@ -474,7 +474,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request: api.AckMessageRequest, context):
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
-        entries = [await self._ack_one(group, topic, entry) for entry in request.entries]
+        # Each entry is its own broker request; send them all at once, not one by one.
+        entries = await asyncio.gather(*(self._ack_one(group, topic, e) for e in request.entries))
         codes = {e.status.code for e in entries}
         if not entries:
             raise ApiError(Code.BAD_REQUEST, "no entry to ack")

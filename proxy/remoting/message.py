@@ -10,6 +10,7 @@ Layouts follow ``shared/reference/remoting-wire.md`` §4-§6. All integers are b
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import os
@@ -244,9 +245,15 @@ def _decode_one(view: memoryview, start: int) -> tuple[MessageExt, int]:
     return msg, total
 
 
+@functools.lru_cache(maxsize=4096)
+def _ip_text(packed: bytes) -> str:
+    # A pop decodes two hosts per message and there are few distinct ones: cache them.
+    return str(ipaddress.ip_address(packed))
+
+
 def _unpack_host(view: memoryview, pos: int, v6: int) -> tuple[Host, int]:
     size = 16 if v6 else 4
-    ip = str(ipaddress.ip_address(bytes(view[pos : pos + size])))
+    ip = _ip_text(bytes(view[pos : pos + size]))
     (port,) = _INT.unpack_from(view, pos + size)
     return (ip, port), pos + size + 4
 

@@ -318,38 +318,52 @@ async def _fill(system: System, topic: str, messages: int) -> None:
 async def _consume(
     system: System, path: str, topic: str, group: str, total: int, workers: int
 ) -> float:
-    """Pop and ack ``total`` messages with ``workers`` in parallel; return messages/s."""
+    """Pop and ack ``total`` messages with ``workers`` in parallel; return messages/s,
+    timed to the moment the last message is acked (workers still parked in a long poll
+    then are cancelled, not waited for)."""
     consumed = 0
+    all_done = asyncio.Event()
+
+    def count(n: int) -> None:
+        nonlocal consumed
+        consumed += n
+        if consumed >= total:
+            all_done.set()
 
     async def via_proxy(i: int) -> None:
-        nonlocal consumed
         client = LeanClient(system.proxies["notify"].address["grpc"], f"over-{i}")
         try:
             while consumed < total:
                 result = await client.receive(group, topic, await_ms=5000, batch=32)
-                if not result.messages:
-                    return
-                consumed += len(result.messages)
-                await client.ack(group, topic, result.messages)
+                if result.messages:
+                    await client.ack(group, topic, result.messages)
+                    count(len(result.messages))
         finally:
             await client.close()
 
     async def direct(i: int) -> None:
-        nonlocal consumed
         broker = system.broker_clients[i % len(system.broker_clients)]
         while consumed < total:
             result = await broker.pop(group, topic, max_nums=32, invisible_ms=30_000)
             if not result.messages:
-                return
-            consumed += len(result.messages)
+                broker = system.broker_clients[(i := i + 1) % len(system.broker_clients)]
+                continue
             await asyncio.gather(
                 *(broker.ack(group, topic, m.properties["POP_CK"]) for m in result.messages)
             )
+            count(len(result.messages))
 
     worker = via_proxy if path == "proxy" else direct
     start = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(workers)))
-    return consumed / (time.perf_counter() - start)
+    tasks = [asyncio.ensure_future(worker(i)) for i in range(workers)]
+    try:
+        await asyncio.wait_for(all_done.wait(), 300)
+        elapsed = time.perf_counter() - start
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return consumed / elapsed
 
 
 async def overhead(system: System, *, rounds: int, messages: int, workers: int = 16) -> dict:
