@@ -64,7 +64,6 @@ class Broker:
         )
         self.server = RemotingServer(self.processor, max_frame=config.max_frame)
         config.port = await self.server.start(config.host, config.port)
-        self.processor.store_host = (config.address.rpartition(":")[0], config.port)
         for topic in config.topics:
             self.topics.create(topic)
         self._started = True

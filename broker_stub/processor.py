@@ -83,7 +83,6 @@ class BrokerProcessor:
         self.scheduler = scheduler
         self.loop = pop.loop
         self.ids = UniqueIdGenerator(config.address.rpartition(":")[0])
-        self.store_host = (config.address.rpartition(":")[0], config.port)
         self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
@@ -106,6 +105,12 @@ class BrokerProcessor:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
         }
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        """This broker's advertised address, as stored in messages (the port is known only
+        once the server has bound it)."""
+        return (self.config.address.rpartition(":")[0], self.config.port)
 
     def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
         handler = self.handlers.get(cmd.code)
@@ -189,6 +194,7 @@ class BrokerProcessor:
         else:
             bodies = [(cmd.body, header_props, base["flag"])]
         born_host = _host(conn.peer)
+        store_host = self.store_host
         messages = []
         for body, props, flag in bodies:
             if len(body) > self.config.max_message_size:
@@ -209,15 +215,13 @@ class BrokerProcessor:
                     sys_flag=sys_flag & ~SYSFLAG_MULTI_TAGS,
                     born_timestamp=base["born_timestamp"],
                     born_host=born_host,
-                    store_host=self.store_host,
+                    store_host=store_host,
                     reconsume_times=base["reconsume_times"],
                 )
             )
         results = [self.scheduler.put(msg) for msg in messages]
         fields = {
-            "msgId": ",".join(
-                offset_message_id(self.store_host, r.physical_offset) for r in results
-            ),
+            "msgId": ",".join(offset_message_id(store_host, r.physical_offset) for r in results),
             "queueId": str(messages[0].queue_id),
             "queueOffset": str(results[0].queue_offset),
             "transactionId": messages[0].properties[Prop.UNIQ_KEY],

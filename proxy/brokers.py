@@ -75,9 +75,6 @@ class TopicRoute:
     def writable(self) -> list[BrokerRoute]:
         return [b for b in self.brokers if b.writable]
 
-    def broker(self, name: str) -> BrokerRoute | None:
-        return next((b for b in self.brokers if b.name == name), None)
-
     @property
     def queues(self) -> list[RouteQueue]:
         """Every queue, brokers in name order. A client names a queue by its position

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from proxy.remoting.message import MessageExt, Prop
-
-FOUND = "found"
-EMPTY = "empty"
 
 
 @dataclass(slots=True)
@@ -50,8 +47,3 @@ class ReceiveResult:
     wait_s: float
     broker: str | None = None
     dead_lettered: int = 0
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def result(self) -> str:
-        return FOUND if self.messages else EMPTY
