@@ -11,6 +11,7 @@ plus the sample update, instead of ``labels()``'s validation and its registry-lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -119,10 +120,10 @@ class ProxyMetrics:
         self._receive_c: dict[tuple[str, str, str, bool, bool, str], Counter] = {}
         self._receive_wait_c: dict[tuple[str, str], Histogram] = {}
         self._rpc_c: dict[tuple[str, str, str | int, str, bool], Histogram] = {}
-        self._notifications_c: dict[tuple[str, str | bool], Counter] = {}
-        self._in_flight_c: dict[str, Gauge] = {}
+        self._notifications_c: dict[tuple[str, str], Counter] = {}
+        self._in_flight_c: dict[tuple[str], Gauge] = {}
         self._mode_switches_c: dict[tuple[str, str, str], Counter] = {}
-        self._nacks_c: dict[str, Counter] = {}
+        self._nacks_c: dict[tuple[str], Counter] = {}
         self._sent_c: dict[tuple[str, str], Counter] = {}
 
     # -- receive -----------------------------------------------------------------------------
@@ -139,43 +140,32 @@ class ProxyMetrics:
     ) -> None:
         """One client ReceiveMessage answered: count it and observe its wait."""
         key = (group, topic, mode, is_long_polling, is_short_polling_hit, result)
-        counter = self._receive_c.get(key)
-        if counter is None:
-            counter = self._receive.labels(
-                group, topic, mode, _flag(is_long_polling), _flag(is_short_polling_hit), result
-            )
-            self._receive_c[key] = counter
-        counter.inc()
-        wkey = (mode, result)
-        hist = self._receive_wait_c.get(wkey)
-        if hist is None:
-            hist = self._receive_wait_c[wkey] = self._receive_wait.labels(mode, result)
-        hist.observe(wait_seconds)
+        _child(
+            self._receive_c,
+            self._receive,
+            key,
+            lambda: (
+                group,
+                topic,
+                mode,
+                _flag(is_long_polling),
+                _flag(is_short_polling_hit),
+                result,
+            ),
+        ).inc()
+        _child(self._receive_wait_c, self._receive_wait, (mode, result)).observe(wait_seconds)
 
     def long_poll_started(self, mode: str) -> None:
-        self._in_flight_child(mode).inc()
+        _child(self._in_flight_c, self._in_flight, (mode,)).inc()
 
     def long_poll_finished(self, mode: str) -> None:
-        self._in_flight_child(mode).dec()
-
-    def _in_flight_child(self, mode: str) -> Gauge:
-        child = self._in_flight_c.get(mode)
-        if child is None:
-            child = self._in_flight_c[mode] = self._in_flight.labels(mode)
-        return child
+        _child(self._in_flight_c, self._in_flight, (mode,)).dec()
 
     def mode_switch(self, group: str, topic: str, to: str) -> None:
-        key = (group, topic, to)
-        child = self._mode_switches_c.get(key)
-        if child is None:
-            child = self._mode_switches_c[key] = self._mode_switches.labels(group, topic, to)
-        child.inc()
+        _child(self._mode_switches_c, self._mode_switches, (group, topic, to)).inc()
 
     def nack(self, reason: str, count: int = 1) -> None:
-        child = self._nacks_c.get(reason)
-        if child is None:
-            child = self._nacks_c[reason] = self._nacks.labels(reason)
-        child.inc(count)
+        _child(self._nacks_c, self._nacks, (reason,)).inc(count)
 
     # -- brokers and RPCs --------------------------------------------------------------------
 
@@ -190,31 +180,28 @@ class ProxyMetrics:
     ) -> None:
         """One RPC finished: ``protocol_type`` grpc/remoting; ``broker`` only for remoting."""
         key = (protocol_type, request_code, response_code, broker, is_long_polling)
-        child = self._rpc_c.get(key)
-        if child is None:
-            child = self._rpc_latency.labels(
-                protocol_type, request_code, str(response_code), broker, _flag(is_long_polling)
-            )
-            self._rpc_c[key] = child
-        child.observe(seconds)
+        _child(
+            self._rpc_c,
+            self._rpc_latency,
+            key,
+            lambda: (
+                protocol_type,
+                request_code,
+                str(response_code),
+                broker,
+                _flag(is_long_polling),
+            ),
+        ).observe(seconds)
 
     def notification(self, broker: str, has_msg: str | bool) -> None:
         """One NOTIFICATION probe answered: ``has_msg`` is "true", "false" or "error"."""
-        key = (broker, has_msg)
-        child = self._notifications_c.get(key)
-        if child is None:
-            value = _flag(has_msg) if isinstance(has_msg, bool) else has_msg
-            child = self._notifications_c[key] = self._notifications.labels(broker, value)
-        child.inc()
+        value = _flag(has_msg) if isinstance(has_msg, bool) else has_msg
+        _child(self._notifications_c, self._notifications, (broker, value)).inc()
 
     # -- producers ---------------------------------------------------------------------------
 
     def sent(self, topic: str, result: str, count: int = 1) -> None:
-        key = (topic, result)
-        child = self._sent_c.get(key)
-        if child is None:
-            child = self._sent_c[key] = self._sent.labels(topic, result)
-        child.inc(count)
+        _child(self._sent_c, self._sent, (topic, result)).inc(count)
 
     # -- process state -----------------------------------------------------------------------
 
@@ -234,3 +221,13 @@ class ProxyMetrics:
             return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
+
+
+def _child(cache: dict, metric, key: tuple, make_labels: Callable[[], tuple] | None = None):
+    """The labelled child of ``metric`` for ``key``, created once: ``labels()`` takes a
+    lock and hashes strings, and these calls run on every request. The key is the label
+    values unless ``make_labels`` turns it into them (called only on the first use)."""
+    child = cache.get(key)
+    if child is None:
+        child = cache[key] = metric.labels(*(make_labels() if make_labels else key))
+    return child
