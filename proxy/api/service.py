@@ -110,10 +110,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def route(self, topic: str) -> TopicRoute:
         try:
             return await self.pool.route(topic)
-        except TopicNotFound:
-            raise ApiError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} not found") from None
-        except RemotingError as exc:
-            raise ApiError(Code.INTERNAL_SERVER_ERROR, f"no route for {topic!r}: {exc}") from None
+        except (TopicNotFound, RemotingError) as exc:
+            raise route_error(topic, exc) from None
 
     async def broker_for(self, name: str, topic: str) -> BrokerClient:
         client = await self.pool.broker_by_name(name, topic)
@@ -323,10 +321,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 result = await self.engine.receive(req)
             except TooManyRequests as exc:
                 raise ApiError(Code.TOO_MANY_REQUESTS, str(exc)) from None
-            except TopicNotFound:
-                raise ApiError(Code.TOPIC_NOT_FOUND, f"topic {req.topic!r} not found") from None
-            except RemotingError as exc:
-                raise ApiError(Code.INTERNAL_SERVER_ERROR, str(exc)) from None
+            except (TopicNotFound, RemotingError) as exc:
+                raise route_error(req.topic, exc) from None
         except ApiError as err:
             code = err.code
             await context.write(api.ReceiveMessageResponse(status=err.status))
@@ -573,6 +569,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def PullMessage(self, request, context):
         err = ApiError(Code.NOT_IMPLEMENTED, "PullMessage is not supported by this proxy")
         await context.write(api.PullMessageResponse(status=err.status))
+
+
+def route_error(topic: str, exc: Exception) -> ApiError:
+    """The status for a topic whose route could not be had."""
+    if isinstance(exc, TopicNotFound):
+        return ApiError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} not found")
+    return ApiError(Code.INTERNAL_SERVER_ERROR, f"no route for {topic!r}: {exc}")
 
 
 def _snake(name: str) -> str:
