@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-fast lint format run bench bench-broker clean
+.PHONY: help venv system-deps test test-fast lint format run bench bench-broker clean
 
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
@@ -18,12 +18,17 @@ help:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,analytics]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-test: $(STAMP) interop-deps
+# Debian packages the tests run for real (Prometheus, promtool, the Pushgateway,
+# docker-compose, a JRE for PySpark); installs only what is missing.
+system-deps:
+	scripts/system-deps.sh
+
+test: system-deps $(STAMP) interop-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
