@@ -18,7 +18,7 @@ import grpc
 from proxy.api import validation as check
 from proxy.api.convert import decoded_body, timestamp, to_api_message
 from proxy.api.errors import ApiError, Code, code_name, ok
-from proxy.api.handles import parse_receipt_handle
+from proxy.api.handles import ReceiptHandle, parse_receipt_handle
 from proxy.api.settings import answer_settings
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
@@ -470,38 +470,54 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request: api.AckMessageRequest, context):
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
-        # Each entry is its own broker request; send them all at once, not one by one.
-        entries = await asyncio.gather(*(self._ack_one(group, topic, e) for e in request.entries))
-        codes = {e.status.code for e in entries}
-        if not entries:
+        if not request.entries:
             raise ApiError(Code.BAD_REQUEST, "no entry to ack")
+        statuses = await self._ack_entries(group, topic, list(request.entries))
+        entries = [
+            api.AckMessageResultEntry(
+                message_id=e.message_id, receipt_handle=e.receipt_handle, status=status
+            )
+            for e, status in zip(request.entries, statuses, strict=True)
+        ]
+        codes = {status.code for status in statuses}
         status = (
-            entries[0].status
+            statuses[0]
             if len(codes) == 1
             else pb.Status(code=Code.MULTIPLE_RESULTS, message="entries have different results")
         )
         return api.AckMessageResponse(status=status, entries=entries)
 
-    async def _ack_one(self, group: str, topic: str, entry) -> api.AckMessageResultEntry:
-        try:
-            handle = parse_receipt_handle(entry.receipt_handle)
-            client = await self.broker_for(handle.broker, topic)
+    async def _ack_entries(self, group: str, topic: str, entries: list) -> list[pb.Status]:
+        """Ack every entry, each broker's share in one batch, all brokers at once; return a
+        status per entry."""
+        statuses: list[pb.Status | None] = [None] * len(entries)
+        by_broker: dict[str, list[tuple[int, ReceiptHandle]]] = {}
+        for i, entry in enumerate(entries):
             try:
-                await client.ack(
-                    group, topic, handle.extra_info, timeout=self.config.receive.broker_timeout_s
-                )
-            except BrokerError as exc:
-                raise ApiError(
-                    _ack_error_code(exc.code), f"{handle.broker}: {exc.remark}"
-                ) from None
-            except RemotingError as exc:
-                raise ApiError(Code.PROXY_TIMEOUT, f"{handle.broker}: {exc}") from None
-            status = ok()
-        except ApiError as err:
-            status = err.status
-        return api.AckMessageResultEntry(
-            message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
-        )
+                handle = parse_receipt_handle(entry.receipt_handle)
+            except ApiError as err:
+                statuses[i] = err.status
+                continue
+            by_broker.setdefault(handle.broker, []).append((i, handle))
+
+        async def ack_on(broker: str, handles: list[tuple[int, ReceiptHandle]]) -> None:
+            try:
+                client = await self.broker_for(broker, topic)
+            except ApiError as err:
+                for i, _ in handles:
+                    statuses[i] = err.status
+                return
+            errors = await client.ack_all(
+                group,
+                topic,
+                [handle.checkpoint for _, handle in handles],
+                timeout=self.config.receive.broker_timeout_s,
+            )
+            for (i, _), error in zip(handles, errors, strict=True):
+                statuses[i] = ok() if error is None else _ack_error(broker, error).status
+
+        await asyncio.gather(*(ack_on(b, handles) for b, handles in by_broker.items()))
+        return [status or ok() for status in statuses]
 
     @unary("ChangeInvisibleDuration")
     async def ChangeInvisibleDuration(self, request: api.ChangeInvisibleDurationRequest, context):
@@ -518,10 +534,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 invisible,
                 timeout=self.config.receive.broker_timeout_s,
             )
-        except BrokerError as exc:
-            raise ApiError(_ack_error_code(exc.code), f"{handle.broker}: {exc.remark}") from None
         except RemotingError as exc:
-            raise ApiError(Code.PROXY_TIMEOUT, f"{handle.broker}: {exc}") from None
+            raise _ack_error(handle.broker, exc) from None
         return api.ChangeInvisibleDurationResponse(
             status=ok(), receipt_handle=f"{extra} {handle.commit_log_offset}"
         )
@@ -603,6 +617,14 @@ def _send_error_code(broker_code: int) -> int:
         ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
         ResponseCode.SYSTEM_BUSY: Code.TOO_MANY_REQUESTS,
     }.get(broker_code, Code.INTERNAL_SERVER_ERROR)
+
+
+def _ack_error(broker: str, error: RemotingError) -> ApiError:
+    """The client's error for a failed ack or invisible-time change: a handle the broker
+    refuses is invalid; a broker that does not answer is a timeout."""
+    if isinstance(error, BrokerError):
+        return ApiError(_ack_error_code(error.code), f"{broker}: {error.remark}")
+    return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")
 
 
 def _ack_error_code(broker_code: int) -> int:

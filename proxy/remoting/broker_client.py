@@ -6,6 +6,7 @@ Headers and response handling follow the RocketMQ client (``MQClientAPIImpl``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,13 @@ from proxy.remoting.message import (
     encode_batch,
     encode_properties,
 )
-from proxy.remoting.popinfo import PopCheckpointInfo, parse_info, retry_flag, topic_for_flag
+from proxy.remoting.popinfo import (
+    PopCheckpointInfo,
+    batch_ack_body,
+    parse_info,
+    retry_flag,
+    topic_for_flag,
+)
 
 DEFAULT_TIMEOUT = 3.0
 
@@ -87,6 +94,8 @@ class BrokerClient:
         self.address = address
         self.remoting = client or RemotingClient(address)
         self.observer = observer
+        # Cleared when the broker answers BATCH_ACK_MESSAGE with "not supported".
+        self.batch_ack_supported = True
 
     async def close(self) -> None:
         await self.remoting.close()
@@ -314,6 +323,45 @@ class BrokerClient:
         info = PopCheckpointInfo.parse(extra_info)
         fields = self._checkpoint_fields(group, topic, info, extra_info)
         self._check(await self._call(RequestCode.ACK_MESSAGE, fields, timeout=timeout), "ack")
+
+    async def ack_all(
+        self,
+        group: str,
+        topic: str,
+        checkpoints: list[PopCheckpointInfo],
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> list[RemotingError | None]:
+        """Ack several messages popped from this broker; per message, None or its error.
+
+        Several go in one BATCH_ACK_MESSAGE (RocketMQ 5.1+): one request instead of one per
+        message, for the proxy and for the broker. A broker that does not know the code gets
+        one ACK_MESSAGE per message from then on. A batch shares one answer, so every message
+        in it gets the same error.
+        """
+        if len(checkpoints) > 1 and self.batch_ack_supported:
+            try:
+                response = await self._call(
+                    RequestCode.BATCH_ACK_MESSAGE,
+                    {},
+                    batch_ack_body(self.name, group, topic, checkpoints),
+                    timeout=timeout,
+                )
+                self._check(response, "batch ack")
+                return [None] * len(checkpoints)
+            except BrokerError as exc:
+                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    return [exc] * len(checkpoints)
+                self.batch_ack_supported = False
+            except RemotingError as exc:
+                return [exc] * len(checkpoints)
+        outcomes = await asyncio.gather(
+            *(self.ack(group, topic, ck.encode(), timeout) for ck in checkpoints),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, RemotingError):
+                raise outcome
+        return [outcome if isinstance(outcome, RemotingError) else None for outcome in outcomes]
 
     async def change_invisible_time(
         self,

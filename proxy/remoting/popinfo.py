@@ -10,7 +10,10 @@ joined by ``;``; the retry flag says which topic a queue belongs to.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
+
+import orjson
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
@@ -85,6 +88,45 @@ class PopCheckpointInfo:
             )
         except ValueError:
             raise ValueError(f"extraInfo {text!r} has a non-numeric field") from None
+
+
+def batch_ack_body(
+    broker: str, group: str, topic: str, checkpoints: list[PopCheckpointInfo]
+) -> bytes:
+    """The BATCH_ACK_MESSAGE body acking ``checkpoints`` (``BatchAckMessageRequestBody``).
+
+    Messages that one pop took from one queue share a checkpoint; each such group becomes
+    one entry whose bit set marks the acked offsets relative to the checkpoint's start
+    (``b``: base64 of Java's ``BitSet.toByteArray()``, bit i of byte j is offset 8j+i).
+    ``topic`` is the topic popped; the retry flag ``r`` tells the broker the real one.
+    """
+    offsets: dict[tuple[int, int, int, int, int, int], list[int]] = {}
+    for ck in checkpoints:
+        # A handle whose offset lies before its start is not one a broker made; it gets an
+        # entry of its own (start = its offset), which the broker answers as it would a
+        # single ack of it.
+        start = min(ck.start_offset, ck.queue_offset)
+        key = (ck.retry, ck.queue_id, start, ck.pop_time, ck.invisible_time, ck.revive_qid)
+        offsets.setdefault(key, []).append(ck.queue_offset - start)
+    acks = []
+    for (retry, queue_id, start, pop_time, invisible, revive_qid), indexes in offsets.items():
+        bits = bytearray(max(indexes) // 8 + 1)
+        for i in indexes:
+            bits[i // 8] |= 1 << (i % 8)
+        acks.append(
+            {
+                "c": group,
+                "t": topic,
+                "r": str(retry),
+                "so": start,
+                "q": queue_id,
+                "rq": revive_qid,
+                "pt": pop_time,
+                "it": invisible,
+                "b": base64.b64encode(bits).decode(),
+            }
+        )
+    return orjson.dumps({"brokerName": broker, "acks": acks})
 
 
 def join_info(entries: list[tuple[int, int, str]]) -> str:

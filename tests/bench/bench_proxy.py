@@ -115,7 +115,10 @@ async def run(args: argparse.Namespace) -> dict:
                 )
         if "overhead" in wanted:
             results["overhead"] = await scenarios.overhead(
-                system, rounds=args.rounds, messages=args.overhead_messages
+                system,
+                rounds=args.rounds,
+                messages=args.overhead_messages,
+                profile=str(args.out) if args.profile else None,
             )
             o = results["overhead"]
             print(
@@ -124,6 +127,9 @@ async def run(args: argparse.Namespace) -> dict:
                 f"({o['proxy_share_of_direct']:.0%})",
                 flush=True,
             )
+            for path, spent in o["cpu_ms_per_1000"].items():
+                parts = ", ".join(f"{who} {ms_}" for who, ms_ in spent.items())
+                print(f"  CPU ms per 1,000 messages, {path} path: {parts}", flush=True)
     finally:
         await system.stop()
     return results
@@ -190,6 +196,11 @@ def main() -> None:
         "--fanin-polls", type=lambda s: [int(x) for x in s.split(",")], default=[2000, 5000]
     )
     p.add_argument("--overhead-messages", type=int, default=20_000)
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the notify proxy during the overhead scenario (speedscope JSON in --out)",
+    )
     p.add_argument("--out", default="results/bench", help="directory for results.json and charts")
     args = p.parse_args()
     out = Path(args.out)

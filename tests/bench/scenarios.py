@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import signal
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -366,9 +367,52 @@ async def _consume(
     return consumed / elapsed
 
 
-async def overhead(system: System, *, rounds: int, messages: int, workers: int = 16) -> dict:
-    """Pop+ack throughput through the proxy (notify mode) against straight to the brokers."""
+@contextlib.asynccontextmanager
+async def _profiled(pid: int, out: str | None):
+    """py-spy samples process ``pid`` while the block runs, when ``out`` names a file
+    (a speedscope JSON, plus a raw collapsed-stack file beside it for text summaries)."""
+    if out is None:
+        yield
+        return
+    spies = [
+        await asyncio.create_subprocess_exec(
+            "py-spy", "record", "-p", str(pid), "-r", "250", "--nonblocking",
+            "-f", fmt, "-o", path,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )
+        for fmt, path in (("speedscope", out), ("raw", out + ".raw"))
+    ]  # fmt: skip
+    await asyncio.sleep(1.0)  # py-spy attaches before the measured work starts
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for spy in spies:
+            try:
+                await asyncio.wait_for(spy.wait(), 30)
+            except TimeoutError:
+                spy.kill()
+                await spy.wait()
+
+
+def _cpu_seconds(system: System) -> dict[str, float]:
+    """CPU seconds so far of the notify proxy, all brokers, and this load generator."""
+    return {
+        "proxy": system.proxies["notify"].cpu_seconds(),
+        "brokers": sum(b.cpu_seconds() for b in system.brokers),
+        "load_generator": time.process_time(),
+    }
+
+
+async def overhead(
+    system: System, *, rounds: int, messages: int, workers: int = 16, profile: str | None = None
+) -> dict:
+    """Pop+ack throughput through the proxy (notify mode) against straight to the brokers,
+    and the CPU each process spent per 1,000 messages on each path. With ``profile`` (a
+    directory), py-spy samples the proxy during the proxy path's last round."""
     rates: dict[str, list[float]] = {"proxy": [], "direct": []}
+    cpu: dict[str, dict[str, float]] = {"proxy": {}, "direct": {}}
     per_request = 32 * len(system.broker_clients)
     total = messages // per_request * per_request
     for round_no in range(rounds):
@@ -376,11 +420,23 @@ async def overhead(system: System, *, rounds: int, messages: int, workers: int =
             topic, group = f"over-{path}-{round_no}", f"over-{path}"
             await system.create_topic(topic)
             await _fill(system, topic, total)
-            rates[path].append(await _consume(system, path, topic, group, total, workers))
+            profile_to = None
+            if profile and path == "proxy" and round_no == rounds - 1:
+                profile_to = f"{profile}/proxy-overhead.speedscope.json"
+            async with _profiled(system.proxies["notify"].pid, profile_to):
+                before = _cpu_seconds(system)
+                rates[path].append(await _consume(system, path, topic, group, total, workers))
+                after = _cpu_seconds(system)
+            for who, seconds in after.items():
+                spent = (seconds - before[who]) * 1e6 / total  # ms per 1,000 messages
+                cpu[path][who] = cpu[path].get(who, 0.0) + spent / rounds
     proxy_rate, direct_rate = statistics.median(rates["proxy"]), statistics.median(rates["direct"])
     return {
         "proxy_msgs_per_s": round(proxy_rate),
         "direct_msgs_per_s": round(direct_rate),
         "proxy_share_of_direct": round(proxy_rate / direct_rate, 3),
+        "cpu_ms_per_1000": {
+            path: {who: round(ms_, 1) for who, ms_ in spent.items()} for path, spent in cpu.items()
+        },
         "rounds": rates,
     }

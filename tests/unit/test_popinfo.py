@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import base64
+
+import orjson
 import pytest
 
 from proxy.remoting.filter import FilterExpressionError, TagFilter
 from proxy.remoting.popinfo import (
     PopCheckpointInfo,
+    batch_ack_body,
     join_info,
     parse_info,
     pop_retry_topic,
@@ -58,3 +62,28 @@ def test_tag_filters():
             TagFilter.parse(bad)
     with pytest.raises(FilterExpressionError):
         TagFilter.parse("a > 1", "SQL92")
+
+
+def test_batch_ack_body_groups_by_checkpoint_and_sets_java_bitset_bits():
+    # Three messages of one pop from queue 2 (start 100), one from another pop.
+    def ck(start: int, offset: int, pop_time: int = 1_700_000_000_000) -> PopCheckpointInfo:
+        return PopCheckpointInfo(start, pop_time, 30_000, 0, 0, "broker-a", 2, offset)
+
+    body = orjson.loads(
+        batch_ack_body(
+            "broker-a", "G", "T", [ck(100, 100), ck(100, 101), ck(100, 109), ck(500, 503, 7)]
+        )
+    )
+
+    assert body["brokerName"] == "broker-a"
+    first, second = body["acks"]
+    assert (first["c"], first["t"], first["r"], first["q"]) == ("G", "T", "0", 2)
+    assert (first["so"], first["pt"], first["it"], first["rq"]) == (
+        100,
+        1_700_000_000_000,
+        30_000,
+        0,
+    )
+    # Java's BitSet.toByteArray(): bits 0, 1 and 9 are bytes 0x03 0x02.
+    assert base64.b64decode(first["b"]) == bytes([0x03, 0x02])
+    assert (second["so"], second["pt"], base64.b64decode(second["b"])) == (500, 7, bytes([0x08]))
