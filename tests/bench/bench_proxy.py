@@ -54,6 +54,7 @@ BUSY_COLUMNS = [
 FANIN_COLUMNS = [
     "polls_in_flight",
     "proxy_kb_per_poll",
+    "proxy_kb_per_poll_from_zero",
     "broker_parked_pops",
     "broker_parked_notifications",
     "wakeup_ms_p50",

@@ -2,15 +2,17 @@
 
     .venv/bin/python -m tests.bench.grpc_floor [--calls 2000]
 
-A bare grpc.aio server whose ReceiveMessage only sleeps, held open by a client process
-with the lean client's calls; prints the server's RSS growth per parked call. Compare it
-with the proxy's KB per idle poll in the fan-in scenario (make bench).
+A bare grpc.aio server whose ReceiveMessage only waits, held open by client processes with
+the lean client's calls; prints the server's RSS growth per parked call, between half and
+all of the calls (as the fan-in scenario measures the proxy) and from none. Compare it with
+the proxy's KB per idle poll in the fan-in scenario (make bench).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -32,8 +34,14 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 
 
 class ParkingService(service_pb2_grpc.MessagingServiceServicer):
+    """Parks every ReceiveMessage until ``release`` is set (or 30 s pass)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
     async def ReceiveMessage(self, request, context):
-        await asyncio.sleep(30)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.release.wait(), 30)
 
 
 def rss_bytes() -> int:
@@ -44,23 +52,34 @@ def rss_bytes() -> int:
 async def main(calls: int) -> None:
     server = grpc.aio.server()
     port = server.add_insecure_port("127.0.0.1:0")
-    service_pb2_grpc.add_MessagingServiceServicer_to_server(ParkingService(), server)
+    service = ParkingService()
+    service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
     await server.start()
     await asyncio.sleep(0.5)
     before = rss_bytes()
-    client = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CLIENT, f"127.0.0.1:{port}", str(calls)
-    )
+    half = calls // 2
+    clients = []
     try:
-        await asyncio.sleep(8.0)  # the client opens its calls
-        held = calls
-        grown = rss_bytes() - before
-        print(f"{held} calls opened: {grown / max(held, 1) / 1024:.1f} KB per call")
+        grown = []
+        for _ in range(2):  # two halves: the second shows the cost per call, not the arenas
+            clients.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", CLIENT, f"127.0.0.1:{port}", str(half)
+                )
+            )
+            await asyncio.sleep(8.0)  # the client opens its calls
+            grown.append(rss_bytes() - before)
+        print(
+            f"{2 * half} calls opened: {(grown[1] - grown[0]) / half / 1024:.1f} KB per call "
+            f"(between half and all), {grown[1] / (2 * half) / 1024:.1f} KB per call from none"
+        )
     finally:
-        client.kill()
-        await client.wait()
+        service.release.set()  # the calls end normally, not cancelled by the stop
+        await asyncio.sleep(0.5)
+        for client in clients:
+            client.kill()
+            await client.wait()
         await server.stop(0)
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
