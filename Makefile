@@ -58,6 +58,12 @@ bench: $(BENCH_STAMP) bench-broker
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py
 
+# The lean load generator checked once against the official Python SimpleConsumer: the same
+# sparse workload through a notify proxy, both side by side (results/bench/calibration.json).
+.PHONY: bench-calibrate
+bench-calibrate: $(BENCH_STAMP) interop-deps
+	$(BIN)/python -m tests.bench.calibrate_client --out results/bench
+
 clean: clean-interop
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
 

@@ -1,0 +1,147 @@
+"""The official RocketMQ 5 Python client (rocketmq-python-client 5.1.2) as a benchmark
+consumer, for ``tests/bench/calibrate_client.py``: one SimpleConsumer that receives, acks each
+message (one AckMessage per message, as that client does) and receives again, until told to
+stop.
+
+Run it with ``.venv-interop/bin/python`` (``make interop-deps``), never with the project's own
+interpreter: the client bundles its own ``apache.rocketmq.v2`` descriptors and protobuf. It
+imports nothing of the project. ``tests/interop/python_client.py`` documents what the client
+requires of the server. Set HOME to move the client's log (~/logs/rocketmq_python).
+
+    official_consumer.py --endpoint HOST:PORT --group G --topic T --await-seconds S
+        [--batch 16] [--invisible-seconds 30] [--deadline-seconds D]
+
+Stops after the receive in progress when stdin reaches end of file (or reads "stop"), then
+shuts the consumer down. One JSON object per line on stdout, flushed at once:
+
+    {"event": "ready", "t": <time.time()>, "endpoints": [...]}   started, route and settings in
+    {"event": "message", "t": ..., "id": ..., "body": ..., "attempt": ...}  t = receive returned
+    {"event": "empty", "t": ...}                                 a receive without messages
+    {"event": "error", "t": ..., "error": "..."}                 a receive or an ack failed
+    {"event": "done", "receives": n, "empty": n, "acks": n, "errors": n}
+
+Exit 0; 1 when start-up fails; 3 when the whole run overran --deadline-seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+REQUEST_TIMEOUT_SECONDS = 3  # the client's default
+
+
+def emit(event: str, **fields) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def arm_watchdog(seconds: float) -> None:
+    """Bound the whole run: the client has waits without a timeout of their own."""
+
+    def expire() -> None:
+        sys.stderr.write(f"official_consumer: deadline of {seconds:.0f}s exceeded\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def watch_stdin(stop: threading.Event) -> None:
+    def read() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                break
+        stop.set()
+
+    threading.Thread(target=read, name="stdin-watch", daemon=True).start()
+
+
+def run(args: argparse.Namespace) -> int:
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(
+        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
+    )
+    consumer = SimpleConsumer(
+        config,
+        args.group,
+        {args.topic: FilterExpression("*")},
+        await_duration=args.await_seconds,
+    )
+    consumer.startup()
+    stop = threading.Event()
+    receives = empty = acks = errors = 0
+    try:
+        endpoints = sorted(str(e) for e in consumer.route_manager.get_all_endpoints().values())
+        if not endpoints:
+            raise RuntimeError(f"no route for topic {args.topic!r}")
+        # Set once a Telemetry answer with status OK and settings came back.
+        if not consumer._init_settings_event.wait(10):
+            raise RuntimeError("no Telemetry settings answer within 10s")
+        emit("ready", t=time.time(), endpoints=endpoints)
+        watch_stdin(stop)
+        while not stop.is_set():
+            receives += 1
+            try:
+                batch = consumer.receive(args.batch, args.invisible_seconds)
+            except Exception as exc:
+                errors += 1
+                emit("error", t=time.time(), error=f"receive: {type(exc).__name__}: {exc}")
+                stop.wait(0.5)
+                continue
+            now = time.time()
+            if not batch:
+                empty += 1
+                emit("empty", t=now)
+            for msg in batch:
+                emit(
+                    "message",
+                    t=now,
+                    id=msg.message_id,
+                    body=msg.body.decode("utf-8", "replace") if msg.body else "",
+                    attempt=msg.delivery_attempt,
+                )
+            for msg in batch:
+                try:
+                    consumer.ack(msg)
+                    acks += 1
+                except Exception as exc:
+                    errors += 1
+                    emit("error", t=time.time(), error=f"ack: {type(exc).__name__}: {exc}")
+    finally:
+        consumer.shutdown()
+    emit("done", receives=receives, empty=empty, acks=acks, errors=errors)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="official_consumer.py", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--await-seconds", type=int, required=True)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--invisible-seconds", type=int, default=30)
+    parser.add_argument("--deadline-seconds", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    arm_watchdog(args.deadline_seconds)
+    try:
+        return run(args)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.write(f"official_consumer failed: {type(exc).__name__}: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
