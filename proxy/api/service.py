@@ -36,6 +36,9 @@ from proxy.remoting.message import Prop, UniqueIdGenerator
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
+# Recorded for a ReceiveMessage the client cancelled; not a code the API defines, so it
+# never reaches a client.
+CLIENT_CANCELLED = -1
 # FIFO needs ordered pops and transactions need half messages; neither is offered.
 ACCEPTED_TYPES = [pb.MessageType.NORMAL, pb.MessageType.DELAY]
 # Broker errors that another broker may not have (the producer's retry list).
@@ -326,6 +329,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ApiError as err:
             code = err.code
             await context.write(api.ReceiveMessageResponse(status=err.status))
+        except asyncio.CancelledError:
+            code = CLIENT_CANCELLED  # the client went away; the engine handed messages back
+            raise
         else:
             code = await self._deliver(result, req, context)
         finally:
@@ -435,6 +441,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             outcome = "found"
         elif code == Code.MESSAGE_NOT_FOUND:
             outcome = "empty"
+        elif code == CLIENT_CANCELLED:
+            outcome = "cancelled"
         else:
             outcome = code_name(code)
         mode = result.mode if result else self.engine.current_mode(req.group, req.topic)

@@ -11,7 +11,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.api.v2 import definition_pb2 as pb
-from tests.integration._util import send_to
+from tests.integration._util import send_to, wait_until
 
 T, G = "T", "G"
 
@@ -126,6 +126,19 @@ async def test_scenario_metrics_and_events(start_proxy, lean, tmp_path):
             "notifications",
             "broker",
         }
+
+
+async def test_a_cancelled_receive_is_recorded_as_cancelled(start_proxy, lean, tmp_path):
+    app = await start_proxy(mode="notify", event_log_dir=str(tmp_path))
+    poll = asyncio.ensure_future(lean(app).receive(G, T, await_ms=5000))
+    await wait_until(lambda: value(app, "rocketmq_proxy_long_polls_in_flight") == 1)
+    poll.cancel()
+    await wait_until(lambda: value(app, "rocketmq_proxy_receive_total") == 1)
+
+    assert value(app, "rocketmq_proxy_receive_total", result="error") == 1
+    await app.stop()
+    [event] = await asyncio.to_thread(read_events, tmp_path)
+    assert (event["result"], event["messages"]) == ("cancelled", 0)
 
 
 async def test_readyz_turns_false_at_once_on_stop(start_proxy):
