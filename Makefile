@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
+	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
 	@echo "make lint         ruff"
 	@echo "make bench        every receive mode side by side (results/bench), then bench-broker"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
@@ -45,6 +46,12 @@ format: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/rmq-proxy --embedded-brokers 3 --topic TestTopic --topic OrderTopic
+
+# Every component a process of its own, on the DESIGN.md ports (STACK_ARGS=--free-ports
+# or --base-port N to move them); prints every URL, stops them all on Ctrl-C.
+.PHONY: stack
+stack: system-deps $(STAMP)
+	$(BIN)/python deploy/local/stack.py $(STACK_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)

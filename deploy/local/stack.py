@@ -1,0 +1,305 @@
+"""`make stack`: a name server, three brokers, two proxies, Prometheus and the Pushgateway
+on loopback, each a process of its own; prints every URL and stops them all on Ctrl-C.
+
+Run it with the project's virtualenv (``.venv/bin/python deploy/local/stack.py``): the
+``rmq-*`` console scripts are taken from the same ``bin`` directory as the interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from supervisor import Child, StackError, free_port, stop_in_order
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+BROKERS = ("broker-a", "broker-b", "broker-c")
+PROXIES = ("proxy-1", "proxy-2")
+READY_TIMEOUT_S = 30.0
+# A proxy answers its polls in flight at once on SIGTERM, then gives other calls up to
+# 10 s (proxy/app.py); past this it is killed.
+PROXY_STOP_TIMEOUT_S = 35.0
+
+
+@dataclass
+class Ports:
+    """Ports of every component; 0 lets our own servers pick one and print it."""
+
+    namesrv: int
+    brokers: tuple[int, ...]
+    proxy_grpc: tuple[int, ...]
+    proxy_http: tuple[int, ...]
+    prometheus: int
+    pushgateway: int
+
+    @classmethod
+    def defaults(cls) -> Ports:
+        # DESIGN.md's ports; the second proxy adds 100, Prometheus and the Pushgateway
+        # keep their usual ones.
+        return cls(9876, (10911, 10921, 10931), (8081, 8181), (8082, 8182), 9090, 9091)
+
+    @classmethod
+    def from_base(cls, base: int) -> Ports:
+        return cls(
+            base, (base + 1, base + 2, base + 3), (base + 4, base + 6), (base + 5, base + 7),
+            base + 8, base + 9,
+        )  # fmt: skip
+
+    @classmethod
+    def free(cls) -> Ports:
+        # Prometheus and the Pushgateway cannot report a port they chose, so ask the OS.
+        return cls(0, (0, 0, 0), (0, 0), (0, 0), free_port(), free_port())
+
+
+@dataclass
+class Endpoint:
+    """What the stack prints and writes to ``<run dir>/stack.json`` for each component."""
+
+    name: str
+    kind: str  # what the address speaks
+    address: str
+    pid: int
+    log: str
+    urls: list[str]
+
+
+def console_script(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if found is None:
+        raise StackError(f"{name} not found: run `make venv` and start this with .venv/bin/python")
+    return found
+
+
+def system_binary(*names: str) -> str:
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise StackError(f"{names[0]} not found: `make system-deps` installs it (Debian package)")
+
+
+def prepare_prometheus(config_dir: Path, run: Path, proxies: list[str], pushgateway: str) -> Path:
+    """Copy the one Prometheus config and write the targets this stack's ports make."""
+    if not (config_dir / "prometheus.yml").exists():
+        raise StackError(f"{config_dir}/prometheus.yml not found")
+    target = run / "prometheus"
+    shutil.copytree(config_dir, target, ignore=shutil.ignore_patterns("targets", "tests"))
+    targets = target / "targets"
+    targets.mkdir()
+    (targets / "proxies.json").write_text(json.dumps([{"targets": proxies}], indent=2) + "\n")
+    (targets / "pushgateway.json").write_text(json.dumps([{"targets": [pushgateway]}]) + "\n")
+    return target / "prometheus.yml"
+
+
+class Stack:
+    def __init__(self, ports: Ports, run: Path, prometheus_dir: Path, topics: list[str]) -> None:
+        self.ports = ports
+        self.run = run
+        self.prometheus_dir = prometheus_dir
+        self.topics = topics
+        self.logs = run / "logs"
+        self.namesrv: Child | None = None
+        self.brokers: list[Child] = []
+        self.proxies: list[Child] = []
+        self.monitoring: list[Child] = []
+        self.endpoints: list[Endpoint] = []
+
+    def children(self) -> list[Child]:
+        named = [self.namesrv, *self.brokers, *self.proxies, *self.monitoring]
+        return [c for c in named if c is not None]
+
+    def _child(self, name: str, argv: list[str], stop_timeout_s: float = 10.0) -> Child:
+        child = Child(name, argv, self.logs / f"{name}.log", stop_timeout_s=stop_timeout_s)
+        child.start()
+        return child
+
+    def _endpoint(self, child: Child, kind: str, address: str, urls: list[str]) -> None:
+        self.endpoints.append(Endpoint(child.name, kind, address, child.pid, str(child.log), urls))
+
+    def start(self) -> None:
+        self.namesrv = self._child(
+            "namesrv",
+            [console_script("rmq-namesrv-stub"), "--host", HOST, "--port", str(self.ports.namesrv)],
+        )
+        namesrv = self.namesrv.wait_for_log(r"^name server listening on (\S+)", READY_TIMEOUT_S)[1]
+        self._endpoint(self.namesrv, "remoting", namesrv, [])
+        self._start_brokers(namesrv)
+        self._start_proxies(namesrv)
+        self._start_monitoring()
+        (self.run / "stack.json").write_text(
+            json.dumps([asdict(e) for e in self.endpoints], indent=2) + "\n"
+        )
+
+    def _start_brokers(self, namesrv: str) -> None:
+        topics = [arg for t in self.topics for arg in ("--topic", t)]
+        for name, port in zip(BROKERS, self.ports.brokers, strict=True):
+            argv = [console_script("rmq-broker-stub"), "--name", name, "--host", HOST]
+            argv += ["--port", str(port), "--namesrv", namesrv, *topics]
+            self.brokers.append(self._child(name, argv))
+        for broker in self.brokers:
+            line = rf"^broker {broker.name} listening on (\S+)"
+            address = broker.wait_for_log(line, READY_TIMEOUT_S)[1]
+            self._endpoint(broker, "remoting", address, [])
+
+    def _start_proxies(self, namesrv: str) -> None:
+        ports = zip(PROXIES, self.ports.proxy_grpc, self.ports.proxy_http, strict=True)
+        for name, grpc_port, http_port in ports:
+            argv = [console_script("rmq-proxy"), "--proxy-id", name, "--namesrv", namesrv]
+            argv += ["--grpc-host", HOST, "--grpc-port", str(grpc_port)]
+            argv += ["--http-host", HOST, "--http-port", str(http_port)]
+            argv += ["--event-log-dir", str(self.run / "events")]
+            self.proxies.append(self._child(name, argv, PROXY_STOP_TIMEOUT_S))
+        for proxy in self.proxies:
+            ready = proxy.wait_for_log(r"^rmq-proxy ready grpc=(\S+) http=(\S+)", READY_TIMEOUT_S)
+            http = f"http://{ready[2]}"
+            urls = [f"{http}/metrics", f"{http}/readyz", f"{http}/healthz", f"{http}/v1/status"]
+            self._endpoint(proxy, "gRPC", ready[1], urls)
+
+    def _start_monitoring(self) -> None:
+        push = f"{HOST}:{self.ports.pushgateway}"
+        prom = f"{HOST}:{self.ports.prometheus}"
+        proxies_ops = [e.urls[0].split("/")[2] for e in self.endpoints if e.name in PROXIES]
+        config = prepare_prometheus(self.prometheus_dir, self.run, proxies_ops, push)
+        gateway = self._child(
+            "pushgateway",
+            [
+                system_binary("prometheus-pushgateway", "pushgateway"),
+                f"--web.listen-address={push}",
+            ],
+        )
+        prometheus = self._child(
+            "prometheus",
+            [
+                system_binary("prometheus"),
+                f"--config.file={config}",
+                f"--web.listen-address={prom}",
+                f"--storage.tsdb.path={self.run / 'prometheus-data'}",
+            ],
+        )
+        self.monitoring = [gateway, prometheus]
+        gateway.wait_for_http(f"http://{push}/-/ready", READY_TIMEOUT_S)
+        self._endpoint(gateway, "HTTP", push, [f"http://{push}/", f"http://{push}/metrics"])
+        prometheus.wait_for_http(f"http://{prom}/-/ready", READY_TIMEOUT_S)
+        self._endpoint(prometheus, "HTTP", prom, [f"http://{prom}/", f"http://{prom}/targets"])
+
+    def describe(self) -> str:
+        lines = [f"stack ready; run dir {self.run}"]
+        for e in self.endpoints:
+            lines.append(f"  {e.name:<12} {e.kind:<8} {e.address:<22} pid {e.pid}")
+            lines.extend(f"  {'':<21} {url}" for url in e.urls)
+        lines.append(f"  {'logs':<21} {self.logs}")
+        lines.append(f"  {'event logs':<21} {self.run / 'events'}")
+        lines.append("gRPC clients: either proxy address above. Ctrl-C stops everything.")
+        return "\n".join(lines)
+
+    def first_exited(self) -> Child | None:
+        return next((c for c in self.children() if c.exited() is not None), None)
+
+    def stop(self) -> bool:
+        # Proxies first, so they can hand undelivered messages back to running brokers.
+        waves = [
+            self.proxies,
+            self.monitoring,
+            self.brokers,
+            [self.namesrv] if self.namesrv else [],
+        ]
+        return stop_in_order(waves, say)
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+class Stop(Exception):
+    """Raised from the SIGINT/SIGTERM handler to leave any wait at once."""
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    # Further signals while stopping are ignored: the stop has its own deadlines.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Stop(signal.Signals(signum).name)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="stack",
+        description="Name server, 3 brokers, 2 proxies, Prometheus and the Pushgateway on "
+        "127.0.0.1. Default ports: name server 9876, brokers 10911/10921/10931, proxy-1 "
+        "8081 (gRPC) 8082 (ops), proxy-2 8181/8182, Prometheus 9090, Pushgateway 9091.",
+    )
+    ports = p.add_mutually_exclusive_group()
+    ports.add_argument(
+        "--base-port",
+        type=int,
+        help="use ten consecutive ports from here: name server, brokers (+1..+3), "
+        "proxy-1 gRPC/ops (+4/+5), proxy-2 (+6/+7), Prometheus (+8), Pushgateway (+9)",
+    )
+    ports.add_argument("--free-ports", action="store_true", help="let the OS pick every port")
+    p.add_argument("--run-dir", help="logs, event logs, Prometheus data (default: a new temp dir)")
+    p.add_argument(
+        "--prometheus-dir",
+        default=str(REPO / "deploy" / "prometheus"),
+        help="directory with prometheus.yml and rules/ (default deploy/prometheus)",
+    )
+    p.add_argument(
+        "--topic",
+        action="append",
+        help="topic created on every broker (repeatable; default TestTopic and OrderTopic)",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.free_ports:
+        ports = Ports.free()
+    elif args.base_port is not None:
+        ports = Ports.from_base(args.base_port)
+    else:
+        ports = Ports.defaults()
+    if args.run_dir:
+        run = Path(args.run_dir).resolve()
+        run.mkdir(parents=True, exist_ok=True)
+    else:
+        run = Path(tempfile.mkdtemp(prefix="rmq-stack-"))
+    topics = args.topic or ["TestTopic", "OrderTopic"]
+    stack = Stack(ports, run, Path(args.prometheus_dir).resolve(), topics)
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    failed = False
+    try:
+        say(f"starting the stack; logs in {run / 'logs'}")
+        stack.start()
+        say(stack.describe())
+        while (dead := stack.first_exited()) is None:
+            time.sleep(0.5)
+        say(f"{dead.name} exited with code {dead.exited()}; last lines of {dead.log}:")
+        say(dead.log_tail())
+        failed = True
+    except Stop as why:
+        say(f"{why}: stopping")
+    except StackError as exc:
+        say(f"error: {exc}")
+        failed = True
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        clean = stack.stop()
+    say(f"stopped; logs kept in {run}")
+    return 1 if failed or not clean else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

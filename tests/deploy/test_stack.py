@@ -1,0 +1,168 @@
+"""`make stack` (deploy/local/stack.py) as a process: every component up and answering, a
+message through each proxy, Prometheus scraping, then a clean stop on SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from proxy.api.v2 import definition_pb2 as pb
+from tests.lean_client import LeanClient
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = REPO / "deploy" / "local" / "stack.py"
+COMPONENTS = {
+    "namesrv", "broker-a", "broker-b", "broker-c", "proxy-1", "proxy-2", "prometheus",
+    "pushgateway",
+}  # fmt: skip
+
+pytestmark = pytest.mark.slow
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = path.read_text() if path.exists() else ""
+        if text in out:
+            return out
+        if proc.poll() is not None:
+            raise AssertionError(f"stack exited with {proc.returncode}:\n{out}")
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not printed within {timeout}s")
+
+
+@pytest.fixture
+def stack(tmp_path):
+    """The stack on free ports; stopped (and every child killed by pid) at the end."""
+    run = tmp_path / "run"
+    out_path = tmp_path / "stack.out"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(STACK), "--free-ports", "--run-dir", str(run)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    endpoints: list[dict] = []
+    try:
+        printed = _wait_for_text(out_path, "Ctrl-C stops everything", proc, timeout=90)
+        endpoints = json.loads((run / "stack.json").read_text())
+        yield proc, printed, {e["name"]: e for e in endpoints}, run, out_path
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for e in endpoints:
+            if _alive(e["pid"]):
+                os.kill(e["pid"], signal.SIGKILL)
+
+
+async def _get(http: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as r:
+        return r.status, await r.text()
+
+
+async def _send_and_receive(via: str, to: str, group: str, topic: str) -> None:
+    """Send through one proxy and receive the same message through the other."""
+    sender, receiver = LeanClient(via), LeanClient(to)
+    try:
+        body = f"through {via} to {to}".encode()
+        sent = await sender.send(topic, body)
+        assert sent.status.code == pb.Code.OK, sent.status
+        got = None
+        for _ in range(5):  # bounded: each poll waits at most 5 s
+            got = await receiver.receive(group, topic, await_ms=5000)
+            if got.messages:
+                break
+        assert got is not None and [m.body for m in got.messages] == [body]
+        acked = await receiver.ack(group, topic, got.messages)
+        assert acked.status.code == pb.Code.OK
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+def _rule_groups() -> set[str]:
+    names = set()
+    for path in (REPO / "deploy" / "prometheus" / "rules").glob("*.yml"):
+        names |= {g["name"] for g in yaml.safe_load(path.read_text())["groups"]}
+    return names
+
+
+async def test_stack_serves_then_stops_cleanly_on_sigint(stack):
+    proc, printed, endpoints, run, out_path = stack
+    assert set(endpoints) == COMPONENTS
+    for e in endpoints.values():  # every address and URL is printed, with its pid
+        assert e["address"] in printed and f"pid {e['pid']}" in printed
+        assert all(url in printed for url in e["urls"])
+        assert _alive(e["pid"])
+    proxies = [endpoints["proxy-1"], endpoints["proxy-2"]]
+    prometheus = endpoints["prometheus"]["urls"][0].rstrip("/")
+
+    async with aiohttp.ClientSession() as http:
+        for p in proxies:
+            readyz = next(u for u in p["urls"] if u.endswith("/readyz"))
+            assert (await _get(http, readyz))[0] == 200
+        await _send_and_receive(
+            proxies[0]["address"], proxies[1]["address"], "stack-g1", "TestTopic"
+        )
+        await _send_and_receive(
+            proxies[1]["address"], proxies[0]["address"], "stack-g2", "OrderTopic"
+        )
+
+        status, text = await _get(http, endpoints["pushgateway"]["urls"][1])
+        assert status == 200 and "pushgateway_build_info" in text
+
+        # Prometheus scrapes both proxies and the Pushgateway (the first scrape comes
+        # within one scrape interval, 15 s in deploy/prometheus/prometheus.yml).
+        wanted = {p["urls"][0].split("/")[2] for p in proxies}
+        wanted.add(endpoints["pushgateway"]["address"])
+        up: set[str] = set()
+        for _ in range(120):
+            _, body = await _get(http, f"{prometheus}/api/v1/targets")
+            active = json.loads(body)["data"]["activeTargets"]
+            up = {t["labels"]["instance"] for t in active if t["health"] == "up"}
+            if wanted <= up:
+                break
+            await asyncio.sleep(0.5)
+        assert wanted <= up, f"targets up: {up}"
+        _, body = await _get(http, f"{prometheus}/api/v1/rules")
+        loaded = {g["name"] for g in json.loads(body)["data"]["groups"]}
+        assert loaded == _rule_groups()
+
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    out = out_path.read_text()
+    for e in endpoints.values():
+        assert not _alive(e["pid"]), f"{e['name']} (pid {e['pid']}) still running"
+        assert f"{e['name']:<12} stopped" in out
+    # Each proxy wrote the receives it served to its event log under the run dir.
+    for name, group in (("proxy-1", "stack-g2"), ("proxy-2", "stack-g1")):
+        lines = [
+            json.loads(line)
+            for f in (run / "events" / f"proxy={name}").rglob("*.jsonl")
+            for line in f.read_text().splitlines()
+        ]
+        assert any(r["group"] == group and r["messages"] == 1 for r in lines), lines
