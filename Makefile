@@ -29,7 +29,7 @@ venv: $(STAMP)
 system-deps:
 	scripts/system-deps.sh
 
-test: system-deps $(STAMP) interop-deps
+test: system-deps $(STAMP) interop-deps dashboard-schema-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -103,3 +103,16 @@ test-interop: $(STAMP) interop-deps
 
 clean-interop:
 	rm -rf $(INTEROP_VENV) $(INTEROP_NODE_DIR)/node_modules
+
+# --- Grafana's dashboard types (@grafana/schema) and a TypeScript-to-JSON-Schema generator,
+# from the committed package-lock.json, for tests/deploy/test_grafana_dashboards.py ---
+DASHBOARD_NODE_DIR := tests/deploy/node
+DASHBOARD_NODE_STAMP := $(DASHBOARD_NODE_DIR)/node_modules/.installed
+
+.PHONY: dashboard-schema-deps
+
+$(DASHBOARD_NODE_STAMP): $(DASHBOARD_NODE_DIR)/package.json $(DASHBOARD_NODE_DIR)/package-lock.json
+	cd $(DASHBOARD_NODE_DIR) && $(NPM) ci --no-audit --no-fund
+	touch $@
+
+dashboard-schema-deps: $(DASHBOARD_NODE_STAMP)

@@ -1,0 +1,42 @@
+"""Fixtures shared by the deploy tests: the repository's ops files, free loopback ports, and a
+runnable copy of deploy/prometheus with its targets written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
+GRAFANA_DIR = REPO / "grafana"
+
+
+def free_port() -> int:
+    """A port the OS reports free on 127.0.0.1 (for programs that cannot take port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def make_prometheus_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``make(proxies, pushgateway)``: copy deploy/prometheus (without its tests) into a new
+    temporary directory, write targets/*.json as a deployment does, and return the path of
+    the copied prometheus.yml."""
+
+    def make(proxies: list[str], pushgateway: str) -> Path:
+        target = tmp_path_factory.mktemp("prometheus-config") / "prometheus"
+        shutil.copytree(PROMETHEUS_DIR, target, ignore=shutil.ignore_patterns("targets", "tests"))
+        (target / "targets").mkdir()
+        (target / "targets" / "proxies.json").write_text(json.dumps([{"targets": proxies}]))
+        (target / "targets" / "pushgateway.json").write_text(
+            json.dumps([{"targets": [pushgateway]}])
+        )
+        return target / "prometheus.yml"
+
+    return make
