@@ -176,6 +176,8 @@ class Stack:
             [
                 system_binary("prometheus-pushgateway", "pushgateway"),
                 f"--web.listen-address={push}",
+                # Debian's build defaults to a system-wide file; keep the stack's in its run dir.
+                f"--persistence.file={self.run / 'pushgateway.data'}",
             ],
         )
         prometheus = self._child(
