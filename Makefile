@@ -29,7 +29,7 @@ venv: $(STAMP)
 system-deps:
 	scripts/system-deps.sh
 
-test: system-deps $(STAMP) interop-deps dashboard-schema-deps
+test: system-deps $(STAMP) interop-deps deploy-node-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -73,6 +73,7 @@ bench-calibrate: $(BENCH_STAMP) interop-deps
 
 clean: clean-interop
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(DASHBOARD_NODE_DIR)/node_modules $(K8S_NODE_DIR)/node_modules
 
 # --- Interop harness: the official RocketMQ 5 clients as separate processes (tests/interop) ---
 # The Python client gets its own virtualenv: it bundles generated apache.rocketmq.v2
@@ -104,15 +105,22 @@ test-interop: $(STAMP) interop-deps
 clean-interop:
 	rm -rf $(INTEROP_VENV) $(INTEROP_NODE_DIR)/node_modules
 
-# --- Grafana's dashboard types (@grafana/schema) and a TypeScript-to-JSON-Schema generator,
-# from the committed package-lock.json, for tests/deploy/test_grafana_dashboards.py ---
+# --- Node tools of tests/deploy, each from its committed package-lock.json: Grafana's
+# dashboard types (@grafana/schema) with a TypeScript-to-JSON-Schema generator, and the
+# Prometheus Operator's ServiceMonitor validators for the Kubernetes manifests ---
 DASHBOARD_NODE_DIR := tests/deploy/node
 DASHBOARD_NODE_STAMP := $(DASHBOARD_NODE_DIR)/node_modules/.installed
+K8S_NODE_DIR := deploy/k8s/schema
+K8S_NODE_STAMP := $(K8S_NODE_DIR)/node_modules/.installed
 
-.PHONY: dashboard-schema-deps
+.PHONY: deploy-node-deps
 
 $(DASHBOARD_NODE_STAMP): $(DASHBOARD_NODE_DIR)/package.json $(DASHBOARD_NODE_DIR)/package-lock.json
 	cd $(DASHBOARD_NODE_DIR) && $(NPM) ci --no-audit --no-fund
 	touch $@
 
-dashboard-schema-deps: $(DASHBOARD_NODE_STAMP)
+$(K8S_NODE_STAMP): $(K8S_NODE_DIR)/package.json $(K8S_NODE_DIR)/package-lock.json
+	cd $(K8S_NODE_DIR) && $(NPM) ci --no-audit --no-fund
+	touch $@
+
+deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)

@@ -1,6 +1,6 @@
 """grafana/: every dashboard validates against Grafana's own dashboard schema, which a node
 script generates from the TypeScript types of the npm package @grafana/schema
-(tests/deploy/node, installed by `make dashboard-schema-deps`); the schema rejects broken
+(tests/deploy/node, installed by `make deploy-node-deps`); the schema rejects broken
 dashboards; the queries name only metrics that exist; provisioning matches the deployments.
 
 The PromQL itself is evaluated against a live Prometheus in test_prometheus_live.py."""
@@ -67,7 +67,7 @@ def dashboard_schema() -> dict:
         raise AssertionError("node is not on PATH (Node.js 20 generates the dashboard schema)")
     if not (NODE_DIR / "node_modules" / "@grafana" / "schema").exists():
         raise AssertionError(
-            f"{NODE_DIR}/node_modules is missing: run `make dashboard-schema-deps`"
+            f"{NODE_DIR}/node_modules is missing: run `make deploy-node-deps`"
         )
     result = subprocess.run(
         [node, str(SCHEMA_SCRIPT)], capture_output=True, text=True, timeout=120, check=False
