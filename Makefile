@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv system-deps test test-fast lint format run bench bench-broker clean
+.PHONY: help venv system-deps test test-fast lint format run bench bench-broker clean bench-analytics
 
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
@@ -14,6 +14,7 @@ help:
 	@echo "make lint         ruff"
 	@echo "make bench        every receive mode side by side (results/bench), then bench-broker"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
+	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
 	@echo "make clean        remove the virtualenv and caches"
 
 $(STAMP): pyproject.toml
@@ -59,11 +60,15 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 # The modes side by side (a few minutes), then the broker stub on its own.
-bench: $(BENCH_STAMP) bench-broker
+bench: $(BENCH_STAMP) bench-broker bench-analytics
 	$(BIN)/python -m tests.bench.bench_proxy --out results/bench
 
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py
+
+# The Spark job on 10 million generated records, local[2] (generated once into /tmp).
+bench-analytics: $(STAMP)
+	$(BIN)/python -m tests.bench.bench_analytics --records 10000000
 
 # The lean load generator checked once against the official Python SimpleConsumer: the same
 # sparse workload through a notify proxy, both side by side (results/bench/calibration.json).

@@ -1,0 +1,54 @@
+"""The event-log record as Spark reads it, and the columns of the aggregates it writes.
+
+The record's fields are DESIGN.md's ("The event log") and proxy/observability/eventlog.py's
+``ReceiveEvent``, in order. An explicit schema skips inference (a full extra pass over the
+input) and makes a line that does not fit land in the corrupt-record column instead of
+silently changing a column's type.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+CORRUPT = "_corrupt_record"
+
+# Partition columns of the log layout <dir>/proxy=<id>/date=<YYYY-MM-DD>/. ``proxy`` is also a
+# field of the record; ``date`` is only in the path. Both are strings here: left to
+# inference, Spark would turn the date into a DateType and a numeric proxy id into an int.
+PARTITION_DATE = "date"
+
+EVENT_FIELDS: tuple[tuple[str, T.DataType], ...] = (
+    ("ts", T.LongType()),
+    ("proxy", T.StringType()),
+    ("group", T.StringType()),
+    ("topic", T.StringType()),
+    ("mode", T.StringType()),
+    ("is_long_polling", T.BooleanType()),
+    ("is_short_polling_hit", T.BooleanType()),
+    ("polling_ms", T.LongType()),
+    ("wait_ms", T.LongType()),
+    ("messages", T.LongType()),
+    ("result", T.StringType()),
+    ("pops", T.LongType()),
+    ("notifications", T.LongType()),
+    ("broker", T.StringType()),
+)
+
+# Every field but ``broker`` (null when nothing was delivered) must be present: a line
+# without one of them cannot be counted in any aggregate and is reported as malformed.
+REQUIRED_FIELDS = tuple(name for name, _ in EVENT_FIELDS if name != "broker")
+
+EVENT_SCHEMA = T.StructType(
+    [T.StructField(name, dtype, nullable=True) for name, dtype in EVENT_FIELDS]
+    + [
+        T.StructField(CORRUPT, T.StringType(), nullable=True),
+        T.StructField(PARTITION_DATE, T.StringType(), nullable=True),
+    ]
+)
+
+# The aggregates: one row per window, proxy (or the fleet), group, topic and mode.
+FLEET = "_fleet"
+GROUP_KEYS = ("proxy", "group", "topic", "mode")
+ROW_KEY = ("window_start", *GROUP_KEYS)
+# Wait-time quantile (as the Pushgateway label spells it) -> column of the aggregates.
+WAIT_COLUMNS = {"0.5": "wait_p50_ms", "0.9": "wait_p90_ms", "0.99": "wait_p99_ms"}

@@ -1,0 +1,57 @@
+"""Writing the aggregates: Parquet partitioned by date, a date replaced, never appended to.
+
+Batch: each run overwrites exactly the date partitions it produced (dynamic partition
+overwrite), so re-running a day replaces it and leaves the other days alone.
+
+Stream: a micro-batch in update mode holds the new state of every window it changed. It is
+merged into its dates' partitions by row key (window, proxy, group, topic, mode) and those
+partitions are rewritten, so a window updated by late records is replaced, not duplicated.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from proxy.analytics.schema import PARTITION_DATE, ROW_KEY
+
+
+def write_dates(aggregates: DataFrame, out: str) -> None:
+    """Replace the date partitions of ``out`` that ``aggregates`` has rows for."""
+    (
+        aggregates.repartition(PARTITION_DATE)  # one file per date: aggregates are small
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy(PARTITION_DATE)
+        .parquet(out)
+    )
+
+
+def path_exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` exists, on whatever file system its URI names (via Hadoop)."""
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return bool(fs.exists(hadoop_path))
+
+
+def read_dates(spark: SparkSession, out: str, schema, dates: list[str] | None) -> DataFrame:
+    """The stored aggregates (of ``dates`` if given); empty if nothing is stored yet."""
+    if not path_exists(spark, out):
+        return spark.createDataFrame([], schema)
+    stored = spark.read.schema(schema).parquet(out)
+    return stored.where(F.col(PARTITION_DATE).isin(dates)) if dates is not None else stored
+
+
+def upsert(batch: DataFrame, out: str) -> list[str]:
+    """Merge a micro-batch of updated windows into ``out``; return the dates rewritten."""
+    spark = batch.sparkSession
+    dates = sorted(r[0] for r in batch.select(PARTITION_DATE).distinct().collect())
+    if not dates:
+        return []
+    stored = read_dates(spark, out, batch.schema, dates)
+    kept = stored.join(batch.select(*ROW_KEY), list(ROW_KEY), "left_anti")
+    # Materialise before writing: the merge reads the very files the write replaces.
+    merged = kept.unionByName(batch).localCheckpoint(eager=True)
+    write_dates(merged, out)
+    return dates

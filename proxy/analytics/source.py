@@ -1,0 +1,70 @@
+"""Reading the event log, in batch or as a stream, and separating malformed lines.
+
+Spark's partition discovery turns ``proxy=<id>/date=<day>`` into columns; a filter on
+``date`` prunes whole directories, so a run over one day reads only that day's files.
+Hidden files (the writer's ``.part-*.inprogress``) are skipped by Spark's file listing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from proxy.analytics.schema import CORRUPT, EVENT_SCHEMA, PARTITION_DATE, REQUIRED_FIELDS
+
+INPUT_METRICS = "input"  # name of the observed input counters (lines, malformed)
+_BAD = "_malformed"
+
+
+def _json_options() -> dict[str, str]:
+    # PERMISSIVE: a line that does not parse, or does not fit the schema, becomes a row with
+    # only the corrupt-record column set, instead of failing the job.
+    return {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def read_events(spark: SparkSession, path: str, dates: Sequence[str] = ()) -> DataFrame:
+    """Every line under ``path`` (any Hadoop-compatible URI), pruned to ``dates`` if given."""
+    df = spark.read.schema(EVENT_SCHEMA).options(**_json_options()).json(path)
+    return _prune(df, dates)
+
+
+def read_event_stream(
+    spark: SparkSession,
+    path: str,
+    dates: Sequence[str] = (),
+    max_files_per_trigger: int | None = None,
+) -> DataFrame:
+    """The same lines as a file stream: each new (renamed, complete) file is read once."""
+    reader = spark.readStream.schema(EVENT_SCHEMA).options(**_json_options())
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    return _prune(reader.json(path), dates)
+
+
+def _prune(df: DataFrame, dates: Sequence[str]) -> DataFrame:
+    return df.where(F.col(PARTITION_DATE).isin(list(dates))) if dates else df
+
+
+def malformed(df: DataFrame) -> Column:
+    """True for a line that did not parse or lacks a required field."""
+    missing = reduce(lambda a, b: a | b, (F.col(name).isNull() for name in REQUIRED_FIELDS))
+    return F.col(CORRUPT).isNotNull() | missing
+
+
+def valid_events(df: DataFrame, observation: Observation | str = INPUT_METRICS) -> DataFrame:
+    """The well-formed rows of ``df``, counting lines and malformed lines as they pass.
+
+    ``observe`` counts during the job's one pass over the input (no second read): after a
+    batch action the counts are in ``observation.get``; for a stream they are in each
+    progress report's ``observedMetrics[observation]``.
+    """
+    flagged = df.withColumn(_BAD, malformed(df))
+    counted = flagged.observe(
+        observation,
+        F.count(F.lit(1)).alias("lines"),
+        F.count_if(F.col(_BAD)).alias("malformed"),
+    )
+    return counted.where(~F.col(_BAD)).drop(CORRUPT, _BAD)

@@ -1,0 +1,98 @@
+"""From stored aggregates to a ``Summary``: a few small queries, collected to the driver.
+
+They run on the aggregates read back from Parquet (small: one row per window and key), not
+on the events, so the report costs no second pass over the input and shows what is stored.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from proxy.analytics.model import Summary, Totals, WindowRow
+from proxy.analytics.recommend import RatePoint, recommend
+from proxy.analytics.schema import FLEET, GROUP_KEYS
+
+_COUNTS = ("requests", "long_polls", "short_poll_hits", "found", "messages")
+
+
+def _utc(seconds: int | None) -> datetime | None:
+    # Collected timestamps would come back naive, in the driver's local time zone; epoch
+    # seconds do not depend on it.
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def summarize(
+    stored: DataFrame,
+    summary: Summary,
+    complete_before: float,
+    target: float,
+    min_requests: int,
+) -> Summary:
+    """Fill ``summary`` from ``stored`` aggregates; a window is complete when it ended at or
+    before ``complete_before`` (epoch seconds). ``summary.latest`` is the latest complete
+    window, or the newest window if none is complete yet."""
+    start = F.unix_seconds("window_start")
+    end = F.unix_seconds("window_end")
+    bounds = stored.agg(F.min(start).alias("first"), F.max(end).alias("last")).first()
+    summary.first_window = _utc(bounds["first"])
+    summary.last_window_end = _utc(bounds["last"])
+
+    fleet = stored.where(F.col("proxy") == FLEET)
+    totals = (
+        fleet.groupBy("group", "topic", "mode")
+        .agg(
+            *(F.sum(c).alias(c) for c in _COUNTS),
+            F.sum(F.col("pops") + F.col("notifications")).alias("broker_requests"),
+        )
+        .orderBy("group", "topic", "mode")
+        .collect()
+    )
+    summary.totals = [Totals(**row.asDict()) for row in totals]
+
+    latest_start = stored.where(end <= F.lit(int(complete_before))).agg(F.max(start)).first()[0]
+    summary.latest_complete = latest_start is not None
+    if latest_start is None:
+        # A log younger than window + lateness has no complete window yet: show and push
+        # the newest one rather than nothing (it is replaced as it fills up).
+        latest_start = stored.agg(F.max(start)).first()[0]
+    if latest_start is not None:
+        rows = (
+            stored.where(start == F.lit(latest_start))
+            .withColumn("window_start", start)
+            .withColumn("window_end", end)
+            # The fleet rollup after its proxies.
+            .orderBy((F.col("proxy") == FLEET), *GROUP_KEYS)
+            .collect()
+        )
+        summary.latest = [
+            WindowRow.from_dict(
+                {
+                    **r.asDict(),
+                    "window_start": _utc(r["window_start"]),
+                    "window_end": _utc(r["window_end"]),
+                }
+            )
+            for r in rows
+        ]
+
+    # The proxy's switch counts each proxy's own requests: one point per proxy and window.
+    points = (
+        stored.where(F.col("proxy") != FLEET)
+        .groupBy("window_start", "window_seconds", "proxy", "group", "topic")
+        .agg(F.sum("requests").alias("requests"), F.sum("short_poll_hits").alias("hits"))
+        .select(
+            "group",
+            "topic",
+            (F.col("requests") / F.col("window_seconds")).alias("rate"),
+            "requests",
+            "hits",
+        )
+        .collect()
+    )
+    summary.recommendations = recommend(
+        (RatePoint(**p.asDict()) for p in points), target, min_requests
+    )
+    return summary

@@ -1,0 +1,47 @@
+"""Writing crafted event logs in the proxy's layout (<dir>/proxy=<id>/date=<day>/*.jsonl)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+from proxy.observability.eventlog import ReceiveEvent
+
+
+def ms(text: str) -> int:
+    """Epoch ms of an ISO UTC time such as ``2024-05-01T10:00:05``."""
+    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def event(ts: str, proxy: str = "p1", group: str = "g", topic: str = "t", **fields) -> dict:
+    """A record with the contract's fields (via the proxy's own ReceiveEvent)."""
+    defaults = dict(
+        mode="notify",
+        is_long_polling=True,
+        is_short_polling_hit=False,
+        polling_ms=20000,
+        wait_ms=10,
+        messages=0,
+        result="empty",
+        pops=1,
+        notifications=0,
+        broker=None,
+    )
+    defaults.update(fields)
+    return asdict(ReceiveEvent(ts=ms(ts), proxy=proxy, group=group, topic=topic, **defaults))
+
+
+def write_log(root: Path, name: str, events: list[dict], extra_lines: list[str] = ()) -> Path:
+    """Write ``events`` (all of one proxy and UTC date) as one part file, then raw lines."""
+    first = events[0] if events else None
+    proxy = first["proxy"] if first else "p1"
+    day = datetime.fromtimestamp(first["ts"] / 1000, UTC).date().isoformat() if first else None
+    assert all(e["proxy"] == proxy for e in events)
+    directory = root / f"proxy={proxy}" / f"date={day}"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.jsonl"
+    lines = [json.dumps(e) for e in events] + list(extra_lines)
+    path.write_text("".join(line + "\n" for line in lines))
+    return path

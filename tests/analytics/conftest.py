@@ -1,0 +1,112 @@
+"""One local SparkSession for every analytics test (a JVM start costs seconds).
+
+local[2] (the CI machine's cores), the driver on loopback, no UI, few shuffle partitions,
+quiet logs. The job's own session settings (UTC, dynamic partition overwrite) are applied
+by ``session.get_session`` when a test runs the job through it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    # Spark would pick the first non-loopback interface for its own services otherwise.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+    from proxy.analytics.session import REQUIRED_SQL_CONF
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmq-polling-report-tests")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        # Micro-batches of a test stream should not wait for the next poll of the source.
+        .config("spark.sql.streaming.pollingDelay", "10ms")
+    )
+    for key, value in REQUIRED_SQL_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def pushgateway(tmp_path):
+    """A real Pushgateway (Debian's prometheus-pushgateway) on a free loopback port; its
+    URL. Stopped by pid at the end, also when the test fails."""
+    binary = shutil.which("prometheus-pushgateway")
+    if binary is None:
+        pytest.fail("prometheus-pushgateway is not installed (scripts/system-deps.sh)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--persistence.file={tmp_path / 'pushgateway.data'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"pushgateway exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("pushgateway not ready within 15 s")
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pushed(url: str, job: str = "rmq_polling_report") -> dict[tuple[str, frozenset], float]:
+    """The job's samples on the Pushgateway: (name, labels without job/instance) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith("rocketmq_polling_report_") or s.labels.get("job") != job:
+                continue
+            labels = {k: v for k, v in s.labels.items() if k not in ("job", "instance")}
+            found[(s.name, frozenset(labels.items()))] = s.value
+    return found
