@@ -14,8 +14,9 @@ RULE = (
     "hits). The threshold is the lowest observed rate at which the windows at that rate or "
     "above, together, hit on the first pop at least the target share of the time (with "
     "enough requests to judge). Above it coupled polling serves almost every poll from the "
-    "first pop, so notification probes are rarely worth their broker requests; if no rate "
-    "qualifies, pop-with-notify stays the better mode at every rate seen."
+    "first pop, so notification probes are rarely worth their broker requests. If no rate "
+    "qualifies, pop-with-notify is the better mode at every rate seen: the threshold goes to "
+    "twice the highest rate, at least the proxy's default; with too few requests, the default."
 )
 
 
