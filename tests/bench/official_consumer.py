@@ -33,25 +33,16 @@ import threading
 import time
 import traceback
 
+# The interop driver's watchdog, shared: that directory holds the official client's drivers.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+from python_client import arm_watchdog
+
 REQUEST_TIMEOUT_SECONDS = 3  # the client's default
 
 
 def emit(event: str, **fields) -> None:
     sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
-
-
-def arm_watchdog(seconds: float) -> None:
-    """Bound the whole run: the client has waits without a timeout of their own."""
-
-    def expire() -> None:
-        sys.stderr.write(f"official_consumer: deadline of {seconds:.0f}s exceeded\n")
-        sys.stderr.flush()
-        os._exit(3)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
 
 
 def watch_stdin(stop: threading.Event) -> None:

@@ -130,7 +130,8 @@ def arm_watchdog(seconds: float) -> None:
     """Bound the whole run: the client has waits without a timeout of their own."""
 
     def expire() -> None:
-        sys.stderr.write(f"python_client: deadline of {seconds:.0f}s exceeded, giving up\n")
+        name = os.path.basename(sys.argv[0])
+        sys.stderr.write(f"{name}: deadline of {seconds:.0f}s exceeded, giving up\n")
         sys.stderr.flush()
         os._exit(3)
 
