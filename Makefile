@@ -5,14 +5,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv system-deps test test-fast lint format run bench bench-broker clean bench-analytics
+.PHONY: help venv system-deps test test-fast lint format run clean
+.PHONY: bench bench-modes bench-calibrate bench-broker bench-analytics
 
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
 	@echo "make lint         ruff"
-	@echo "make bench        every receive mode side by side (results/bench), then bench-broker"
+	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
+	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
+	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
 	@echo "make clean        remove the virtualenv and caches"
@@ -59,9 +62,13 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# The modes side by side (a few minutes), then the broker stub on its own.
-bench: $(BENCH_STAMP) bench-broker bench-analytics
-	$(BIN)/python -m tests.bench.bench_proxy --out results/bench
+# One after another, so that none of them loads the machine under another.
+bench: bench-modes bench-calibrate bench-broker bench-analytics
+
+# The receive modes side by side (about 17 minutes); BENCH_ARGS passes flags, e.g.
+# BENCH_ARGS="--scenarios overhead --profile".
+bench-modes: $(BENCH_STAMP)
+	$(BIN)/python -m tests.bench.bench_proxy --out results/bench $(BENCH_ARGS)
 
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py
@@ -72,7 +79,6 @@ bench-analytics: $(STAMP)
 
 # The lean load generator checked once against the official Python SimpleConsumer: the same
 # sparse workload through a notify proxy, both side by side (results/bench/calibration.json).
-.PHONY: bench-calibrate
 bench-calibrate: $(BENCH_STAMP) interop-deps
 	$(BIN)/python -m tests.bench.calibrate_client --out results/bench
 
