@@ -73,9 +73,10 @@ bench-modes: $(BENCH_STAMP)
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py
 
-# The Spark job on 10 million generated records, local[2] (generated once into /tmp).
+# The Spark job on 10 million generated records, local[2] (generated once into /tmp):
+# one run in a cold JVM, two warm.
 bench-analytics: $(STAMP)
-	$(BIN)/python -m tests.bench.bench_analytics --records 10000000
+	$(BIN)/python -m tests.bench.bench_analytics --records 10000000 --runs 3
 
 # The lean load generator checked once against the official Python SimpleConsumer: the same
 # sparse workload through a notify proxy, both side by side (results/bench/calibration.json).
