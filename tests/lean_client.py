@@ -141,3 +141,18 @@ class LeanClient:
             ),
             metadata=self.metadata,
         )
+
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, message: pb.Message, max_attempts: int
+    ) -> api.ForwardMessageToDeadLetterQueueResponse:
+        return await self.stub.ForwardMessageToDeadLetterQueue(
+            api.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name=group),
+                topic=pb.Resource(name=topic),
+                receipt_handle=message.system_properties.receipt_handle,
+                message_id=message.system_properties.message_id,
+                delivery_attempt=message.system_properties.delivery_attempt,
+                max_delivery_attempts=max_attempts,
+            ),
+            metadata=self.metadata,
+        )

@@ -81,6 +81,7 @@ async def main(calls: int) -> None:
             await client.wait()
         await server.stop(0)
 
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=2000)

@@ -66,9 +66,7 @@ def dashboard_schema() -> dict:
     if node is None:
         raise AssertionError("node is not on PATH (Node.js 20 generates the dashboard schema)")
     if not (NODE_DIR / "node_modules" / "@grafana" / "schema").exists():
-        raise AssertionError(
-            f"{NODE_DIR}/node_modules is missing: run `make deploy-node-deps`"
-        )
+        raise AssertionError(f"{NODE_DIR}/node_modules is missing: run `make deploy-node-deps`")
     result = subprocess.run(
         [node, str(SCHEMA_SCRIPT)], capture_output=True, text=True, timeout=120, check=False
     )

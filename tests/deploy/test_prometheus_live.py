@@ -28,7 +28,6 @@ import pytest
 import yaml
 
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.api.v2 import service_pb2 as api
 from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR, free_port
 from tests.lean_client import LeanClient
 
@@ -151,17 +150,7 @@ async def workload(grpc: str) -> None:
             got = await client.receive(GROUP, TOPIC, await_ms=100, batch=1)
         assert got.messages
         message = got.messages[0]
-        forwarded = await client.stub.ForwardMessageToDeadLetterQueue(
-            api.ForwardMessageToDeadLetterQueueRequest(
-                group=pb.Resource(name=GROUP),
-                topic=pb.Resource(name=TOPIC),
-                receipt_handle=message.system_properties.receipt_handle,
-                message_id=message.system_properties.message_id,
-                delivery_attempt=1,
-                max_delivery_attempts=16,
-            ),
-            metadata=client.metadata,
-        )
+        forwarded = await client.forward_to_dead_letter(GROUP, TOPIC, message, 16)
         assert forwarded.status.code == pb.Code.OK
         # Drain: a coupled poll pops one broker (in turn), so stop after two empty answers.
         empties = 0

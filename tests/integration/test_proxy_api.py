@@ -108,17 +108,7 @@ async def test_forward_to_dead_letter_queue(app, lean):
     client = lean(app)
     await client.send(T, b"poison")
     [msg] = (await client.receive(G, T, await_ms=1000)).messages
-    response = await client.stub.ForwardMessageToDeadLetterQueue(
-        api.ForwardMessageToDeadLetterQueueRequest(
-            group=pb.Resource(name=G),
-            topic=pb.Resource(name=T),
-            receipt_handle=msg.system_properties.receipt_handle,
-            message_id=msg.system_properties.message_id,
-            delivery_attempt=1,
-            max_delivery_attempts=17,
-        ),
-        metadata=client.metadata,
-    )
+    response = await client.forward_to_dead_letter(G, T, msg, 17)
     assert response.status.code == Code.OK
     broker = app.cluster.broker(msg.system_properties.receipt_handle.split(" ")[5])
     assert broker.store.max_offset(f"%DLQ%{G}", 0) == 1
