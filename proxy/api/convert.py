@@ -15,17 +15,32 @@ from proxy.api.validation import RESERVED_PROPERTIES
 from proxy.receive.types import PolledMessage
 from proxy.remoting.message import SYSFLAG_COMPRESSED, Prop
 
+# Messages are built from plain values on the hot path: protobuf's FromMilliseconds is
+# pure Python, and each attribute lookup of a generated enum value goes through a Python
+# __getattr__. Sub-messages given as dicts are cheaper than built ones, which get copied.
+_MD5 = pb.DigestType.MD5
+_IDENTITY = pb.Encoding.IDENTITY
+_NORMAL, _FIFO, _DELAY = pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY
+
+
+def _time_fields(ms: int) -> dict[str, int]:
+    """A Timestamp's fields for epoch milliseconds ``ms``."""
+    seconds, millis = divmod(ms, 1000)
+    return {"seconds": seconds, "nanos": millis * 1_000_000}
+
+
+def _duration_fields(ms: int) -> dict[str, int]:
+    """A Duration's fields: its nanos carry the sign of its seconds."""
+    seconds = int(ms / 1000)
+    return {"seconds": seconds, "nanos": (ms - seconds * 1000) * 1_000_000}
+
 
 def timestamp(ms: int) -> Timestamp:
-    ts = Timestamp()
-    ts.FromMilliseconds(ms)
-    return ts
+    return Timestamp(**_time_fields(ms))
 
 
 def duration(ms: int) -> Duration:
-    d = Duration()
-    d.FromMilliseconds(ms)
-    return d
+    return Duration(**_duration_fields(ms))
 
 
 def md5_hex(body: bytes) -> str:
@@ -38,10 +53,10 @@ def _host(host: tuple[str, int]) -> str:
 
 def _message_type(props: dict[str, str]) -> int:
     if Prop.SHARDING_KEY in props:
-        return pb.MessageType.FIFO
+        return _FIFO
     if Prop.TIMER_DELIVER_MS in props or Prop.DELAY in props or Prop.START_DELIVER_TIME in props:
-        return pb.MessageType.DELAY
-    return pb.MessageType.NORMAL
+        return _DELAY
+    return _NORMAL
 
 
 def to_api_message(polled: PolledMessage, namespace: str = "") -> pb.Message:
@@ -51,31 +66,32 @@ def to_api_message(polled: PolledMessage, namespace: str = "") -> pb.Message:
     body = msg.body
     if msg.sys_flag & SYSFLAG_COMPRESSED:
         body = zlib.decompress(body)  # producers compress with zlib; clients get it plain
-    system = pb.SystemProperties(
-        keys=msg.keys,
-        message_id=msg.msg_id,
-        body_digest=pb.Digest(type=pb.DigestType.MD5, checksum=md5_hex(body)),
-        body_encoding=pb.Encoding.IDENTITY,
-        message_type=_message_type(props),
-        born_timestamp=timestamp(msg.born_timestamp),
-        born_host=_host(msg.born_host),
-        store_timestamp=timestamp(msg.store_timestamp),
-        store_host=_host(msg.store_host),
-        receipt_handle=polled.receipt_handle,
-        queue_id=msg.queue_id,
-        queue_offset=msg.queue_offset,
-        invisible_duration=duration(int(props[Prop.POP_CK].split(" ")[2])),
-        delivery_attempt=msg.reconsume_times + 1,
-    )
-    if msg.tags:
-        system.tag = msg.tags
+    system = {
+        "keys": msg.keys,
+        "message_id": msg.msg_id,
+        "body_digest": {"type": _MD5, "checksum": md5_hex(body)},
+        "body_encoding": _IDENTITY,
+        "message_type": _message_type(props),
+        "born_timestamp": _time_fields(msg.born_timestamp),
+        "born_host": _host(msg.born_host),
+        "store_timestamp": _time_fields(msg.store_timestamp),
+        "store_host": _host(msg.store_host),
+        "receipt_handle": polled.receipt_handle,
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "invisible_duration": _duration_fields(int(props[Prop.POP_CK].split(" ")[2])),
+        "delivery_attempt": msg.reconsume_times + 1,
+    }
+    tag = msg.tags
+    if tag:
+        system["tag"] = tag
     if Prop.SHARDING_KEY in props:
-        system.message_group = props[Prop.SHARDING_KEY]
+        system["message_group"] = props[Prop.SHARDING_KEY]
     if Prop.TIMER_DELIVER_MS in props:
-        system.delivery_timestamp.CopyFrom(timestamp(int(props[Prop.TIMER_DELIVER_MS])))
+        system["delivery_timestamp"] = _time_fields(int(props[Prop.TIMER_DELIVER_MS]))
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
     return pb.Message(
-        topic=pb.Resource(name=msg.topic, resource_namespace=namespace),
+        topic={"name": msg.topic, "resource_namespace": namespace},
         user_properties=user,
         system_properties=system,
         body=body,

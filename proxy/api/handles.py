@@ -35,8 +35,11 @@ class ReceiptHandle:
         return self.checkpoint.next_visible_time <= now_ms
 
 
-def parse_receipt_handle(text: str, *, allow_expired: bool = False) -> ReceiptHandle:
-    """Parse a client's handle; INVALID_RECEIPT_HANDLE when malformed or expired."""
+def parse_receipt_handle(
+    text: str, *, allow_expired: bool = False, now_ms: int | None = None
+) -> ReceiptHandle:
+    """Parse a client's handle; INVALID_RECEIPT_HANDLE when malformed or expired (at
+    ``now_ms``, by default the current time)."""
     if not text or not text.strip():
         raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is blank")
     head, _, offset = text.rpartition(" ")
@@ -44,6 +47,6 @@ def parse_receipt_handle(text: str, *, allow_expired: bool = False) -> ReceiptHa
         handle = ReceiptHandle(PopCheckpointInfo.parse(head), int(offset))
     except ValueError as exc:
         raise ApiError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}") from None
-    if not allow_expired and handle.expired():
+    if not allow_expired and handle.expired(now_ms):
         raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt handle has expired")
     return handle

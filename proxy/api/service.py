@@ -500,9 +500,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         status per entry."""
         statuses: list[pb.Status | None] = [None] * len(entries)
         by_broker: dict[str, list[tuple[int, ReceiptHandle]]] = {}
+        now_ms = int(time.time() * 1000)
+        acked = ok()  # one object for every entry: the response copies it into each
         for i, entry in enumerate(entries):
             try:
-                handle = parse_receipt_handle(entry.receipt_handle)
+                handle = parse_receipt_handle(entry.receipt_handle, now_ms=now_ms)
             except ApiError as err:
                 statuses[i] = err.status
                 continue
@@ -522,10 +524,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 timeout=self.config.receive.broker_timeout_s,
             )
             for (i, _), error in zip(handles, errors, strict=True):
-                statuses[i] = ok() if error is None else _ack_error(broker, error).status
+                statuses[i] = acked if error is None else _ack_error(broker, error).status
 
         await asyncio.gather(*(ack_on(b, handles) for b, handles in by_broker.items()))
-        return [status or ok() for status in statuses]
+        return [status or acked for status in statuses]
 
     @unary("ChangeInvisibleDuration")
     async def ChangeInvisibleDuration(self, request: api.ChangeInvisibleDurationRequest, context):

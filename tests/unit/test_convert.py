@@ -1,0 +1,89 @@
+"""A popped message as the gRPC API's Message: every field the clients read."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from proxy.api.convert import duration, timestamp, to_api_message
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.receive.types import PolledMessage
+from proxy.remoting.message import SYSFLAG_COMPRESSED, MessageExt
+
+POP_CK = "4 1700000000000 30000 2 0 broker-a 1 5"
+
+
+@pytest.mark.parametrize("ms", [0, 1, 999, 1000, 1_700_000_000_123, -1, -999, -1001])
+def test_timestamps_and_durations_match_protobufs_own_conversion(ms):
+    ts, d = Timestamp(), Duration()
+    ts.FromMilliseconds(ms)
+    d.FromMilliseconds(ms)
+    assert (timestamp(ms), duration(ms)) == (ts, d)
+
+
+def polled(**changes) -> PolledMessage:
+    message = MessageExt(
+        topic="T",
+        body=b"payload",
+        properties={
+            "UNIQ_KEY": "AC11000100002A9F0000000000000001",
+            "TAGS": "tagA",
+            "KEYS": "k1 k2",
+            "POP_CK": POP_CK,
+            "color": "blue",
+        },
+        queue_id=1,
+        queue_offset=5,
+        commit_log_offset=777,
+        born_timestamp=1_700_000_000_001,
+        born_host=("10.0.0.1", 5555),
+        store_timestamp=1_700_000_000_002,
+        store_host=("10.0.0.2", 10911),
+        reconsume_times=2,
+    )
+    for name, value in changes.items():
+        setattr(message, name, value)
+    return PolledMessage("broker-a", "G", message)
+
+
+def test_a_normal_message():
+    got = to_api_message(polled(), namespace="ns")
+    system = got.system_properties
+    assert (got.topic.name, got.topic.resource_namespace, got.body) == ("T", "ns", b"payload")
+    assert dict(got.user_properties) == {"color": "blue"}
+    assert system.message_id == "AC11000100002A9F0000000000000001"
+    assert (system.tag, list(system.keys)) == ("tagA", ["k1", "k2"])
+    assert system.body_digest.type == pb.DigestType.MD5
+    assert system.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()
+    assert system.body_encoding == pb.Encoding.IDENTITY
+    assert system.message_type == pb.MessageType.NORMAL
+    assert system.born_timestamp == timestamp(1_700_000_000_001)
+    assert system.store_timestamp == timestamp(1_700_000_000_002)
+    assert (system.born_host, system.store_host) == ("10.0.0.1:5555", "10.0.0.2:10911")
+    assert system.receipt_handle == f"{POP_CK} 777"
+    assert (system.queue_id, system.queue_offset) == (1, 5)
+    assert system.invisible_duration == duration(30_000)
+    assert system.delivery_attempt == 3
+    assert not system.HasField("delivery_timestamp") and not system.HasField("message_group")
+
+
+def test_timed_fifo_and_compressed_messages():
+    timed = polled()
+    timed.message.properties["TIMER_DELIVER_MS"] = "1700000009000"
+    system = to_api_message(timed).system_properties
+    assert system.message_type == pb.MessageType.DELAY
+    assert system.delivery_timestamp == timestamp(1_700_000_009_000)
+
+    fifo = polled()
+    fifo.message.properties["__SHARDINGKEY"] = "order-1"
+    system = to_api_message(fifo).system_properties
+    assert (system.message_type, system.message_group) == (pb.MessageType.FIFO, "order-1")
+
+    packed = polled(body=zlib.compress(b"payload"), sys_flag=SYSFLAG_COMPRESSED)
+    got = to_api_message(packed)
+    assert got.body == b"payload"
+    assert got.system_properties.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()
