@@ -33,11 +33,9 @@ import threading
 import time
 import traceback
 
-# The interop driver's watchdog, shared: that directory holds the official client's drivers.
+# The interop driver's helpers, shared: that directory holds the official client's drivers.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
-from python_client import arm_watchdog
-
-REQUEST_TIMEOUT_SECONDS = 3  # the client's default
+from python_client import arm_watchdog, route_endpoints, simple_consumer, wait_for_settings
 
 
 def emit(event: str, **fields) -> None:
@@ -56,27 +54,12 @@ def watch_stdin(stop: threading.Event) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
-
-    config = ClientConfiguration(
-        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
-    )
-    consumer = SimpleConsumer(
-        config,
-        args.group,
-        {args.topic: FilterExpression("*")},
-        await_duration=args.await_seconds,
-    )
-    consumer.startup()
+    consumer = simple_consumer(args.endpoint, args.group, args.topic, "*", args.await_seconds)
     stop = threading.Event()
     receives = empty = acks = errors = 0
     try:
-        endpoints = sorted(str(e) for e in consumer.route_manager.get_all_endpoints().values())
-        if not endpoints:
-            raise RuntimeError(f"no route for topic {args.topic!r}")
-        # Set once a Telemetry answer with status OK and settings came back.
-        if not consumer._init_settings_event.wait(10):
-            raise RuntimeError("no Telemetry settings answer within 10s")
+        endpoints = route_endpoints(consumer, args.topic)
+        wait_for_settings(consumer)
         emit("ready", t=time.time(), endpoints=endpoints)
         watch_stdin(stop)
         while not stop.is_set():

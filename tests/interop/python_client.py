@@ -151,6 +151,26 @@ def route_endpoints(client, topic: str) -> list[str]:
     return endpoints
 
 
+def simple_consumer(endpoint: str, group: str, topic: str, expression: str, await_seconds: int):
+    """A started SimpleConsumer of ``topic``; the caller shuts it down."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS)
+    consumer = SimpleConsumer(
+        config, group, {topic: FilterExpression(expression)}, await_duration=await_seconds
+    )
+    consumer.startup()
+    return consumer
+
+
+def wait_for_settings(consumer, timeout: float = 10) -> None:
+    """Wait for the Telemetry settings answer; the client does not wait for it itself."""
+    # Set by SimpleConsumer.reset_setting, which runs only for a Telemetry answer that has
+    # status OK and settings.
+    if not consumer._init_settings_event.wait(timeout):
+        raise RuntimeError(f"no Telemetry answer with status OK and settings within {timeout:.0f}s")
+
+
 def produce(args: argparse.Namespace) -> dict:
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
@@ -181,10 +201,7 @@ def start_only(consumer, args: argparse.Namespace) -> dict:
     from rocketmq.grpc_protocol import Code
 
     endpoints = route_endpoints(consumer, args.topic)
-    # Set by SimpleConsumer.reset_setting, which runs only for a Telemetry answer that has
-    # status OK and settings.
-    if not consumer._init_settings_event.wait(10):
-        raise RuntimeError("no Telemetry answer with status OK and settings within 10s")
+    wait_for_settings(consumer)
     for rpc_endpoints in consumer.route_manager.get_all_endpoints().values():
         future = consumer.rpc_client.heartbeat_async(
             rpc_endpoints,
@@ -244,18 +261,9 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
 
 
 def consume(args: argparse.Namespace) -> dict:
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
-
-    config = ClientConfiguration(
-        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
+    consumer = simple_consumer(
+        args.endpoint, args.group, args.topic, args.filter, args.await_seconds or 5
     )
-    consumer = SimpleConsumer(
-        config,
-        args.group,
-        {args.topic: FilterExpression(args.filter)},
-        await_duration=args.await_seconds or 5,
-    )
-    consumer.startup()
     try:
         if args.start_only:
             return start_only(consumer, args)
