@@ -320,7 +320,11 @@ class BrokerClient:
         self, group: str, topic: str, extra_info: str, timeout: float = DEFAULT_TIMEOUT
     ) -> None:
         """Ack the message whose POP_CK is ``extra_info``; ``topic`` is the one popped."""
-        info = PopCheckpointInfo.parse(extra_info)
+        await self._ack(group, topic, PopCheckpointInfo.parse(extra_info), extra_info, timeout)
+
+    async def _ack(
+        self, group: str, topic: str, info: PopCheckpointInfo, extra_info: str, timeout: float
+    ) -> None:
         fields = self._checkpoint_fields(group, topic, info, extra_info)
         self._check(await self._call(RequestCode.ACK_MESSAGE, fields, timeout=timeout), "ack")
 
@@ -355,7 +359,7 @@ class BrokerClient:
             except RemotingError as exc:
                 return [exc] * len(checkpoints)
         outcomes = await asyncio.gather(
-            *(self.ack(group, topic, ck.encode(), timeout) for ck in checkpoints),
+            *(self._ack(group, topic, ck, ck.encode(), timeout) for ck in checkpoints),
             return_exceptions=True,
         )
         for outcome in outcomes:
