@@ -25,15 +25,21 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}"
 
 
+def aligned(lines: list[list[str]]) -> str:
+    """Rows of cells as left-aligned columns."""
+    widths = [max(len(cell) for cell in column) for column in zip(*lines, strict=True)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines
+    )
+
+
 def table(title: str, rows: dict[str, dict], columns: list[str]) -> str:
     head = ["mode", *columns]
     lines = [
         [mode, *("-" if row.get(c) is None else str(row.get(c)) for c in columns)]
         for mode, row in rows.items()
     ]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines, strict=True)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([title, fmt.format(*head), *(fmt.format(*line) for line in lines)])
+    return f"{title}\n{aligned([head, *lines])}"
 
 
 SPARSE_COLUMNS = [

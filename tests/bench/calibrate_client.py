@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.bench.bench_proxy import machine
+from tests.bench.bench_proxy import aligned, machine
 from tests.bench.processes import System, broker_requests, scrape
 from tests.bench.scenarios import Consumers, ModeTally, ms, percentile
 
@@ -371,10 +371,7 @@ def table(rows: dict[str, dict]) -> str:
     lines.append(
         ("proxy wait ms mean", *(cell(rows[c]["proxy_receive_wait_ms_mean"]) for c in CLIENTS))
     )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    return "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) for line in lines
-    )
+    return aligned([list(line) for line in lines])
 
 
 async def calibrate(args: argparse.Namespace) -> dict:
