@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
 
 import pytest
+
+from tests.ports import free_port
 
 
 @pytest.fixture(scope="session")
@@ -88,12 +89,6 @@ def pushgateway(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pushed(url: str, job: str = "rmq_polling_report") -> dict[tuple[str, frozenset], float]:

@@ -1,11 +1,10 @@
-"""Fixtures shared by the deploy tests: the repository's ops files, free loopback ports, and a
-runnable copy of deploy/prometheus with its targets written."""
+"""Fixtures shared by the deploy tests: the repository's ops files and a runnable copy of
+deploy/prometheus with its targets written."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,13 +13,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 GRAFANA_DIR = REPO / "grafana"
-
-
-def free_port() -> int:
-    """A port the OS reports free on 127.0.0.1 (for programs that cannot take port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

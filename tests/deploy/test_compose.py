@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from proxy.config import ProxyConfig, ReceiveConfig, load
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "deploy" / "docker" / "docker-compose.yml"
@@ -183,19 +184,11 @@ async def test_remoting_health_checks_pass_on_a_live_server_only(config, cluster
         assert command[0] == "python"
         port = _flag(service["command"], "--port")
         assert f", {port})" in command[2], command
-        closed = _closed_port()
+        closed = free_port()
         for address, ok in ((live, True), (f"127.0.0.1:{closed}", False)):
             code = command[2].replace(f", {port})", f", {address.rsplit(':', 1)[1]})")
             proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code)
             assert (await asyncio.wait_for(proc.wait(), 15) == 0) is ok, (name, address)
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_broken_compose_file_is_refused(tmp_path):

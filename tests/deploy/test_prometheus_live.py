@@ -28,8 +28,9 @@ import pytest
 import yaml
 
 from proxy.api.v2 import definition_pb2 as pb
-from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR, free_port
+from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR
 from tests.lean_client import LeanClient
+from tests.ports import free_port
 
 pytestmark = [
     pytest.mark.slow,

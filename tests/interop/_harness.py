@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,13 +42,6 @@ def tail(path: Path, limit: int = LOG_TAIL) -> str:
     except OSError:
         return ""
     return text[-limit:]
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound once, then closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def proxy_executable() -> Path:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tests.interop._harness import LANGS, free_port, run_driver
+from tests.interop._harness import LANGS, run_driver
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(60)]
 
