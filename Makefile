@@ -105,8 +105,9 @@ $(INTEROP_PY_STAMP): tests/interop/requirements.txt
 	$(INTEROP_VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
 	touch $@
 
-$(INTEROP_NODE_STAMP): $(INTEROP_NODE_DIR)/package.json $(INTEROP_NODE_DIR)/package-lock.json
-	cd $(INTEROP_NODE_DIR) && $(NPM) ci --no-audit --no-fund
+# Every Node tool directory (here and below) installs the same way, from its lock file.
+%/node_modules/.installed: %/package.json %/package-lock.json
+	cd $* && $(NPM) ci --no-audit --no-fund
 	touch $@
 
 interop-deps: $(INTEROP_PY_STAMP) $(INTEROP_NODE_STAMP)
@@ -126,13 +127,5 @@ K8S_NODE_DIR := deploy/k8s/schema
 K8S_NODE_STAMP := $(K8S_NODE_DIR)/node_modules/.installed
 
 .PHONY: deploy-node-deps
-
-$(DASHBOARD_NODE_STAMP): $(DASHBOARD_NODE_DIR)/package.json $(DASHBOARD_NODE_DIR)/package-lock.json
-	cd $(DASHBOARD_NODE_DIR) && $(NPM) ci --no-audit --no-fund
-	touch $@
-
-$(K8S_NODE_STAMP): $(K8S_NODE_DIR)/package.json $(K8S_NODE_DIR)/package-lock.json
-	cd $(K8S_NODE_DIR) && $(NPM) ci --no-audit --no-fund
-	touch $@
 
 deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
