@@ -18,6 +18,7 @@ help:
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
+	@echo "make rocketmq     fetch the real RocketMQ jars (tests/rocketmq/pom.xml) into .cache/rocketmq"
 	@echo "make clean        remove the virtualenv and caches"
 
 $(STAMP): pyproject.toml
@@ -33,7 +34,7 @@ venv: $(STAMP)
 system-deps:
 	scripts/system-deps.sh
 
-test: system-deps $(STAMP) interop-deps deploy-node-deps
+test: system-deps $(STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -84,8 +85,27 @@ bench-calibrate: $(BENCH_STAMP) interop-deps
 	$(BIN)/python -m tests.bench.calibrate_client --out results/bench
 
 clean: clean-interop
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info $(RMQ_CACHE)
 	rm -rf $(DASHBOARD_NODE_DIR)/node_modules $(K8S_NODE_DIR)/node_modules
+
+# --- Real Apache RocketMQ 5 (tests/rocketmq): the name server, broker, Apache proxy and
+# mqadmin jars with their dependencies, copied from Maven Central into an ignored cache.
+# Fetched again only when the pom changes; nothing is downloaded at test time.
+RMQ_CACHE ?= .cache/rocketmq
+RMQ_STAMP := $(RMQ_CACHE)/.fetched
+MVN ?= mvn
+
+.PHONY: rocketmq
+
+$(RMQ_STAMP): tests/rocketmq/pom.xml
+	@command -v $(MVN) >/dev/null || { echo "rocketmq: Maven ($(MVN)) is required to fetch the RocketMQ jars" >&2; exit 1; }
+	rm -rf $(RMQ_CACHE)/lib
+	$(MVN) -q -B -f tests/rocketmq/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory=$(abspath $(RMQ_CACHE))/lib -DincludeScope=runtime \
+		|| { echo "rocketmq: could not fetch the RocketMQ jars from Maven Central (see above); the real-broker tests cannot run without them" >&2; exit 1; }
+	touch $@
+
+rocketmq: $(RMQ_STAMP)
 
 # --- Interop harness: the official RocketMQ 5 clients as separate processes (tests/interop) ---
 # The Python client gets its own virtualenv: it bundles generated apache.rocketmq.v2

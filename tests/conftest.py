@@ -84,3 +84,21 @@ async def lean():
     yield connect
     for client in clients:
         await client.close()
+
+
+@pytest.fixture(scope="session")
+def real_cluster():
+    """Real Apache RocketMQ 5: a name server and two brokers (``broker-a``, ``broker-b``),
+    started once for the whole session on free loopback ports and stopped by process id at
+    the end. Missing jars or a JVM that does not start fail the test loudly, never skip it:
+    run ``make rocketmq`` first (``make test`` does)."""
+    from tests.rocketmq.launcher import LauncherError, RealCluster
+
+    try:
+        cluster = RealCluster.start(2)
+    except LauncherError as exc:
+        pytest.fail(f"real RocketMQ cluster did not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,0 +1,568 @@
+"""Real Apache RocketMQ 5 on loopback: a name server, N brokers and optionally the Apache
+proxy, each a JVM of its own on free ports, with its own home, store and log folders.
+
+The jars come from ``make rocketmq`` (``tests/rocketmq/pom.xml`` copied into
+``.cache/rocketmq/lib``); nothing is downloaded here. Used by the test suite's real tier
+(one cluster per session, ``tests/conftest.py``), the benchmarks and ``make stack --real``.
+
+Plain blocking code on purpose: starting a JVM is a subprocess and a bounded wait for its
+ready line; callers in an event loop run it in a thread (or before the loop starts).
+
+    with RealCluster.start(brokers=2) as cluster:
+        cluster.create_topic("T")
+        print(cluster.namesrv_address, [b.address for b in cluster.brokers])
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
+
+REPO = Path(__file__).resolve().parents[2]
+POM = Path(__file__).resolve().parent / "pom.xml"
+#: Where ``make rocketmq`` puts the jars; RMQ_REAL_LIB points elsewhere.
+DEFAULT_LIB = REPO / ".cache" / "rocketmq" / "lib"
+HOST = "127.0.0.1"
+CLUSTER_NAME = "DefaultCluster"
+
+# The store casts buffers to sun.nio.ch.DirectBuffer and reflects into java.util and
+# java.nio; JDK 17 refuses both unless opened (the distribution's runbroker.sh does this).
+_JDK17_OPENS = [
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+]
+
+
+class LauncherError(RuntimeError):
+    """A RocketMQ process could not be started, or an admin request failed."""
+
+
+class Profile(enum.Enum):
+    """How much each JVM gets.
+
+    ``TEST``: small heaps, the serial collector and C1 only, so a name server and two
+    brokers start in a few seconds and sit idle at ~1 % of a core. ``BENCH``: the full JIT
+    and larger heaps, for measurements of the brokers under load.
+    """
+
+    TEST = "test"
+    BENCH = "bench"
+
+    def jvm_options(self, role: str) -> list[str]:
+        if self is Profile.TEST:
+            heap = {"namesrv": "128m", "broker": "384m", "proxy": "384m", "admin": "128m"}[role]
+            return [
+                f"-Xms{heap}",
+                f"-Xmx{heap}",
+                "-XX:MaxDirectMemorySize=256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+            ]
+        heap = {"namesrv": "256m", "broker": "1g", "proxy": "1g", "admin": "128m"}[role]
+        return [f"-Xms{heap}", f"-Xmx{heap}", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC"]
+
+
+def lib_dir() -> Path:
+    """The jar folder; fails with what to run when it is missing."""
+    lib = Path(os.environ.get("RMQ_REAL_LIB", DEFAULT_LIB))
+    if not lib.is_dir() or not any(lib.glob("rocketmq-broker-*.jar")):
+        raise LauncherError(
+            f"no RocketMQ jars in {lib}: run `make rocketmq` (Maven Central must be reachable)"
+        )
+    return lib
+
+
+def rocketmq_version() -> str:
+    """The pinned release, read from the jar names in the cache."""
+    jar = next(lib_dir().glob("rocketmq-broker-*.jar"))
+    return jar.stem.removeprefix("rocketmq-broker-")
+
+
+def java_binary() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise LauncherError("no `java` on PATH and no JAVA_HOME: install a JDK 17")
+    return found
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(offsets: tuple[int, ...] = (0,)) -> int:
+    """A port P such that P + every offset is free now (a broker binds P, P-2 and P+1)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if all(1024 < port + d < 65536 and _port_free(port + d) for d in offsets):
+            return port
+    raise LauncherError("no free block of ports found")
+
+
+@dataclass
+class JavaProcess:
+    """One RocketMQ JVM: its home folder (logs, store, config) and its process."""
+
+    name: str
+    role: str
+    home: Path
+    ready_marker: str
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def out_log(self) -> Path:
+        return self.home / "out.log"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs" / "rocketmqlogs"
+
+    def spawn(self, main_class: str, args: list[str], profile: Profile) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        argv = [
+            java_binary(),
+            *profile.jvm_options(self.role),
+            *_JDK17_OPENS,
+            f"-Duser.home={self.home}",
+            f"-Drocketmq.home.dir={self.home}",
+            f"-Drmq.logback.configurationFile=rmq.{self.role}.logback.xml",
+            "-Djava.net.preferIPv4Stack=true",
+            "-cp",
+            f"{lib_dir()}/*",
+            main_class,
+            *args,
+        ]
+        env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
+        with open(self.out_log, "wb") as out:
+            # A session of its own: a Ctrl-C meant for the test runner does not reach the
+            # JVM first, so the owner stops it in order.
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=self.home,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.ready_marker in self.out_log.read_text(errors="replace"):
+                return
+            code = self.proc.poll() if self.proc else None
+            if code is not None:
+                raise LauncherError(
+                    f"{self.name} exited with code {code} before it was ready:\n{self.tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise LauncherError(
+                    f"{self.name} not ready within {timeout_s:.0f}s:\n{self.tail()}"
+                )
+            time.sleep(0.1)
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            text = self.out_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no output)"
+        # The logback start-up chatter says nothing; keep the lines after it.
+        kept = [line for line in text.splitlines() if "|-INFO in " not in line]
+        return "\n".join(kept[-lines:])
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.running():
+            os.kill(self.pid, sig)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM (the JVM runs its shutdown hooks), SIGKILL past ``timeout_s``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped JVM cannot handle SIGTERM
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+
+@dataclass
+class RealBroker:
+    name: str
+    port: int
+    process: JavaProcess
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def store_dir(self) -> Path:
+        return self.process.home / "store"
+
+
+@dataclass
+class ApacheProxy:
+    """The Apache RocketMQ proxy in cluster mode: the peer our proxy is measured against."""
+
+    grpc_port: int
+    remoting_port: int
+    process: JavaProcess
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{HOST}:{self.grpc_port}"
+
+
+def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[str, str]) -> str:
+    conf = {
+        "brokerClusterName": CLUSTER_NAME,
+        "brokerName": name,
+        "brokerId": "0",
+        "brokerRole": "ASYNC_MASTER",
+        "flushDiskType": "ASYNC_FLUSH",
+        "listenPort": str(port),
+        "namesrvAddr": namesrv,
+        "brokerIP1": HOST,
+        "brokerIP2": HOST,
+        "storePathRootDir": str(store),
+        "storePathCommitLog": str(store / "commitlog"),
+        # Small mapped files: a test broker preallocates less than 100 MB of disk.
+        "mappedFileSizeCommitLog": str(64 * 1024 * 1024),
+        "mappedFileSizeConsumeQueue": str(600_000),
+        # Only V2 retry topics (%RETRY%group+topic) wake parked POP and NOTIFICATION
+        # requests when a message is revived; RocketMQ 5 clusters run with it on.
+        "enableRetryTopicV2": "true",
+        # Writes are refused once the disk is fuller than this (default 90 %); shared
+        # build machines are often 70-80 % full.
+        "diskSpaceWarningLevelRatio": "98",
+        "diskMaxUsedSpaceRatio": "98",
+        # Tests create topics and groups on the fly, as clients of a dev cluster do.
+        "autoCreateTopicEnable": "true",
+        "autoCreateSubscriptionGroup": "true",
+        **extra,
+    }
+    return "".join(f"{k}={v}\n" for k, v in conf.items())
+
+
+@dataclass
+class RealCluster:
+    """A running name server and brokers (and optionally the Apache proxy)."""
+
+    root: Path
+    namesrv_port: int
+    namesrv: JavaProcess
+    brokers: list[RealBroker]
+    proxy: ApacheProxy | None = None
+    owns_root: bool = False
+    profile: Profile = Profile.TEST
+
+    @property
+    def namesrv_address(self) -> str:
+        return f"{HOST}:{self.namesrv_port}"
+
+    def broker(self, name: str) -> RealBroker:
+        for b in self.brokers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        brokers: int = 2,
+        *,
+        root: Path | None = None,
+        apache_proxy: bool = False,
+        profile: Profile = Profile.TEST,
+        broker_conf: dict[str, str] | None = None,
+        names: tuple[str, ...] | None = None,
+        ports: tuple[int, ...] | None = None,
+        namesrv_port: int | None = None,
+        ready_timeout_s: float = 90.0,
+    ) -> RealCluster:
+        """Start a name server and ``brokers`` brokers (their start overlaps); wait until
+        every broker has registered. On any failure everything started is stopped."""
+        owns_root = root is None
+        root = Path(tempfile.mkdtemp(prefix="rmq-real-")) if root is None else root
+        root.mkdir(parents=True, exist_ok=True)
+        names = names or tuple(f"broker-{chr(ord('a') + i)}" for i in range(brokers))
+        ns_port = namesrv_port or free_port_block()
+        namesrv = JavaProcess("namesrv", "namesrv", root / "namesrv", "boot success")
+        cluster = cls(root, ns_port, namesrv, [], owns_root=owns_root, profile=profile)
+        try:
+            namesrv.home.mkdir(parents=True, exist_ok=True)
+            (namesrv.home / "namesrv.conf").write_text(
+                f"listenPort={ns_port}\nkvConfigPath={namesrv.home}/kvConfig.json\n"
+            )
+            namesrv.spawn(
+                "org.apache.rocketmq.namesrv.NamesrvStartup",
+                ["-c", str(namesrv.home / "namesrv.conf")],
+                profile,
+            )
+            namesrv.wait_ready(ready_timeout_s)
+            for i, name in enumerate(names):
+                # A broker binds its port, port - 2 (the "fast" port) and port + 1 (HA).
+                port = ports[i] if ports else free_port_block((-2, 0, 1))
+                proc = JavaProcess(name, "broker", root / name, "boot success")
+                proc.home.mkdir(parents=True, exist_ok=True)
+                conf = proc.home / "broker.conf"
+                conf.write_text(
+                    _broker_conf(name, port, cluster.namesrv_address, proc.home / "store",
+                                 broker_conf or {})
+                )  # fmt: skip
+                proc.spawn("org.apache.rocketmq.broker.BrokerStartup", ["-c", str(conf)], profile)
+                cluster.brokers.append(RealBroker(name, port, proc))
+            for b in cluster.brokers:
+                b.process.wait_ready(ready_timeout_s)
+            cluster.wait_registered(ready_timeout_s)
+            if apache_proxy:
+                cluster.start_apache_proxy(ready_timeout_s=ready_timeout_s)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def restart_broker(self, name: str, ready_timeout_s: float = 90.0) -> RealBroker:
+        """Start a stopped (or killed) broker again on the same port and store."""
+        broker = self.broker(name)
+        if broker.process.running():
+            raise LauncherError(f"{name} is still running (pid {broker.process.pid})")
+        broker.process.spawn(
+            "org.apache.rocketmq.broker.BrokerStartup",
+            ["-c", str(broker.process.home / "broker.conf")],
+            self.profile,
+        )
+        broker.process.wait_ready(ready_timeout_s)
+        return broker
+
+    def start_apache_proxy(self, ready_timeout_s: float = 90.0) -> ApacheProxy:
+        """The Apache proxy (cluster mode) in front of this cluster. It needs a registered
+        broker at start: it creates a system topic and exits if that fails."""
+        grpc_port = free_port_block()
+        remoting_port = free_port_block()
+        proc = JavaProcess("apache-proxy", "proxy", self.root / "apache-proxy",
+                           "rocketmq-proxy startup successfully")  # fmt: skip
+        proc.home.mkdir(parents=True, exist_ok=True)
+        conf = proc.home / "rmq-proxy.json"
+        conf.write_text(
+            json.dumps(
+                {
+                    "rocketMQClusterName": CLUSTER_NAME,
+                    "namesrvAddr": self.namesrv_address,
+                    "proxyMode": "cluster",
+                    "grpcServerPort": grpc_port,
+                    "remotingListenPort": remoting_port,
+                    "grpcClientConsumerMinLongPollingTimeoutMillis": 5000,
+                    "grpcClientConsumerMaxLongPollingTimeoutMillis": 20000,
+                }
+            )
+        )
+        proc.spawn(
+            "org.apache.rocketmq.proxy.ProxyStartup",
+            ["-pc", str(conf), "-pm", "cluster", "-n", self.namesrv_address],
+            self.profile,
+        )
+        self.proxy = ApacheProxy(grpc_port, remoting_port, proc)
+        proc.wait_ready(ready_timeout_s)
+        return self.proxy
+
+    def processes(self) -> list[JavaProcess]:
+        procs = [self.namesrv, *(b.process for b in self.brokers)]
+        return [*([self.proxy.process] if self.proxy else []), *procs]
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the proxy, then the brokers together, then the name server, each by process
+        id (SIGTERM, SIGKILL past ``timeout_s``); remove the folders the launcher made."""
+        waves = [[self.proxy.process] if self.proxy else [], [b.process for b in self.brokers],
+                 [self.namesrv]]  # fmt: skip
+        for wave in waves:
+            started = time.monotonic()
+            for proc in wave:
+                proc.signal(signal.SIGCONT)  # a stopped JVM cannot handle SIGTERM
+                proc.signal(signal.SIGTERM)
+            for proc in wave:
+                proc.stop(max(0.1, timeout_s - (time.monotonic() - started)))
+        if self.owns_root and not os.environ.get("RMQ_REAL_KEEP"):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> RealCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- admin requests ------------------------------------------------------------------
+
+    def wait_registered(self, timeout_s: float = 30.0) -> None:
+        """Wait until the name server lists every broker of this cluster."""
+        deadline = time.monotonic() + timeout_s
+        want = {b.name for b in self.brokers}
+        while True:
+            response = admin_call(self.namesrv_address, RemotingCommand(
+                code=RequestCode.GET_BROKER_CLUSTER_INFO))  # fmt: skip
+            if response.code == ResponseCode.SUCCESS and response.body:
+                # fastjson writes integer map keys unquoted; only the broker names matter.
+                text = response.body.decode(errors="replace")
+                if all(f'"{name}"' in text for name in want):
+                    return
+            if time.monotonic() > deadline:
+                raise LauncherError(f"brokers {sorted(want)} not registered within {timeout_s}s")
+            time.sleep(0.2)
+
+    def create_topic(
+        self, topic: str, queues: int = 4, *, fifo: bool = False, brokers: list[str] | None = None
+    ) -> None:
+        """UPDATE_AND_CREATE_TOPIC on each broker, then wait until the route shows it."""
+        targets = [self.broker(n) for n in brokers] if brokers else self.brokers
+        for b in targets:
+            fields = {
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": str(queues),
+                "writeQueueNums": str(queues),
+                "perm": "6",
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": "0",
+                "order": "false",
+            }
+            if fifo:
+                fields["attributes"] = "+message.type=FIFO"
+            _checked(b.address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+        # Brokers register a new topic with the name server at once; wait for the route.
+        deadline = time.monotonic() + 15
+        want = {b.name for b in targets}
+        while True:
+            response = admin_call(self.namesrv_address, RemotingCommand(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))  # fmt: skip
+            if response.code == ResponseCode.SUCCESS and all(
+                f'"{n}"' in response.body.decode(errors="replace") for n in want
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise LauncherError(f"route of {topic} does not list {sorted(want)}")
+            time.sleep(0.1)
+
+    def create_group(self, group: str, *, retry_max_times: int = 16, fifo: bool = False) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every broker (e.g. a short retry budget,
+        so a test reaches the dead-letter queue in a few redeliveries)."""
+        body = json.dumps(
+            {
+                "groupName": group,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "consumeMessageOrderly": fifo,
+                "retryQueueNums": 1,
+                "retryMaxTimes": retry_max_times,
+                "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1,
+                "notifyConsumerIdsChangedEnable": True,
+            }
+        ).encode()
+        for b in self.brokers:
+            _checked(b.address, RemotingCommand(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))  # fmt: skip
+
+
+def admin_call(address: str, request: RemotingCommand, timeout_s: float = 10.0) -> RemotingCommand:
+    """One request over a fresh blocking connection; the response. For set-up only."""
+    host, port = address.rsplit(":", 1)
+    request.opaque = 1
+    decoder = FrameDecoder()
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(encode(request))
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise LauncherError(f"{address} closed the connection without answering")
+            for cmd in decoder.feed(data):
+                if cmd.is_response and cmd.opaque == request.opaque:
+                    return cmd
+
+
+def _checked(address: str, request: RemotingCommand) -> RemotingCommand:
+    response = admin_call(address, request)
+    if response.code != ResponseCode.SUCCESS:
+        raise LauncherError(
+            f"{RequestCode(request.code).name} to {address} answered {response.code}: "
+            f"{response.remark}"
+        )
+    return response
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a real cluster in the foreground until Ctrl-C (for trying things by hand)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--brokers", type=int, default=2)
+    parser.add_argument("--topic", action="append", default=[])
+    parser.add_argument("--apache-proxy", action="store_true")
+    parser.add_argument("--profile", choices=[p.value for p in Profile], default="test")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    cluster = RealCluster.start(
+        args.brokers, apache_proxy=args.apache_proxy, profile=Profile(args.profile)
+    )
+    try:
+        for topic in args.topic:
+            cluster.create_topic(topic)
+        print(f"RocketMQ {rocketmq_version()} ready in {time.monotonic() - started:.1f}s; "
+              f"root {cluster.root}")  # fmt: skip
+        print(f"  namesrv {cluster.namesrv_address} pid {cluster.namesrv.pid}")
+        for b in cluster.brokers:
+            print(f"  {b.name} {b.address} pid {b.process.pid}")
+        if cluster.proxy:
+            print(
+                f"  apache-proxy grpc {cluster.proxy.grpc_address} pid {cluster.proxy.process.pid}"
+            )
+        sys.stdout.flush()
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    sys.exit(main())
