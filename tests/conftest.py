@@ -102,3 +102,16 @@ def real_cluster():
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(params=["stub", pytest.param("real", marks=pytest.mark.real)])
+def backend(request, start_proxy):
+    """The brokers behind a proxy test: ``stub`` (embedded broker stubs) or ``real`` (the
+    session's real RocketMQ cluster, fresh topic and group per test). A plain fixture, so
+    that starting the real cluster does not block an event loop. See
+    ``tests/integration/_backend.py``."""
+    from tests.integration._backend import RealBackend, StubBackend
+
+    if request.param == "real":
+        return RealBackend(start_proxy, request.getfixturevalue("real_cluster"))
+    return StubBackend(start_proxy)

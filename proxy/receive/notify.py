@@ -4,17 +4,33 @@
    turn. Messages: answer at once; that is a short-polling hit.
 2. Notify: watch every broker serving the topic; the probe hub sends the NOTIFICATION
    probes and puts each broker that answers ``hasMsg`` into this poll's result queue.
-3. Consume: take a broker from the queue and pop from it. Messages: done. Empty (another
-   consumer got there first): probe that broker again while time remains. The loop below
-   is the one consumption step of the task, so at most one pop runs at a time.
+3. Consume: take a broker from the queue and pop from it. Messages: done. Empty: probe that
+   broker again while time remains, at once after its first empty pop (another consumer got
+   there first), after a growing pause after further ones (see ``MISS_BACKOFF_S``). The loop
+   below is the one consumption step of the task, so at most one pop runs at a time.
 4. End: messages, or the deadline; release every watch so nothing is left behind.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from proxy.receive.context import PollContext
 from proxy.receive.probes import ProbeHub, Watch
 from proxy.receive.types import PolledMessage
+
+# Pause before probing a broker again after its n-th empty pop in one poll (n = 1, 2, ...),
+# the last value repeating. A real broker's NOTIFICATION ignores the subscription's tag
+# filter: hasMsg is true for any message past the group's offset, and every arriving
+# message wakes a parked probe. With a filter that drops most messages, probing again at
+# once after each empty pop costs a notification and a pop per *arriving* message (10 per
+# delivered message at 90 % filtered, measured on RocketMQ 5.5.0). Pausing lets the
+# arrivals of the pause share one probe and one pop, so a poll makes at most about one pop
+# per broker per 0.4 s however many filtered messages arrive; a matching message waits at
+# most that long more. Polls without misses (no filter, or a filter that matches) never
+# pause. The count of empty pops carries over to the next poll of the same subscription
+# (``probes.MissMemory``), or each poll would start again without a pause.
+MISS_BACKOFF_S = (0.0, 0.05, 0.1, 0.2, 0.4)
 
 
 async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[PolledMessage]:
@@ -40,6 +56,14 @@ async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[
         return hub.watch((broker, req.group, req.topic), deadline, has_msg, ctx.count_probe)
 
     watches = {broker.name: watch(broker.name) for broker in ctx.brokers}
+    pauses: dict[str, asyncio.TimerHandle] = {}
+    active = True
+
+    def watch_again(broker_name: str) -> None:
+        pauses.pop(broker_name, None)
+        if active:
+            watches[broker_name] = watch(broker_name)
+
     try:
         while True:
             if not ready and not await ctx.wait_notice():
@@ -50,10 +74,20 @@ async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[
             broker = ctx.broker(broker_name)
             messages = await ctx.pop(broker) if broker is not None else []
             hub.release(watches[broker_name])
+            miss_key = (broker_name, req.group, req.topic, req.expression)
             if messages:
+                hub.misses.hit(miss_key, ctx.loop.time())
                 return messages
+            missed = hub.misses.miss(miss_key, ctx.loop.time())
             if ctx.notifications < max_probes and ctx.remaining_s > 0:
-                watches[broker_name] = watch(broker_name)
+                pause = MISS_BACKOFF_S[min(missed, len(MISS_BACKOFF_S)) - 1]
+                if pause <= 0:
+                    watch_again(broker_name)
+                elif pause < ctx.remaining_s:
+                    pauses[broker_name] = ctx.loop.call_later(pause, watch_again, broker_name)
     finally:
+        active = False
+        for timer in pauses.values():
+            timer.cancel()
         for w in watches.values():
             hub.release(w)

@@ -12,19 +12,29 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 
 Code = pb.Code
-T, G = "T", "G"
 
 
 @pytest.fixture
-async def app(start_proxy):
-    return await start_proxy(mode="notify")
+async def app(backend):
+    """A notify-mode proxy in front of the stubs or the real cluster (``backend``)."""
+    return await backend.start(mode="notify")
 
 
-async def test_query_route_points_every_queue_at_the_proxy(app, lean):
+@pytest.fixture
+def T(backend):  # the topic, named as the tests always named it
+    return backend.topic
+
+
+@pytest.fixture
+def G(backend):
+    return backend.group
+
+
+async def test_query_route_points_every_queue_at_the_proxy(app, lean, T):
     route = await lean(app).query_route(T)
     assert route.status.code == Code.OK
-    assert len(route.message_queues) == 3 * 4  # three brokers, four queues each
-    assert {q.broker.name for q in route.message_queues} == {"broker-a", "broker-b", "broker-c"}
+    assert len(route.message_queues) == 2 * 4  # two brokers, four queues each
+    assert {q.broker.name for q in route.message_queues} == {"broker-a", "broker-b"}
     for queue in route.message_queues:
         address = queue.broker.endpoints.addresses[0]
         assert (address.host, address.port) == ("127.0.0.1", app.config.grpc_port)
@@ -33,21 +43,23 @@ async def test_query_route_points_every_queue_at_the_proxy(app, lean):
         assert pb.MessageType.NORMAL in queue.accept_message_types
 
 
-async def test_send_goes_to_the_queue_the_client_chose(app, lean):
+async def test_send_goes_to_the_queue_the_client_chose(app, lean, backend, T):
     client = lean(app)
     route = await client.query_route(T)
     assert [q.id for q in route.message_queues] == list(range(len(route.message_queues)))
-    chosen = route.message_queues[9]
+    chosen = route.message_queues[6]
     sent = await client.send(T, b"here", queue_id=chosen.id)
     assert sent.status.code == Code.OK
     local_queue = [q for q in route.message_queues if q.broker.name == chosen.broker.name].index(
         chosen
     )
-    broker = app.cluster.broker(chosen.broker.name)
-    assert broker.store.max_offset(T, local_queue) == 1
+    assert local_queue == 2
+    for queue in range(4):
+        expected = 1 if queue == local_queue else 0
+        assert await backend.max_offset(chosen.broker.name, T, queue) == expected
 
 
-async def test_send_receive_change_ack(app, lean):
+async def test_send_receive_change_ack(app, lean, backend, T, G):
     client = lean(app)
     sent = await client.send(T, b"body-1", tag="tagA", keys=["k1", "k2"], properties={"p": "v"})
     assert sent.status.code == Code.OK and sent.entries[0].status.code == Code.OK
@@ -67,11 +79,12 @@ async def test_send_receive_change_ack(app, lean):
     msg.system_properties.receipt_handle = changed.receipt_handle
     acked = await client.ack(G, T, [msg])
     assert acked.status.code == Code.OK
-    broker = app.cluster.broker(system.receipt_handle.split(" ")[5])
-    assert broker.pop.checkpoint_count == 0
+    if backend.stub:
+        broker = backend.cluster.broker(system.receipt_handle.split(" ")[5])
+        assert broker.pop.checkpoint_count == 0
 
 
-async def test_telemetry_answers_settings_with_status_ok(app, lean):
+async def test_telemetry_answers_settings_with_status_ok(app, lean, G):
     client = lean(app)
     consumer = pb.Settings(
         client_type=pb.ClientType.SIMPLE_CONSUMER,
@@ -104,15 +117,36 @@ async def test_heartbeat_and_termination(app, lean):
     assert beat.status.code == bye.status.code == Code.OK
 
 
-async def test_forward_to_dead_letter_queue(app, lean):
+async def test_forward_to_dead_letter_queue(app, lean, backend, T, G):
     client = lean(app)
     await client.send(T, b"poison")
     [msg] = (await client.receive(G, T, await_ms=1000)).messages
     response = await client.forward_to_dead_letter(G, T, msg, 17)
     assert response.status.code == Code.OK
-    broker = app.cluster.broker(msg.system_properties.receipt_handle.split(" ")[5])
-    assert broker.store.max_offset(f"%DLQ%{G}", 0) == 1
-    assert broker.pop.checkpoint_count == 0
+    broker = msg.system_properties.receipt_handle.split(" ")[5]
+    assert await backend.max_offset(broker, f"%DLQ%{G}", 0) == 1
+    if backend.stub:
+        assert backend.cluster.broker(broker).pop.checkpoint_count == 0
+
+
+async def test_past_max_attempts_a_message_goes_to_the_dead_letter_queue(backend, lean):
+    """With two attempts allowed, the third delivery goes to %DLQ%<group>, not the client."""
+    app = await backend.start(mode="notify", max_delivery_attempts=2)
+    group, topic = backend.group, backend.topic
+    client = lean(app)
+    await backend.send_to("broker-a", b"poison")
+    attempts = []
+    deadline = asyncio.get_running_loop().time() + 20
+    broker = "broker-a"
+    while asyncio.get_running_loop().time() < deadline:
+        if await backend.max_offset(broker, f"%DLQ%{group}", 0) == 1:
+            break
+        got = (await client.receive(group, topic, await_ms=1000)).messages
+        for msg in got:  # fail the attempt: visible again at once
+            attempts.append(msg.system_properties.delivery_attempt)
+            assert (await client.change_invisible(group, topic, msg, 0)).status.code == Code.OK
+    assert attempts == [1, 2]
+    assert await backend.max_offset(broker, f"%DLQ%{group}", 0) == 1
 
 
 async def test_unsupported_rpcs_say_so(app, lean):
@@ -125,9 +159,11 @@ async def test_unsupported_rpcs_say_so(app, lean):
 # -- bad input ---------------------------------------------------------------------------
 
 
-async def receive_status(client, **kwargs) -> int:
+async def receive_status(client, group_, topic_, **kwargs) -> int:
+    """The status of one receive of (group_, topic_); ``group=``/``topic=`` override them."""
     kwargs.setdefault("await_ms", 300)
-    return (await client.receive(kwargs.pop("group", G), kwargs.pop("topic", T), **kwargs)).status
+    group, topic = kwargs.pop("group", group_), kwargs.pop("topic", topic_)
+    return (await client.receive(group, topic, **kwargs)).status
 
 
 @pytest.mark.parametrize(
@@ -149,15 +185,15 @@ async def receive_status(client, **kwargs) -> int:
         ({"await_ms": 5000, "timeout_s": 0.15}, Code.ILLEGAL_POLLING_TIME),
     ],
 )
-async def test_receive_validation(app, lean, kwargs, code):
+async def test_receive_validation(app, lean, T, G, kwargs, code):
     client = lean(app)
-    assert await receive_status(client, **kwargs) == code
+    assert await receive_status(client, G, T, **kwargs) == code
     # ... and the proxy keeps serving
     await client.send(T, b"after")
-    assert await receive_status(client, await_ms=500) == Code.OK
+    assert await receive_status(client, G, T, await_ms=500) == Code.OK
 
 
-async def test_batch_size_over_32_is_clamped(app, lean):
+async def test_batch_size_over_32_is_clamped(app, lean, T, G):
     client = lean(app)
     for i in range(40):
         await client.send(T, f"m{i}".encode())
@@ -171,14 +207,14 @@ async def test_batch_size_over_32_is_clamped(app, lean):
     assert len(got) == 40
 
 
-async def test_polling_time_beyond_the_deadline_is_cut_to_it(app, lean):
+async def test_polling_time_beyond_the_deadline_is_cut_to_it(app, lean, T, G):
     result = await lean(app).receive(G, T, await_ms=20_000, timeout_s=1.5)
     assert result.status == Code.MESSAGE_NOT_FOUND  # answered before the 1.5 s deadline
 
 
-async def test_missing_client_id(app, lean):
+async def test_missing_client_id(app, lean, T, G):
     client = lean(app, client_id=None)
-    assert await receive_status(client) == Code.CLIENT_ID_REQUIRED
+    assert await receive_status(client, G, T) == Code.CLIENT_ID_REQUIRED
     route = await client.query_route(T)
     assert route.status.code == Code.CLIENT_ID_REQUIRED
 
@@ -191,7 +227,7 @@ async def test_missing_client_id(app, lean):
         ("0 1000 10000 0 0 broker-a 0 0 0", Code.INVALID_RECEIPT_HANDLE),  # expired long ago
     ],
 )
-async def test_bad_receipt_handles(app, lean, handle, code):
+async def test_bad_receipt_handles(app, lean, T, G, handle, code):
     client = lean(app)
     msg = pb.Message(system_properties=pb.SystemProperties(receipt_handle=handle, message_id="x"))
     acked = await client.ack(G, T, [msg])
@@ -200,7 +236,7 @@ async def test_bad_receipt_handles(app, lean, handle, code):
     assert changed.status.code == code
 
 
-async def test_send_validation(app, lean):
+async def test_send_validation(app, lean, T):
     client = lean(app)
     cases = [
         (dict(topic="bad topic", body=b"x"), Code.ILLEGAL_TOPIC),
@@ -217,7 +253,7 @@ async def test_send_validation(app, lean):
     assert (await client.send(T, b"fine")).status.code == Code.OK
 
 
-async def test_corrupted_body_digest(app, lean):
+async def test_corrupted_body_digest(app, lean, T):
     client = lean(app)
     message = pb.Message(
         topic=pb.Resource(name=T),
@@ -235,13 +271,13 @@ async def test_corrupted_body_digest(app, lean):
 async def test_too_many_long_polls(start_proxy, lean):
     app = await start_proxy(mode="notify", max_in_flight=2)
     client = lean(app)
-    parked = [asyncio.ensure_future(client.receive(G, T, await_ms=1500)) for _ in range(2)]
+    parked = [asyncio.ensure_future(client.receive("G", "T", await_ms=1500)) for _ in range(2)]
     await asyncio.sleep(0.3)
-    assert await receive_status(client, await_ms=1000) == Code.TOO_MANY_REQUESTS
+    assert await receive_status(client, "G", "T", await_ms=1000) == Code.TOO_MANY_REQUESTS
     assert [r.status for r in await asyncio.gather(*parked)] == [Code.MESSAGE_NOT_FOUND] * 2
 
 
-async def test_grpc_deadline_is_respected(app, lean):
+async def test_grpc_deadline_is_respected(app, lean, T, G):
     """The answer comes before the client's deadline even at the maximum poll."""
     client = lean(app)
     try:
@@ -249,3 +285,16 @@ async def test_grpc_deadline_is_respected(app, lean):
     except grpc.aio.AioRpcError as exc:  # pragma: no cover - the failure this guards against
         pytest.fail(f"deadline exceeded: {exc.code()}")
     assert result.status == Code.MESSAGE_NOT_FOUND
+
+
+async def test_change_invisible_of_an_offset_the_broker_never_had(app, lean, T, G):
+    """A well-formed, unexpired handle for a queue offset past the end: the broker refuses
+    it and the client is told the handle is invalid (not an internal error)."""
+    client = lean(app)
+    await client.send(T, b"one")
+    [msg] = (await client.receive(G, T, await_ms=1000)).messages
+    fields = msg.system_properties.receipt_handle.split(" ")
+    fields[7] = str(int(fields[7]) + 1000)  # the queue offset
+    msg.system_properties.receipt_handle = " ".join(fields)
+    changed = await client.change_invisible(G, T, msg, 10_000)
+    assert changed.status.code == Code.INVALID_RECEIPT_HANDLE

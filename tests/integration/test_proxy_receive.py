@@ -14,55 +14,93 @@ from proxy.brokers import BrokerPool
 from proxy.config import ReceiveConfig
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
 from proxy.receive.types import ReceiveRequest
-from tests.integration._util import send_to
+from tests.integration._util import send_to, wait_until
+from tests.integration.test_proxy_observability import value
 
 OK = pb.Code.OK
 NOT_FOUND = pb.Code.MESSAGE_NOT_FOUND
 T, G = "T", "G"
 
 
-async def receive_with_late_send(app, lean, await_ms: int, delay_s: float = 0.3):
-    """The consumer's first pop hits broker-a; a message lands on broker-c later."""
+# The mission's bound: a message on another broker reaches a parked notify poll well under
+# a second after it was sent. The stubs answer in milliseconds, so they are held to less.
+DELIVERY_BOUND_S = {"stub": 0.5, "real": 1.0}
+# A message handed back becomes visible again in this time, not its 30 s invisible time.
+HAND_BACK_BOUND_S = {"stub": 3.0, "real": 10.0}
+
+
+async def parked(app, mode: str) -> None:
+    """Wait until the one poll in flight has made its first pop and is waiting: probes
+    parked on both brokers (notify), or its pop sent to the broker (coupled, slicing)."""
+    if mode in ("notify", "adaptive"):
+        await wait_until(lambda: app.engine.hub.probes_in_flight == 2, timeout=5)
+    else:
+        await wait_until(lambda: any(c.pops for c in app.engine._polls), timeout=5)
+    await asyncio.sleep(0.2)  # the broker parks what it was sent
+
+
+async def receive_with_late_send(backend, app, lean, mode: str, await_ms: int, to="broker-b"):
+    """The consumer's first pop goes to broker-a (the queue it names); once the poll waits,
+    a message lands on broker ``to``. Returns the result, the seconds from the send to the
+    answer, and the seconds of the whole poll."""
     consumer = lean(app)
     started = time.perf_counter()
-    poll = asyncio.ensure_future(consumer.receive(G, T, await_ms=await_ms, broker="broker-a"))
-    await asyncio.sleep(delay_s)
-    await send_to(app, "broker-c", b"late")
+    poll = asyncio.ensure_future(
+        consumer.receive(backend.group, backend.topic, await_ms=await_ms, broker="broker-a")
+    )
+    await parked(app, mode)
+    await backend.send_to(to, b"late")
     sent = time.perf_counter()
     result = await poll
     return result, time.perf_counter() - sent, time.perf_counter() - started
 
 
-async def test_notify_delivers_a_message_from_another_broker_at_once(start_proxy, lean):
-    app = await start_proxy(mode="notify")
-    result, after_send, total = await receive_with_late_send(app, lean, await_ms=3000)
+@pytest.mark.parametrize("mode", ["notify", "adaptive"])
+async def test_notify_delivers_a_message_from_another_broker_at_once(backend, lean, mode):
+    """The mission's case. Adaptive on a quiet group polls as notify does."""
+    app = await backend.start(mode=mode)
+    result, after_send, total = await receive_with_late_send(backend, app, lean, mode, 3000)
     assert result.status == OK
     assert [m.body for m in result.messages] == [b"late"]
-    assert after_send < 0.5, f"took {after_send:.3f}s after the send"
-    assert total < 1.5  # well before the 3 s poll time
+    assert result.messages[0].system_properties.receipt_handle.split(" ")[5] == "broker-b"
+    assert after_send < DELIVERY_BOUND_S[backend.kind], f"took {after_send:.3f}s after the send"
+    assert total < 2.5  # well before the 3 s poll time
+    assert app.engine.current_mode(backend.group, backend.topic) == "notify"
+    assert app.engine.hub.probes_sent >= 2  # it did probe both brokers
 
 
-async def test_coupled_answers_empty_while_the_message_waits_elsewhere(start_proxy, lean):
-    app = await start_proxy(mode="coupled")
-    result, _, total = await receive_with_late_send(app, lean, await_ms=2000)
+async def test_coupled_answers_empty_while_the_message_waits_elsewhere(backend, lean):
+    app = await backend.start(mode="coupled")
+    result, _, total = await receive_with_late_send(backend, app, lean, "coupled", 2000)
     assert result.status == NOT_FOUND  # the false empty this project exists to avoid
     assert total >= 1.9
-    # Nothing was lost: the next poll finds it.
-    again = await lean(app).receive(G, T, await_ms=1000, broker="broker-c")
+    # Nothing was lost: the next poll, on the broker that has it, finds it.
+    again = await lean(app).receive(backend.group, backend.topic, await_ms=1000, broker="broker-b")
     assert [m.body for m in again.messages] == [b"late"]
 
 
-async def test_slicing_finds_it_on_a_later_slice(start_proxy, lean):
-    app = await start_proxy(mode="slicing", slice_ms=100, slice_quota=20)
-    result, after_send, _ = await receive_with_late_send(app, lean, await_ms=3000)
+async def test_slicing_finds_it_on_a_later_slice(backend, lean):
+    app = await backend.start(mode="slicing", slice_ms=100, slice_quota=20)
+    result, after_send, _ = await receive_with_late_send(backend, app, lean, "slicing", 3000)
     assert [m.body for m in result.messages] == [b"late"]
     assert after_send < 1.0  # within a few slices, not the whole poll
 
 
-async def test_first_pop_hit_is_a_short_polling_hit(start_proxy, lean):
-    app = await start_proxy(mode="notify")
-    await send_to(app, "broker-b", b"waiting")
-    result = await lean(app).receive(G, T, await_ms=2000, broker="broker-b")
+@pytest.mark.parametrize("mode", ["notify", "coupled", "slicing", "adaptive"])
+async def test_every_mode_delivers_a_message_sent_while_it_waits(backend, lean, mode):
+    """A message for the broker the poll started on, sent while the poll waits."""
+    app = await backend.start(mode=mode, slice_ms=100)
+    result, _, total = await receive_with_late_send(backend, app, lean, mode, 3000, "broker-a")
+    assert result.status == OK and [m.body for m in result.messages] == [b"late"]
+    assert total < 2.5
+    acked = await lean(app).ack(backend.group, backend.topic, result.messages)
+    assert acked.status.code == OK
+
+
+async def test_first_pop_hit_is_a_short_polling_hit(backend, lean):
+    app = await backend.start(mode="notify")
+    await backend.send_to("broker-b", b"waiting")
+    result = await lean(app).receive(backend.group, backend.topic, await_ms=2000, broker="broker-b")
     assert [m.body for m in result.messages] == [b"waiting"]
     assert result.stream[0] == "status" and result.stream[-1] == "delivery_timestamp"
     status = app.engine.status()
@@ -91,36 +129,63 @@ async def test_adaptive_switches_to_coupled_above_the_threshold_and_back(start_p
     assert 'rocketmq_proxy_mode_switches_total{group="G",to="notify",topic="T"} 1.0' in body
 
 
-async def test_receive_through_one_proxy_ack_through_another(start_proxy, lean):
-    first = await start_proxy(mode="notify")
-    second = await start_proxy(mode="notify", namesrv=first.cluster.namesrv_address)
-    await send_to(first, "broker-b", b"stateless")
-    got = await lean(first).receive(G, T, await_ms=1000, invisible_ms=10_000)
-    assert [m.body for m in got.messages] == [b"stateless"]
-    acked = await lean(second).ack(G, T, got.messages)
+async def test_receive_through_one_proxy_ack_through_another(backend, lean):
+    """The receipt handle carries all an ack needs. Both messages are made visible again
+    in one second through proxy 1; only one is acked, through proxy 2: the other comes back
+    and the acked one does not."""
+    first = await backend.start(mode="notify")
+    second = await backend.start(mode="notify")
+    group, topic = backend.group, backend.topic
+    await backend.send_to("broker-b", b"stateless")
+    await backend.send_to("broker-b", b"control")
+    got = []
+    for _ in range(10):
+        got += (
+            await lean(first).receive(group, topic, await_ms=1000, invisible_ms=10_000)
+        ).messages
+        if len(got) == 2:
+            break
+    by_body = {m.body: m for m in got}
+    assert sorted(by_body) == [b"control", b"stateless"]
+    for message in got:
+        changed = await lean(first).change_invisible(group, topic, message, 1000)
+        assert changed.status.code == OK
+        message.system_properties.receipt_handle = changed.receipt_handle
+    acked = await lean(second).ack(group, topic, [by_body[b"stateless"]])
     assert acked.status.code == OK and acked.entries[0].status.code == OK
-    assert first.cluster.broker("broker-b").pop.checkpoint_count == 0  # acked on the broker
+    back = []
+    deadline = time.monotonic() + 8
+    while not back and time.monotonic() < deadline:
+        back = (await lean(first).receive(group, topic, await_ms=1000)).messages
+    assert [m.body for m in back] == [b"control"]
+    assert back[0].system_properties.delivery_attempt == 2
+    again = await lean(first).receive(group, topic, await_ms=1000)
+    assert again.status == NOT_FOUND  # the acked one stays gone
+    if backend.stub:
+        assert backend.cluster.broker("broker-b").pop.checkpoint_count == 1  # the control
 
 
-async def test_a_cancelled_poll_loses_nothing(start_proxy, lean):
+async def test_a_cancelled_poll_loses_nothing(backend, lean):
     """Coupled mode parks the pop on the broker; the client leaves; a message then arrives
     into that parked pop. The proxy hands it back at once, so the next receive gets it in
-    about a second, not after its 30 s invisible time."""
-    app = await start_proxy(mode="coupled", nack_invisible_ms=500)
+    seconds, not after its 30 s invisible time. A real broker revives a handed-back message
+    through its revive service: 2-4 s here, against well under a second for the stubs."""
+    app = await backend.start(mode="coupled", nack_invisible_ms=500)
+    group, topic = backend.group, backend.topic
     consumer = lean(app)
-    poll = asyncio.ensure_future(consumer.receive(G, T, await_ms=5000, broker="broker-a"))
-    await asyncio.sleep(0.3)
+    poll = asyncio.ensure_future(consumer.receive(group, topic, await_ms=5000, broker="broker-a"))
+    await parked(app, "coupled")
     poll.cancel()
     await asyncio.gather(poll, return_exceptions=True)
-    await asyncio.sleep(0.1)  # the cancellation reaches the proxy
-    await send_to(app, "broker-a", b"precious")
+    await wait_until(lambda: not app.engine._polls, timeout=2)  # the cancellation arrived
+    await backend.send_to("broker-a", b"precious")
     sent = time.perf_counter()
     found = []
-    while not found and time.perf_counter() - sent < 5:
-        result = await lean(app).receive(G, T, await_ms=1000, invisible_ms=30_000)
+    while not found and time.perf_counter() - sent < 12:
+        result = await lean(app).receive(group, topic, await_ms=1000, invisible_ms=30_000)
         found = result.messages
     assert [m.body for m in found] == [b"precious"]
-    assert time.perf_counter() - sent < 3.0
+    assert time.perf_counter() - sent < HAND_BACK_BOUND_S[backend.kind]
     assert found[0].system_properties.delivery_attempt == 2  # handed back once
     assert app.engine.nacked == 1
 
@@ -141,10 +206,10 @@ async def test_a_broker_that_is_down_is_skipped(start_proxy, lean):
     assert empty.status == NOT_FOUND  # answered on time, not stalled by the dead broker
 
 
-async def test_finished_polls_leave_nothing_in_flight(start_proxy, lean):
-    app = await start_proxy(mode="notify")
+async def test_finished_polls_leave_nothing_in_flight(backend, lean):
+    app = await backend.start(mode="notify")
     consumer = lean(app)
-    polls = [consumer.receive(G, T, await_ms=400) for _ in range(5)]
+    polls = [consumer.receive(backend.group, backend.topic, await_ms=400) for _ in range(5)]
     await asyncio.gather(*polls)
     status = app.engine.status()
     assert status["in_flight"] == {"notify": 0}
@@ -172,3 +237,81 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
         finally:
             await engine.close()
             await pool.close()
+
+
+# Tag filters: at most this many pops, and this many notifications, per delivered message.
+FILTERED_POPS_PER_MESSAGE = 4.0
+FILTERED_NOTIFICATIONS_PER_MESSAGE = 3.0
+
+
+async def test_a_filter_that_drops_most_messages_does_not_storm_the_brokers(backend, lean):
+    """A notify poll for ``tagA`` while nine messages in ten are ``tagB``.
+
+    A real broker's NOTIFICATION ignores the tag filter: every arriving message wakes the
+    parked probe with hasMsg=true, and the pop that follows finds nothing for nine in ten.
+    Probing again at once after each such empty pop cost a notification and a pop per
+    *arriving* message: 7.9-8.0 pops and 7.3-7.5 notifications per delivered message on
+    RocketMQ 5.5.0 at 40 and 100 messages/s (and without limit at higher rates, up to the
+    poll's probe budget). The notify poll now pauses before probing a broker again after
+    empty pops (``notify.MISS_BACKOFF_S``, up to 0.4 s, the count carried from poll to
+    poll): measured 1.6-3.6 pops and 1.2-2.9 notifications per delivered message. The bound
+    (5 and 4) leaves room for a loaded machine and fails the old behaviour. What remains
+    per delivered message is the poll's first pop, the pop that finds it, and a pause or
+    two of misses. The cost: a matching message waits up to one pause longer (median
+    ~0.1-0.2 s, max ~0.55 s measured) while filtered traffic flows.
+    """
+    app = await backend.start(mode="notify")
+    group, topic = backend.group, backend.topic
+    consumer = lean(app)
+    # The group's first poll before anything is sent: it starts at the end of the queues.
+    await consumer.receive(group, topic, await_ms=300, expression="tagA")
+    base_pops = _pops(app)
+    base_notes = _notifications(app)
+    delivered: list = []
+    stop = False
+
+    async def consume() -> None:
+        while not stop:
+            result = await consumer.receive(group, topic, await_ms=2000, expression="tagA")
+            if result.messages:
+                delivered.extend(result.messages)
+                await consumer.ack(group, topic, result.messages)
+
+    consuming = asyncio.ensure_future(consume())
+    clients = {name: backend.broker_client(name) for name in ("broker-a", "broker-b")}
+    sent, rate = 300, 200.0
+    try:
+        started = time.perf_counter()
+        for i in range(sent):
+            tag = "tagA" if i % 10 == 0 else "tagB"
+            broker = ("broker-a", "broker-b")[(i + i // 10) % 2]  # tagA on both brokers
+            await clients[broker].send(topic, f"m{i}".encode(), tag=tag)
+            await asyncio.sleep(max(0.0, started + (i + 1) / rate - time.perf_counter()))
+        await wait_until(lambda: len(delivered) >= sent // 10, timeout=10, step=0.05)
+        pops, notes = _pops(app) - base_pops, _notifications(app) - base_notes
+        stop = True
+        await asyncio.wait_for(consuming, timeout=5)
+    finally:
+        consuming.cancel()
+        await asyncio.gather(consuming, return_exceptions=True)
+        for client in clients.values():
+            await client.close()
+    assert sorted(m.body for m in delivered) == sorted(f"m{i}".encode() for i in range(0, sent, 10))
+    assert all(m.system_properties.tag == "tagA" for m in delivered)
+    per_message = (pops / len(delivered), notes / len(delivered))
+    print(f"{backend.kind}: pops/msg {per_message[0]:.2f}, notifications/msg {per_message[1]:.2f}")
+    assert per_message[0] <= FILTERED_POPS_PER_MESSAGE, per_message
+    assert per_message[1] <= FILTERED_NOTIFICATIONS_PER_MESSAGE, per_message
+
+
+def _pops(app) -> float:
+    return value(
+        app,
+        "rocketmq_proxy_rpc_latency_seconds_count",
+        protocol_type="remoting",
+        request_code="pop_message",
+    )
+
+
+def _notifications(app) -> float:
+    return value(app, "rocketmq_proxy_notifications_total")
