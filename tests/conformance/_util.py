@@ -1,0 +1,47 @@
+"""Bounded waits shared by the conformance tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from proxy.remoting.broker_client import BrokerClient, PopResult
+
+#: How long a test waits for an unacked message to come back. A stub revives at the
+#: invisible time; a real broker's revive service scans its revive queue in rounds and
+#: takes 2-3 s more here (more on a loaded machine): generous, never slept through.
+REDELIVERY_DEADLINE_S = 30.0
+#: Invisible time for messages a test lets come back: short, so redeliveries take seconds.
+SHORT_INVISIBLE_MS = 1000
+
+
+async def pop_eventually(
+    client: BrokerClient,
+    group: str,
+    topic: str,
+    *,
+    deadline_s: float = REDELIVERY_DEADLINE_S,
+    step_s: float = 0.1,
+    **kwargs,
+) -> PopResult:
+    """Pop (without parking: a real broker does not reliably wake a parked pop on a
+    revival) until something comes; fail after ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        result = await client.pop(group, topic, **kwargs)
+        if result.found:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing came for {group} on {topic} within {deadline_s}s")
+        await asyncio.sleep(step_s)
+
+
+async def pop_all(client: BrokerClient, group: str, topic: str, **kwargs) -> list:
+    """Pop until the broker has nothing more for ``group``; everything popped."""
+    got = []
+    for _ in range(200):
+        result = await client.pop(group, topic, **kwargs)
+        if not result.found:
+            return got
+        got.extend(result.messages)
+    raise AssertionError("pop never ran dry")
