@@ -12,7 +12,14 @@ from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import BatchEntry, Prop, decode_messages
 from proxy.remoting.popinfo import PopCheckpointInfo, retry_flag
-from tests.conformance._util import SHORT_INVISIBLE_MS, pop_all, pop_eventually
+from tests.conformance._util import (
+    SHORT_INVISIBLE_MS,
+    max_offset,
+    pop_all,
+    pop_eventually,
+    wait_offset,
+    wait_visible,
+)
 
 HEADER_KEYS = {"popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo",
                "msgOffsetInfo"}  # fmt: skip
@@ -64,6 +71,7 @@ async def test_send_then_pop_from_a_named_queue(backend):
     assert sent.queue_id == 2
     assert sent.queue_offset == 0
     assert len(sent.offset_msg_id) == 32
+    await wait_visible(client, topic, [sent])
     before = now_ms()
     result = await client.pop(group, topic, queue_id=2, invisible_ms=5000)
     after = now_ms()
@@ -95,8 +103,8 @@ async def test_pop_response_headers(backend):
     assert (empty.fields["startOffsetInfo"], empty.fields["msgOffsetInfo"]) == ("", "")
     assert empty.fields["restNum"] == "0"
 
-    await client.send(topic, b"a", queue_id=1)
-    await client.send(topic, b"b", queue_id=1)
+    sent = [await client.send(topic, body, queue_id=1) for body in (b"a", b"b")]
+    await wait_visible(client, topic, sent)
     found = await raw_pop(client, group, topic, queueId=1, invisibleTime=7000)
     assert found.code == ResponseCode.SUCCESS
     assert set(found.fields) == HEADER_KEYS
@@ -114,10 +122,13 @@ async def test_pop_any_queue_collects_across_queues(backend):
     topic, group = await fresh(backend)
     client = backend.client()
     sent = {}
+    results = []
     for qid in range(4):
         result = await client.send(topic, f"q{qid}".encode(), queue_id=qid)
         assert result.queue_id == qid
         sent[result.msg_id] = qid
+        results.append(result)
+    await wait_visible(client, topic, results)
 
     result = await client.pop(group, topic, queue_id=-1, max_nums=32)
 
@@ -131,7 +142,9 @@ async def test_pop_any_queue_collects_across_queues(backend):
 async def test_max_msg_nums_is_respected(backend):
     topic, group = await fresh(backend, queues=1)
     client = backend.client()
-    ids = {(await client.send(topic, b"m%d" % i)).msg_id for i in range(10)}
+    results = [await client.send(topic, b"m%d" % i) for i in range(10)]
+    ids = {r.msg_id for r in results}
+    await wait_visible(client, topic, results)
 
     first = await client.pop(group, topic, max_nums=3)
     assert len(first.messages) == 3
@@ -145,7 +158,9 @@ async def test_new_group_with_init_mode_max_reads_from_the_start(backend):
     first message both start at offset 0, not at the end."""
     topic, group = await fresh(backend, queues=1)
     client = backend.client()
-    ids = [(await client.send(topic, b"%d" % i)).msg_id for i in range(3)]
+    results = [await client.send(topic, b"%d" % i) for i in range(3)]
+    ids = [r.msg_id for r in results]
+    await wait_visible(client, topic, results)
     result = await client.pop(group, topic, init_mode=1)
     assert [m.msg_id for m in result.messages] == ids
 
@@ -154,7 +169,9 @@ async def test_two_groups_each_get_every_message(backend):
     topic, g1 = await fresh(backend)
     g2 = backend.unique("G")
     client = backend.client()
-    ids = {(await client.send(topic, b"%d" % i)).msg_id for i in range(12)}
+    results = [await client.send(topic, b"%d" % i) for i in range(12)]
+    ids = {r.msg_id for r in results}
+    await wait_visible(client, topic, results)
     assert sorted(m.msg_id for m in await pop_all(client, g1, topic)) == sorted(ids)
     assert sorted(m.msg_id for m in await pop_all(client, g2, topic)) == sorted(ids)
 
@@ -162,7 +179,9 @@ async def test_two_groups_each_get_every_message(backend):
 async def test_two_consumers_of_one_group_never_share_a_message(backend):
     topic, group = await fresh(backend)
     setup, a, b = backend.client(), backend.client(), backend.client()
-    ids = [(await setup.send(topic, b"%d" % i)).msg_id for i in range(60)]
+    results = [await setup.send(topic, b"%d" % i) for i in range(60)]
+    ids = [r.msg_id for r in results]
+    await wait_visible(setup, topic, results)
     got_a, got_b = await asyncio.wait_for(
         asyncio.gather(pop_all(a, group, topic, max_nums=5), pop_all(b, group, topic, max_nums=5)),
         30,
@@ -179,6 +198,7 @@ async def test_tag_filter_returns_only_matching_and_skips_the_rest_for_good(back
     tags = ["a", "b", "c", "a", None, "b", "d"]
     sent = [await client.send(topic, b"x", tag=tag, queue_id=0) for tag in tags]
     wanted = [s.msg_id for s, tag in zip(sent, tags, strict=True) if tag in ("a", "b")]
+    await wait_visible(client, topic, sent)
 
     result = await client.pop(group, topic, expression="a || b",
                               invisible_ms=SHORT_INVISIBLE_MS)  # fmt: skip
@@ -199,6 +219,7 @@ async def test_ack_prevents_redelivery(backend):
     client = backend.client()
     acked = await client.send(topic, b"acked")
     control = await client.send(topic, b"control")
+    await wait_visible(client, topic, [acked, control])
     result = await client.pop(group, topic, invisible_ms=SHORT_INVISIBLE_MS)
     assert [m.msg_id for m in result.messages] == [acked.msg_id, control.msg_id]
     await client.ack(group, topic, result.messages[0].properties[Prop.POP_CK])
@@ -214,8 +235,8 @@ async def test_change_invisible_time(backend):
     old expiry (the control, popped with it, comes back first), then it returns."""
     topic, group = await fresh(backend, queues=1)
     client = backend.client()
-    for body in (b"changed", b"acked-by-new-handle", b"control"):
-        await client.send(topic, body)
+    sent = [await client.send(topic, body) for body in (b"changed", b"acked", b"control")]
+    await wait_visible(client, topic, sent)
     result = await client.pop(group, topic, invisible_ms=SHORT_INVISIBLE_MS)
     changed, acked, control = result.messages
     old = acked.properties[Prop.POP_CK]
@@ -250,6 +271,7 @@ async def test_redelivery_through_the_v2_retry_topic(backend):
     topic, group = await fresh(backend, queues=1)
     client = backend.client()
     sent = await client.send(topic, b"retry me", tag="TagR", keys=["key"])
+    await wait_visible(client, topic, [sent])
     first = await client.pop(group, topic, invisible_ms=SHORT_INVISIBLE_MS)
     assert first.messages[0].reconsume_times == 0
 
@@ -289,20 +311,13 @@ async def send_back(client, group: str, topic: str, msg, delay_level: int) -> Re
     )
 
 
-async def max_offset(client, topic: str, queue_id: int = 0) -> int:
-    response = await client.remoting.invoke(
-        RemotingCommand(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}),
-        10.0,
-    )
-    return int(response.fields.get("offset", 0)) if response.code == ResponseCode.SUCCESS else 0
-
-
 async def test_dead_letter_queue_after_the_groups_retry_max_times(backend):
     """Revivals never dead-letter (reconsumeTimes passes retryMaxTimes); the group's
     retryMaxTimes decides when CONSUMER_SEND_MSG_BACK moves the message to %DLQ%<group>."""
     topic, group = await fresh(backend, queues=1, retry_max_times=1)
     client = backend.client()
     sent = await client.send(topic, b"doomed")
+    await wait_visible(client, topic, [sent])
     dlq = f"%DLQ%{group}"
     attempts = [await client.pop(group, topic, invisible_ms=SHORT_INVISIBLE_MS)]
     for _ in range(2):
@@ -316,7 +331,7 @@ async def test_dead_letter_queue_after_the_groups_retry_max_times(backend):
     response = await send_back(client, group, topic, last, 0)
     assert response.code == ResponseCode.SUCCESS, response.remark
     await client.ack(group, topic, last.properties[Prop.POP_CK])
-    assert await max_offset(client, dlq) == 1
+    await wait_offset(client, dlq, 1)
 
     reader = backend.unique("DlqReader")
     dead = await pop_eventually(client, reader, dlq, deadline_s=10)
@@ -327,15 +342,18 @@ async def test_dead_letter_queue_after_the_groups_retry_max_times(backend):
 async def test_send_back_before_retry_max_times_does_not_dead_letter(backend):
     topic, group = await fresh(backend, queues=1, retry_max_times=3)
     client = backend.client()
-    await client.send(topic, b"not yet")
+    await wait_visible(client, topic, [await client.send(topic, b"not yet")])
     [msg] = (await client.pop(group, topic)).messages
+    dlq = f"%DLQ%{group}"
+    # reconsumeTimes 0 < retryMaxTimes 3: to %RETRY%<group> (after a 10 s delay), not the DLQ
     response = await send_back(client, group, topic, msg, 0)
     assert response.code == ResponseCode.SUCCESS, response.remark
-    assert await max_offset(client, f"%DLQ%{group}") == 0
-    # delay level -1 dead-letters whatever the count
+    # delay level -1 dead-letters whatever the count; the store keeps the order of the two,
+    # so once this one is in the DLQ the first would be too had it gone there.
     response = await send_back(client, group, topic, msg, -1)
     assert response.code == ResponseCode.SUCCESS, response.remark
-    assert await max_offset(client, f"%DLQ%{group}") == 1
+    await wait_offset(client, dlq, 1)
+    assert await max_offset(client, dlq) == 1
 
 
 async def test_batch_send_lands_consecutively_in_one_queue(backend):
@@ -345,6 +363,7 @@ async def test_batch_send_lands_consecutively_in_one_queue(backend):
     sent = await client.send_batch(topic, entries, queue_id=3)
     assert sent.queue_id == 3
     assert len(sent.offset_msg_id.split(",")) == 5
+    await wait_visible(client, topic, [sent])
 
     msgs = (await client.pop(group, topic, queue_id=3)).messages
     assert [m.body for m in msgs] == [e.body for e in entries]
@@ -367,6 +386,7 @@ async def test_batch_ack(backend):
     topic, group = await fresh(backend)
     client = backend.client()
     sent = [await client.send(topic, b"%d" % i, queue_id=1) for i in range(3)]
+    await wait_visible(client, topic, sent)
     result = await client.pop(group, topic, queue_id=1, invisible_ms=SHORT_INVISIBLE_MS)
     msgs = result.messages
     assert [m.msg_id for m in msgs] == [s.msg_id for s in sent]
