@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 OK = ResponseCode.SUCCESS
 BAD = ResponseCode.INVALID_PARAMETER
+# Admin codes that only the tools send (mqadmin clusterList, topicStatus).
+GET_BROKER_RUNTIME_INFO = 28
+GET_TOPIC_STATS_INFO = 202
 NO_MESSAGE_REMARK = "NO_MESSAGE_IN_QUEUE"
 
 # SEND_MESSAGE_V2 abbreviates the SEND_MESSAGE header names.
@@ -107,7 +110,11 @@ class BrokerProcessor:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+            GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_TOPIC_CONFIG: self.topic_config,
         }
+        self.started_ms = now_ms()
 
     @property
     def store_host(self) -> tuple[str, int]:
@@ -531,6 +538,78 @@ class BrokerProcessor:
         self.groups.put(config)
         return cmd.make_response(OK)
 
+    def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO: a KVTable of the figures ``mqadmin clusterList`` prints
+        (the stub measures none of the rates: zeros)."""
+        earliest = min(
+            (m.store_timestamp for m in self._first_messages() if m is not None),
+            default=0,
+        )
+        table = {
+            "brokerVersionDesc": "V5_3_3",
+            "brokerVersion": "479",
+            "brokerActive": "true",
+            "bootTimestamp": str(self.started_ms),
+            "putTps": "0.0 0.0 0.0",
+            "getTransferredTps": "0.0 0.0 0.0",
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "ackThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "ackThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": str(earliest),
+            "commitLogDiskRatio": "0.0",
+            "msgPutTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgPutTotalTodayNow": str(self.store.commit_log_count),
+            "msgGetTotalYesterdayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "msgGetTotalTodayNow": "0",
+            "timerReadBehind": "0",
+            "timerOffsetBehind": "0",
+            "timerCongestNum": "0",
+            "timerEnqueueTps": "0.0",
+            "timerDequeueTps": "0.0",
+        }
+        return cmd.make_response(OK, body=orjson.dumps({"table": table}))
+
+    def _first_messages(self):
+        for config in self.topics.all():
+            for qid in range(config.read_queue_nums):
+                if self.store.max_offset(config.name, qid) > 0:
+                    yield self.store.message(
+                        config.name, qid, self.store.min_offset(config.name, qid)
+                    )
+
+    def topic_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_TOPIC_CONFIG (admin tools read it before the stats): TopicConfig JSON."""
+        config = self._topic(Fields(cmd).str("topic"))
+        return cmd.make_response(OK, body=orjson.dumps(config.to_json()))
+
+    def topic_stats(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_TOPIC_STATS_INFO: min and max offset and last store time of each queue
+        (TopicStatsTable, keyed by MessageQueue as fastjson writes it)."""
+        topic = Fields(cmd).str("topic")
+        config = self._topic(topic)
+        entries = []
+        for qid in range(config.write_queue_nums):
+            low, high = self.store.min_offset(topic, qid), self.store.max_offset(topic, qid)
+            last = self.store.message(topic, qid, high - 1) if high > low else None
+            entries.append(
+                (
+                    {"brokerName": self.config.name, "queueId": qid, "topic": topic},
+                    {
+                        "lastUpdateTimestamp": last.store_timestamp if last else 0,
+                        "maxOffset": high,
+                        "minOffset": low,
+                    },
+                )
+            )
+        body = b'{"offsetTable":' + _fastjson_map(entries) + b',"topicPutTps":0.0}'
+        return cmd.make_response(OK, body=body)
+
     def all_topic_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         body = {
             "dataVersion": {
@@ -541,6 +620,15 @@ class BrokerProcessor:
             "topicConfigTable": {t.name: t.to_json() for t in self.topics.all()},
         }
         return cmd.make_response(OK, body=orjson.dumps(body))
+
+
+def _fastjson_map(entries: list[tuple[dict, dict]]) -> bytes:
+    """A JSON-like map with object keys, as fastjson writes a ``Map<MessageQueue, ...>``:
+    ``{{"brokerName":..,"queueId":0,"topic":..}:{...}}``. Not valid JSON, but what a Java
+    admin client parses (and what a RocketMQ broker sends)."""
+    parts = [orjson.dumps(key, option=orjson.OPT_SORT_KEYS) + b":" + orjson.dumps(
+        value, option=orjson.OPT_SORT_KEYS) for key, value in entries]  # fmt: skip
+    return b"{" + b",".join(parts) + b"}"
 
 
 def _host(peer: str) -> tuple[str, int]:
