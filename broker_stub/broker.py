@@ -59,6 +59,7 @@ class Broker:
             loop, config.polling_per_key, config.polling_total, wake_newest=True
         )
         self.scheduler = DeliveryScheduler(self.store, loop)
+        self.pop.put = self.scheduler.put
         self.processor = BrokerProcessor(
             config, self.store, self.topics, self.pop, self.pops, self.notifications, self.scheduler
         )

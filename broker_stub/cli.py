@@ -70,7 +70,12 @@ def broker_main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--register-interval", type=float, default=30.0, help="seconds between registrations"
     )
-    parser.add_argument("--max-reconsume-times", type=int, default=16)
+    parser.add_argument(
+        "--max-reconsume-times",
+        type=int,
+        default=16,
+        help="retryMaxTimes of groups not created explicitly (default 16)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     _logging(args.log_level)

@@ -27,7 +27,9 @@ class BrokerConfig:
     max_pop_batch: int = 32
     revive_queue_nums: int = 8
     retry_first_probability: float = 0.2
-    max_reconsume_times: int = 16  # 17 delivery attempts, then %DLQ%<group>
+    # retryMaxTimes of a group nobody configured (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP sets
+    # one per group): CONSUMER_SEND_MSG_BACK dead-letters past it. Revivals never do.
+    max_reconsume_times: int = 16
     scan_limit: int = 1024  # entries a pop may skip over in one queue (tag filtering)
 
     # broker-side long polling

@@ -4,8 +4,10 @@ A pop takes messages from a queue at the group's pop offset and moves the offset
 them, recording a *checkpoint* (the offsets taken, when, for how long). Until the
 checkpoint's invisible time ends no one else can get those messages. An ack removes an
 offset from its checkpoint. When the time ends, every offset still unacked is *revived*: a
-copy goes to the group's retry topic ``%RETRY%<group>_<topic>`` with ``reconsumeTimes + 1``,
-visible at once, or to ``%DLQ%<group>`` once the attempts are spent.
+copy goes to the group's retry topic with ``reconsumeTimes + 1``, visible at once. As on a
+RocketMQ 5 broker with ``enableRetryTopicV2`` that is ``%RETRY%<group>+<topic>``, and a
+revival never dead-letters: the consumer (the proxy) moves a message past its last attempt
+to ``%DLQ%<group>`` with CONSUMER_SEND_MSG_BACK, where the group's ``retryMaxTimes`` decides.
 """
 
 from __future__ import annotations
@@ -22,20 +24,36 @@ from broker_stub.topics import TopicTable
 from proxy.remoting.filter import TagFilter
 from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_message
 from proxy.remoting.popinfo import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    RETRY_V2,
     PopCheckpointInfo,
     dlq_topic,
-    pop_retry_topic,
     retry_flag,
+    topic_for_flag,
 )
 
 log = logging.getLogger(__name__)
 
+ORIGIN_GROUP = "ORIGIN_GROUP"  # set by a RocketMQ 5 broker on revived messages
 INIT_MODE_MIN = 0  # a new group starts at the oldest message
 INIT_MODE_MAX = 1  # ... or at the newest, unless nothing has been dropped yet
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def pop_retry_topic(group: str, topic: str) -> str:
+    """The pop retry topic of (group, topic): V2, ``%RETRY%<group>+<topic>``, what a RocketMQ
+    5 broker with ``enableRetryTopicV2`` writes (V1 ``_`` names cannot be told apart when a
+    group or topic name holds ``_``, and only V2 revivals wake parked requests there)."""
+    return topic_for_flag(RETRY_V2, group, topic)
+
+
+def group_retry_topic(group: str) -> str:
+    """``%RETRY%<group>``: where CONSUMER_SEND_MSG_BACK puts a message it does not
+    dead-letter (with a delay level)."""
+    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}"
 
 
 @dataclass(slots=True)
@@ -87,8 +105,22 @@ class Checkpoint:
     timer: asyncio.TimerHandle | None = None
 
     @property
-    def key(self) -> tuple[str, str, int, int, int]:
-        return (self.group, self.topic, self.queue_id, self.start_offset, self.pop_time)
+    def key(self) -> tuple[str, str, int, int, int, int]:
+        # The invisible time is part of it: a change of invisible time in the same
+        # millisecond as the pop makes a checkpoint of its own, not a merge into the old one.
+        return (
+            self.group,
+            self.topic,
+            self.queue_id,
+            self.start_offset,
+            self.pop_time,
+            self.invisible_time,
+        )
+
+
+def _info_key(group: str, topic: str, info: PopCheckpointInfo) -> tuple:
+    """The key of the checkpoint a handle names (see ``Checkpoint.key``)."""
+    return (group, topic, info.queue_id, info.start_offset, info.pop_time, info.invisible_time)
 
 
 class PopService:
@@ -106,10 +138,12 @@ class PopService:
         self.loop = loop
         self.rng = rng or random.Random()
         self._offsets: dict[tuple[str, str, int], int] = {}
-        self._checkpoints: dict[tuple[str, str, int, int, int], Checkpoint] = {}
+        self._checkpoints: dict[tuple, Checkpoint] = {}
         self._revive_counter = 0
         # retry topic -> (group, original topic), so a revival wakes the right waiters
         self.retry_origins: dict[str, tuple[str, str]] = {}
+        # Puts a message honouring its delay (the broker's scheduler); set by the broker.
+        self.put = None
 
     @property
     def checkpoint_count(self) -> int:
@@ -201,10 +235,15 @@ class PopService:
         offset = self._offsets.get((req.group, topic, queue_id))
         minimum = self.store.min_offset(topic, queue_id)
         if offset is None:
-            # As RocketMQ with initPopOffsetByCheckMsgInMem: while the queue still holds its
-            # first message, a new group reads from the start whatever its init mode.
-            use_min = req.init_mode == INIT_MODE_MIN or minimum == 0
-            offset = minimum if use_min else self.store.max_offset(topic, queue_id)
+            # As RocketMQ (getInitOffset, initPopOffsetByCheckMsgInMem on): retry topics and
+            # initMode MIN start at the oldest message; so does MAX while the queue still
+            # holds its first message; otherwise MAX starts at the newest one ("pop last one").
+            use_min = (
+                req.init_mode == INIT_MODE_MIN
+                or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                or minimum == 0
+            )
+            offset = minimum if use_min else max(self.store.max_offset(topic, queue_id) - 1, 0)
         return max(offset, minimum)
 
     def _as_origin(
@@ -255,7 +294,7 @@ class PopService:
     def ack(self, info: PopCheckpointInfo, group: str, topic: str, offset: int) -> bool:
         """Ack ``offset`` of the checkpoint ``info`` names; False if it holds no such offset
         (already acked, or revived after its invisible time)."""
-        ck = self._checkpoints.get((group, topic, info.queue_id, info.start_offset, info.pop_time))
+        ck = self._checkpoints.get(_info_key(group, topic, info))
         if ck is None or offset not in ck.unacked:
             return False
         ck.unacked.discard(offset)
@@ -282,7 +321,7 @@ class PopService:
             origin_topic=topic,
             unacked={offset},
         )
-        old = self._checkpoints.get((group, topic, info.queue_id, info.start_offset, info.pop_time))
+        old = self._checkpoints.get(_info_key(group, topic, info))
         if old is not None and offset in old.unacked:
             ck.origin_topic = old.origin_topic
             self.ack(info, group, topic, offset)
@@ -313,27 +352,37 @@ class PopService:
         group: str,
         origin_topic: str,
         *,
-        to_dlq: bool = False,
         first_pop_time: int | None = None,
     ) -> MessageExt:
-        """Store a copy of ``msg`` in the group's retry topic, or its DLQ when ``to_dlq`` or
-        its attempts are spent. Returns the copy."""
-        times = msg.reconsume_times + 1
-        max_times = int(
-            msg.properties.get(Prop.MAX_RECONSUME_TIMES, self.config.max_reconsume_times)
-        )
-        if to_dlq or times > max_times:
-            topic = dlq_topic(group)
-        else:
-            topic = pop_retry_topic(group, origin_topic)
-            self.retry_origins[topic] = (group, origin_topic)
-        self.topics.system_topic(topic)
+        """Revive: store a copy of ``msg`` in the group's pop retry topic with
+        ``reconsumeTimes + 1``, visible at once. Returns the copy."""
+        topic = pop_retry_topic(group, origin_topic)
+        self.retry_origins[topic] = (group, origin_topic)
         props = dict(msg.properties)
         props.pop(Prop.POP_CK, None)
-        props.setdefault(Prop.REAL_TOPIC, origin_topic)
-        props.setdefault(Prop.ORIGIN_MESSAGE_ID, msg.msg_id)
+        props.setdefault(ORIGIN_GROUP, group)
         if first_pop_time is not None:
             props.setdefault(Prop.FIRST_POP_TIME, str(first_pop_time))
+        return self._put_copy(msg, topic, props)
+
+    def send_back(
+        self, msg: MessageExt, group: str, origin_topic: str, delay_level: int, max_times: int
+    ) -> MessageExt:
+        """CONSUMER_SEND_MSG_BACK as a RocketMQ broker serves it: to ``%DLQ%<group>`` when
+        ``delay_level`` < 0 or ``reconsumeTimes >= max_times``; else to ``%RETRY%<group>``
+        after the delay level (0 means 3 + reconsumeTimes). Returns the copy."""
+        props = dict(msg.properties)
+        props.pop(Prop.POP_CK, None)
+        props.setdefault(Prop.RETRY_TOPIC, origin_topic)
+        props.setdefault(Prop.ORIGIN_MESSAGE_ID, msg.msg_id)
+        if delay_level < 0 or msg.reconsume_times >= max_times:
+            props.pop(Prop.DELAY, None)
+            return self._put_copy(msg, dlq_topic(group), props)
+        props[Prop.DELAY] = str(delay_level or 3 + msg.reconsume_times)
+        return self._put_copy(msg, group_retry_topic(group), props)
+
+    def _put_copy(self, msg: MessageExt, topic: str, props: dict[str, str]) -> MessageExt:
+        self.topics.system_topic(topic)
         copy = MessageExt(
             topic=topic,
             body=msg.body,
@@ -344,7 +393,10 @@ class PopService:
             born_timestamp=msg.born_timestamp,
             born_host=msg.born_host,
             store_host=msg.store_host,
-            reconsume_times=times,
+            reconsume_times=msg.reconsume_times + 1,
         )
-        self.store.put(copy)
+        if self.put is not None and Prop.DELAY in props:
+            self.put(copy)
+        else:
+            self.store.put(copy)
         return copy

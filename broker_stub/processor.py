@@ -15,6 +15,7 @@ import orjson
 
 from broker_stub.config import BrokerConfig
 from broker_stub.fields import Fields, RequestError
+from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.polling import PollingTable, Waiter
 from broker_stub.pop import INIT_MODE_MAX, PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 OK = ResponseCode.SUCCESS
 BAD = ResponseCode.INVALID_PARAMETER
+# Admin codes that only the tools send (mqadmin clusterList, topicStatus).
+GET_BROKER_RUNTIME_INFO = 28
+GET_TOPIC_STATS_INFO = 202
 NO_MESSAGE_REMARK = "NO_MESSAGE_IN_QUEUE"
 
 # SEND_MESSAGE_V2 abbreviates the SEND_MESSAGE header names.
@@ -82,6 +86,7 @@ class BrokerProcessor:
         self.notifications = notifications
         self.scheduler = scheduler
         self.loop = pop.loop
+        self.groups = GroupTable(config.max_reconsume_times)
         self.ids = UniqueIdGenerator(config.address.rpartition(":")[0])
         self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
@@ -103,8 +108,13 @@ class BrokerProcessor:
             RequestCode.GET_MAX_OFFSET: self.max_offset,
             RequestCode.GET_MIN_OFFSET: self.min_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+            GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_TOPIC_CONFIG: self.topic_config,
         }
+        self.started_ms = now_ms()
 
     @property
     def store_host(self) -> tuple[str, int]:
@@ -242,9 +252,12 @@ class BrokerProcessor:
         poll_time = f.int("pollTime", 0)
         born_time = f.int("bornTime", 0) or now_ms()
         if poll_time > 0 and now_ms() - born_time - poll_time > 500:
-            raise RequestError(
+            # A RocketMQ broker answers with the header's numbers zeroed, no offset infos.
+            zeros = {"popTime": "0", "invisibleTime": "0", "reviveQid": "0", "restNum": "0"}
+            return cmd.make_response(
                 ResponseCode.POLLING_TIMEOUT,
-                f"the broker[{self.config.name}] pop message is timeout too much",
+                zeros,
+                remark=f"the broker[{self.config.name}] pop message is timeout too much",
             )
         if max_nums > self.config.max_pop_batch:
             raise RequestError(
@@ -328,8 +341,7 @@ class BrokerProcessor:
                     for q in result.queues
                 ]
             ),
-            "orderCountInfo": "",
-        }
+        }  # orderCountInfo: only for orderly pops, which the stub does not serve
         if not result.queues:
             return cmd.make_response(ResponseCode.POLLING_TIMEOUT, fields, remark=NO_MESSAGE_REMARK)
         body = b"".join(record for q in result.queues for record in q.records)
@@ -401,11 +413,14 @@ class BrokerProcessor:
                 start = int(ack.get("so", ack.get("startOffset")))
                 queue_id = int(ack.get("q", ack.get("queueId")))
                 pop_time = int(ack.get("pt", ack.get("popTime")))
+                invisible = int(ack.get("it", ack.get("invisibleTime")))
                 bits = base64.b64decode(ack.get("b") or ack.get("bitSet") or "")
             except (KeyError, TypeError, ValueError) as exc:
                 raise RequestError(BAD, f"bad batch ack entry {ack!r}: {exc}") from None
             real_topic = topic if retry_flag(topic) else topic_for_flag(retry, group, topic)
-            info = PopCheckpointInfo(start, pop_time, 0, 0, retry, self.config.name, queue_id, 0)
+            info = PopCheckpointInfo(
+                start, pop_time, invisible, 0, retry, self.config.name, queue_id, 0
+            )
             for index in _set_bits(bits):
                 self.pop.ack(info, group, real_topic, start + index)
         return cmd.make_response(OK)
@@ -457,6 +472,9 @@ class BrokerProcessor:
     # -- send back (dead-letter queue) ------------------------------------------------------
 
     def send_back(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: the DLQ when the delay level is negative or the attempts
+        are spent (the header's maxReconsumeTimes, else the group's retryMaxTimes), else
+        ``%RETRY%<group>`` after a delay, as a RocketMQ broker decides."""
         f = Fields(cmd)
         group = f.str("group")
         self._group(group)
@@ -465,9 +483,9 @@ class BrokerProcessor:
             raise RequestError(ResponseCode.SYSTEM_ERROR, "look message by offset failed")
         origin_topic = f.str("originTopic", msg.properties.get(Prop.REAL_TOPIC, msg.topic))
         max_times = f.int("maxReconsumeTimes", None)
-        if max_times is not None:
-            msg.properties[Prop.MAX_RECONSUME_TIMES] = str(max_times)
-        self.pop.requeue(msg, group, origin_topic, to_dlq=f.int("delayLevel", 0) < 0)
+        if max_times is None:
+            max_times = self.groups.get(group).retry_max_times
+        self.pop.send_back(msg, group, origin_topic, f.int("delayLevel", 0), max_times)
         return cmd.make_response(OK)
 
     # -- the rest a client sends on start-up or as admin -------------------------------------
@@ -502,10 +520,95 @@ class BrokerProcessor:
         if error:
             raise RequestError(BAD, error)
         nums = f.int("readQueueNums", self.config.default_queue_nums)
-        if not 1 <= nums <= 1024:
-            raise RequestError(BAD, f"queue count {nums} outside 1..1024")
-        self.topics.create(topic, nums, f.int("perm", 6))
+        write_nums = f.int("writeQueueNums", nums)
+        for n in (nums, write_nums):
+            if not 1 <= n <= 1024:
+                raise RequestError(BAD, f"queue count {n} outside 1..1024")
+        self.topics.create(topic, nums, f.int("perm", 6), write_nums)
         return cmd.make_response(OK)
+
+    def create_group(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: body = SubscriptionGroupConfig JSON."""
+        try:
+            body = orjson.loads(cmd.body)
+            config = GroupConfig.from_json(body, self.config.max_reconsume_times)
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
+            raise RequestError(BAD, "the body is not a SubscriptionGroupConfig") from None
+        self._group(config.name)
+        self.groups.put(config)
+        return cmd.make_response(OK)
+
+    def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO: a KVTable of the figures ``mqadmin clusterList`` prints
+        (the stub measures none of the rates: zeros)."""
+        earliest = min(
+            (m.store_timestamp for m in self._first_messages() if m is not None),
+            default=0,
+        )
+        table = {
+            "brokerVersionDesc": "V5_3_3",
+            "brokerVersion": "479",
+            "brokerActive": "true",
+            "bootTimestamp": str(self.started_ms),
+            "putTps": "0.0 0.0 0.0",
+            "getTransferredTps": "0.0 0.0 0.0",
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "ackThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "ackThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": str(earliest),
+            "commitLogDiskRatio": "0.0",
+            "msgPutTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgPutTotalTodayNow": str(self.store.commit_log_count),
+            "msgGetTotalYesterdayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "msgGetTotalTodayNow": "0",
+            "timerReadBehind": "0",
+            "timerOffsetBehind": "0",
+            "timerCongestNum": "0",
+            "timerEnqueueTps": "0.0",
+            "timerDequeueTps": "0.0",
+        }
+        return cmd.make_response(OK, body=orjson.dumps({"table": table}))
+
+    def _first_messages(self):
+        for config in self.topics.all():
+            for qid in range(config.read_queue_nums):
+                if self.store.max_offset(config.name, qid) > 0:
+                    yield self.store.message(
+                        config.name, qid, self.store.min_offset(config.name, qid)
+                    )
+
+    def topic_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_TOPIC_CONFIG (admin tools read it before the stats): TopicConfig JSON."""
+        config = self._topic(Fields(cmd).str("topic"))
+        return cmd.make_response(OK, body=orjson.dumps(config.to_json()))
+
+    def topic_stats(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_TOPIC_STATS_INFO: min and max offset and last store time of each queue
+        (TopicStatsTable, keyed by MessageQueue as fastjson writes it)."""
+        topic = Fields(cmd).str("topic")
+        config = self._topic(topic)
+        entries = []
+        for qid in range(config.write_queue_nums):
+            low, high = self.store.min_offset(topic, qid), self.store.max_offset(topic, qid)
+            last = self.store.message(topic, qid, high - 1) if high > low else None
+            entries.append(
+                (
+                    {"brokerName": self.config.name, "queueId": qid, "topic": topic},
+                    {
+                        "lastUpdateTimestamp": last.store_timestamp if last else 0,
+                        "maxOffset": high,
+                        "minOffset": low,
+                    },
+                )
+            )
+        body = b'{"offsetTable":' + _fastjson_map(entries) + b',"topicPutTps":0.0}'
+        return cmd.make_response(OK, body=body)
 
     def all_topic_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         body = {
@@ -517,6 +620,15 @@ class BrokerProcessor:
             "topicConfigTable": {t.name: t.to_json() for t in self.topics.all()},
         }
         return cmd.make_response(OK, body=orjson.dumps(body))
+
+
+def _fastjson_map(entries: list[tuple[dict, dict]]) -> bytes:
+    """A JSON-like map with object keys, as fastjson writes a ``Map<MessageQueue, ...>``:
+    ``{{"brokerName":..,"queueId":0,"topic":..}:{...}}``. Not valid JSON, but what a Java
+    admin client parses (and what a RocketMQ broker sends)."""
+    parts = [orjson.dumps(key, option=orjson.OPT_SORT_KEYS) + b":" + orjson.dumps(
+        value, option=orjson.OPT_SORT_KEYS) for key, value in entries]  # fmt: skip
+    return b"{" + b",".join(parts) + b"}"
 
 
 def _host(peer: str) -> tuple[str, int]:

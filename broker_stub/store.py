@@ -138,6 +138,12 @@ class MessageStore:
         self.retain_per_queue = retain_per_queue
         self.on_arrival = on_arrival
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._puts = 0
+
+    @property
+    def commit_log_count(self) -> int:
+        """How many messages were ever put."""
+        return self._puts
 
     def put(self, msg: MessageExt) -> PutResult:
         """Assign offsets and store time, encode and append ``msg``; return where it went."""
@@ -146,6 +152,7 @@ class MessageStore:
         msg.commit_log_offset = self.commit_log.end_offset
         msg.store_timestamp = int(time.time() * 1000)
         physical = self.commit_log.append(encode_message(msg))
+        self._puts += 1
         queue.add(QueueEntry(physical, msg.tags))
         for dropped in queue.truncate_to(self.retain_per_queue):
             self.commit_log.drop(dropped.physical_offset)

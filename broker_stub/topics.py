@@ -83,13 +83,22 @@ class TopicTable:
         return list(self._topics.values())
 
     def create(
-        self, name: str, queue_nums: int | None = None, perm: int = PERM_READ_WRITE
+        self,
+        name: str,
+        queue_nums: int | None = None,
+        perm: int = PERM_READ_WRITE,
+        write_queue_nums: int | None = None,
     ) -> TopicConfig:
-        """Create (or update the queue count of) a topic."""
+        """Create (or update the queue counts of) a topic."""
         nums = queue_nums or self.default_queue_nums
+        write_nums = write_queue_nums or nums
         config = self._topics.get(name)
-        if config is None or config.read_queue_nums != nums or config.perm != perm:
-            config = self._topics[name] = TopicConfig(name, nums, nums, perm)
+        if config is None or (config.read_queue_nums, config.write_queue_nums, config.perm) != (
+            nums,
+            write_nums,
+            perm,
+        ):
+            config = self._topics[name] = TopicConfig(name, nums, write_nums, perm)
             self.version += 1
             if self.on_change is not None:
                 self.on_change()

@@ -1,5 +1,8 @@
 """Broker-side long polling: parked pops and notifications, wake-ups, limits, clean-up."""
 
+# Behaviour a real broker shares is in tests/conformance/test_polling.py; these are the
+# stub's limits, clean-up, and wake-ups the stub does more promptly than RocketMQ 5.5.0.
+
 from __future__ import annotations
 
 import asyncio
@@ -29,77 +32,10 @@ async def drain(client: BrokerClient, group: str = G) -> None:
         pass
 
 
-async def test_parked_pop_is_woken_by_a_send(broker, client):
-    await create_topic(client)
-    await drain(client)
-    task = asyncio.create_task(client.pop(G, T, poll_ms=5000))
-    await wait_until(lambda: broker.pops.size == 1)
-    assert await client.polling_info(G, T) == 1
-    assert not task.done()
-
-    sent_at = time.monotonic()
-    sent = await client.send(T, b"wake up")
-    result = await asyncio.wait_for(task, 2.0)
-    elapsed = time.monotonic() - sent_at
-
-    assert result.code == ResponseCode.SUCCESS
-    assert [m.msg_id for m in result.messages] == [sent.msg_id]
-    assert elapsed < 1.0
-    assert broker.pops.size == 0
-
-
-async def test_parked_notification_is_woken_by_a_send(broker, client):
-    await create_topic(client)
-    await drain(client)
-    task = asyncio.create_task(client.notification(G, T, poll_ms=5000))
-    await wait_until(lambda: broker.notifications.size == 1)
-    assert not task.done()
-
-    sent_at = time.monotonic()
-    await client.send(T, b"ding")
-    result = await asyncio.wait_for(task, 2.0)
-    elapsed = time.monotonic() - sent_at
-
-    assert result.has_msg is True
-    assert result.polling_full is False
-    assert elapsed < 1.0
-    assert broker.notifications.size == 0
-
-
-async def test_notification_answers_at_once_when_a_message_waits(broker, client):
-    await create_topic(client)  # G has not popped the seed message yet
-    started = time.monotonic()
-    result = await client.notification(G, T, poll_ms=5000)
-    assert result.has_msg is True
-    assert time.monotonic() - started < 0.5
-    assert broker.notifications.size == 0
-
-
-async def test_notification_answers_false_after_its_poll_time(broker, client):
-    await create_topic(client)
-    await drain(client)
-    started = time.monotonic()
-    result = await client.notification(G, T, poll_ms=300)
-    elapsed = time.monotonic() - started
-    assert result.has_msg is False
-    assert result.polling_full is False
-    assert 0.25 <= elapsed < 1.0
-    assert broker.notifications.size == 0
-
-
-async def test_pop_with_nothing_answers_polling_timeout_after_its_poll_time(broker, client):
-    await create_topic(client)
-    await drain(client)
-    started = time.monotonic()
-    result = await client.pop(G, T, poll_ms=300)
-    elapsed = time.monotonic() - started
-    assert result.code == ResponseCode.POLLING_TIMEOUT
-    assert not result.found
-    assert 0.25 <= elapsed < 1.0
-    assert broker.pops.size == 0
-
-
 async def test_revived_message_wakes_a_parked_pop(broker, client):
+    """The stub wakes a parked pop on a revival every time. RocketMQ 5.5.0 with V2 retry
+    topics is meant to as well, but here it did not (6 of 6 tries; see
+    docs/real-rocketmq.md), so this stays a stub test; NOTIFICATION is checked on both."""
     await create_topic(client)
     await drain(client)
     sent = await client.send(T, b"comes back")
@@ -117,36 +53,6 @@ async def test_revived_message_wakes_a_parked_pop(broker, client):
     assert 0.25 <= elapsed < 1.3
 
 
-async def test_revived_message_wakes_a_parked_notification(broker, client):
-    await create_topic(client)
-    await drain(client)
-    await client.send(T, b"comes back")
-    assert (await client.pop(G, T, invisible_ms=300)).found
-    popped_at = time.monotonic()
-
-    task = asyncio.create_task(client.notification(G, T, poll_ms=5000))
-    await wait_until(lambda: broker.notifications.size == 1)
-    result = await asyncio.wait_for(task, 3.0)
-    assert result.has_msg is True
-    assert 0.25 <= time.monotonic() - popped_at < 1.3
-
-
-async def test_pop_parked_on_one_queue_wakes_only_for_that_queue(broker, client):
-    await create_topic(client)
-    await drain(client)
-    task = asyncio.create_task(client.pop(G, T, queue_id=1, poll_ms=5000))
-    await wait_until(lambda: broker.pops.size == 1)
-
-    await client.send(T, b"elsewhere", queue_id=2)
-    await asyncio.sleep(0.1)
-    assert not task.done()
-    assert broker.pops.size == 1
-
-    sent = await client.send(T, b"here", queue_id=1)
-    result = await asyncio.wait_for(task, 1.0)
-    assert [m.msg_id for m in result.messages] == [sent.msg_id]
-
-
 async def test_revived_message_does_not_wake_another_group(broker, client):
     await create_topic(client)
     await drain(client)
@@ -159,7 +65,7 @@ async def test_revived_message_does_not_wake_another_group(broker, client):
     result = await client.pop("Other", T, poll_ms=600)
     assert not result.found
     assert time.monotonic() - started >= 0.5  # slept through G's revival at 200 ms
-    assert broker.store.max_offset(f"%RETRY%{G}_{T}", 0) == 1
+    assert broker.store.max_offset(f"%RETRY%{G}+{T}", 0) == 1
 
 
 async def test_polling_full():

@@ -1,5 +1,7 @@
 """The stub name server: routes, registration, unregistration and expiry."""
 
+# Routes and cluster info as a real name server answers them: tests/conformance/test_namesrv.py.
+
 from __future__ import annotations
 
 import asyncio
@@ -54,48 +56,6 @@ async def namesrv_client(cluster3):
     client = RemotingClient(cluster3.namesrv_address)
     yield client
     await client.close()
-
-
-async def test_route_of_a_topic_on_every_broker(cluster3, namesrv_client):
-    for broker in cluster3.brokers:
-        remoting = RemotingClient(broker.address)
-        try:
-            fields = {"topic": T, "readQueueNums": "8", "writeQueueNums": "8", "perm": "6"}
-            response = await remoting.invoke(
-                RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, fields), TIMEOUT
-            )
-            assert response.code == ResponseCode.SUCCESS
-        finally:
-            await remoting.close()
-
-    async def all_three() -> bool:
-        return len(await broker_names(namesrv_client, T)) == 3
-
-    await eventually(all_three)
-    response = await get_route(namesrv_client, T)
-    assert response.code == ResponseCode.SUCCESS
-    assert b'"0":' in response.body  # numeric map keys quoted: valid JSON
-    route = orjson.loads(response.body)
-
-    expected = {b.name: b.address for b in cluster3.brokers}
-    datas = route["brokerDatas"]
-    assert {d["brokerName"]: d["brokerAddrs"] for d in datas} == {
-        name: {"0": addr} for name, addr in expected.items()
-    }
-    assert all(d["cluster"] == "DefaultCluster" for d in datas)
-    queues = route["queueDatas"]
-    assert sorted(q["brokerName"] for q in queues) == sorted(expected)
-    for q in queues:
-        assert q["perm"] == 6
-        assert q["readQueueNums"] == 8
-        assert q["writeQueueNums"] == 8
-
-
-async def test_unknown_topic_has_no_route(namesrv_client):
-    response = await get_route(namesrv_client, "NoSuchTopic")
-    assert response.code == ResponseCode.TOPIC_NOT_EXIST
-    assert not response.body
-    assert "NoSuchTopic" in (response.remark or "")
 
 
 async def test_stopped_broker_unregisters():

@@ -71,7 +71,9 @@ class Profile(enum.Enum):
             return [
                 f"-Xms{heap}",
                 f"-Xmx{heap}",
-                "-XX:MaxDirectMemorySize=256m",
+                # A broker of 5.5.0 ran out of 256 MB of direct memory after a few hundred
+                # fresh topics in one session (the conformance suite makes many).
+                f"-XX:MaxDirectMemorySize={'512m' if role == 'broker' else '256m'}",
                 "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1",
             ]

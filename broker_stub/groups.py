@@ -1,0 +1,48 @@
+"""Subscription groups of one broker: what UPDATE_AND_CREATE_SUBSCRIPTIONGROUP sets.
+
+A real broker keeps a SubscriptionGroupConfig per consumer group (auto-created with the
+defaults on first use). The stub keeps the fields it acts on: ``retryMaxTimes`` decides
+when CONSUMER_SEND_MSG_BACK moves a message to ``%DLQ%<group>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class GroupConfig:
+    name: str
+    retry_max_times: int = 16
+    retry_queue_nums: int = 1
+    consume_enable: bool = True
+
+    @classmethod
+    def from_json(cls, body: dict, default_retry_max_times: int) -> GroupConfig:
+        """From a SubscriptionGroupConfig JSON body (missing fields take the defaults)."""
+        return cls(
+            name=str(body["groupName"]),
+            retry_max_times=int(body.get("retryMaxTimes", default_retry_max_times)),
+            retry_queue_nums=int(body.get("retryQueueNums", 1)),
+            consume_enable=bool(body.get("consumeEnable", True)),
+        )
+
+
+class GroupTable:
+    def __init__(self, default_retry_max_times: int) -> None:
+        self.default_retry_max_times = default_retry_max_times
+        self._groups: dict[str, GroupConfig] = {}
+
+    def get(self, name: str) -> GroupConfig:
+        """The group's config; a group never configured gets the defaults, as a broker
+        with autoCreateSubscriptionGroup does."""
+        config = self._groups.get(name)
+        if config is None:
+            config = self._groups[name] = GroupConfig(name, self.default_retry_max_times)
+        return config
+
+    def put(self, config: GroupConfig) -> None:
+        self._groups[config.name] = config
+
+    def names(self) -> list[str]:
+        return sorted(self._groups)

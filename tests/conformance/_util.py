@@ -1,0 +1,86 @@
+"""Bounded waits shared by the conformance tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from proxy.remoting.broker_client import BrokerClient, PopResult
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+
+#: How long a test waits for an unacked message to come back. A stub revives at the
+#: invisible time; a real broker's revive service scans its revive queue in rounds and
+#: takes 2-3 s more here (more on a loaded machine): generous, never slept through.
+REDELIVERY_DEADLINE_S = 30.0
+#: Invisible time for messages a test lets come back: short, so redeliveries take seconds.
+SHORT_INVISIBLE_MS = 1000
+
+
+async def pop_eventually(
+    client: BrokerClient,
+    group: str,
+    topic: str,
+    *,
+    deadline_s: float = REDELIVERY_DEADLINE_S,
+    step_s: float = 0.1,
+    **kwargs,
+) -> PopResult:
+    """Pop (without parking: a real broker does not reliably wake a parked pop on a
+    revival) until something comes; fail after ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        result = await client.pop(group, topic, **kwargs)
+        if result.found:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing came for {group} on {topic} within {deadline_s}s")
+        await asyncio.sleep(step_s)
+
+
+async def pop_all(client: BrokerClient, group: str, topic: str, **kwargs) -> list:
+    """Pop until the broker has nothing more for ``group``; everything popped."""
+    got = []
+    for _ in range(200):
+        result = await client.pop(group, topic, **kwargs)
+        if not result.found:
+            return got
+        got.extend(result.messages)
+    raise AssertionError("pop never ran dry")
+
+
+async def wait_visible(client: BrokerClient, topic: str, sent, timeout_s: float = 10.0) -> None:
+    """Wait until every message of ``sent`` (SendResults) is in its consume queue.
+
+    A real broker answers a send once the commit log holds the message and builds the
+    consume queue asynchronously (its reput service), so a pop right after a send may miss
+    it; the stub's consume queue is written before it answers.
+    """
+    want: dict[int, int] = {}
+    for result in sent:
+        count = len(result.offset_msg_id.split(","))
+        want[result.queue_id] = max(want.get(result.queue_id, 0), result.queue_offset + count)
+    deadline = time.monotonic() + timeout_s
+    for queue_id, offset in want.items():
+        while await max_offset(client, topic, queue_id) < offset:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}:{queue_id} never reached offset {offset}")
+            await asyncio.sleep(0.01)
+
+
+async def max_offset(client: BrokerClient, topic: str, queue_id: int = 0) -> int:
+    """GET_MAX_OFFSET; 0 for a topic the broker does not have."""
+    response = await client.remoting.invoke(
+        RemotingCommand(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}),
+        10.0,
+    )
+    return int(response.fields.get("offset", 0)) if response.code == ResponseCode.SUCCESS else 0
+
+
+async def wait_offset(client: BrokerClient, topic: str, offset: int, timeout_s: float = 10.0):
+    """Wait until queue 0 of ``topic`` reaches ``offset`` (see ``wait_visible``)."""
+    deadline = time.monotonic() + timeout_s
+    while await max_offset(client, topic, 0) < offset:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{topic}:0 never reached offset {offset}")
+        await asyncio.sleep(0.01)

@@ -1,0 +1,148 @@
+"""One broker conformance suite, two backends: every test runs against the stub
+(``broker_stub``, a fresh two-broker ``StubCluster`` per test) and against real Apache
+RocketMQ 5 (the session's ``real_cluster``, shared, so every test takes fresh topic and
+group names from ``backend.unique``). Both are set up the same way: topics and groups are
+created with UPDATE_AND_CREATE_TOPIC / UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import orjson
+import pytest
+
+from broker_stub import BrokerConfig, StubCluster
+from proxy.remoting.broker_client import BrokerClient
+from proxy.remoting.client import RemotingClient
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+
+TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class BrokerRef:
+    name: str
+    address: str
+
+
+@dataclass
+class Backend:
+    """What a conformance test sees of a cluster, whichever it is."""
+
+    kind: str  # "stub" or "real"
+    namesrv: str
+    brokers: list[BrokerRef]
+    stub: StubCluster | None = None
+    _clients: list = field(default_factory=list)
+
+    @property
+    def real(self) -> bool:
+        return self.kind == "real"
+
+    @property
+    def broker(self) -> BrokerRef:
+        return self.brokers[0]
+
+    def unique(self, prefix: str) -> str:
+        """A topic or group name no other test of the session uses."""
+        return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+    def client(self, broker: BrokerRef | None = None) -> BrokerClient:
+        """A BrokerClient on ``broker`` (the first by default), closed after the test."""
+        broker = broker or self.broker
+        client = BrokerClient(broker.name, broker.address)
+        self._clients.append(client)
+        return client
+
+    def remoting(self, address: str) -> RemotingClient:
+        client = RemotingClient(address)
+        self._clients.append(client)
+        return client
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server's route
+        lists every broker with ``queues`` queues."""
+        fields = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(queues),
+            "writeQueueNums": str(queues),
+            "perm": "6",
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "false",
+        }
+        for b in self.brokers:
+            response = await self.remoting(b.address).invoke(
+                RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, dict(fields)), TIMEOUT
+            )
+            assert response.code == ResponseCode.SUCCESS, response.remark
+        namesrv = self.remoting(self.namesrv)
+        want = {b.name for b in self.brokers}
+        deadline = time.monotonic() + 20
+        while True:
+            response = await namesrv.invoke(
+                RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), TIMEOUT
+            )
+            if response.code == ResponseCode.SUCCESS:
+                route = orjson.loads(response.body)
+                have = {
+                    q["brokerName"] for q in route["queueDatas"] if q["readQueueNums"] == queues
+                }
+                if have >= want:
+                    return
+            assert time.monotonic() < deadline, f"route of {topic} never listed {sorted(want)}"
+            await asyncio.sleep(0.05)
+
+    async def create_group(self, group: str, retry_max_times: int = 16) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (SubscriptionGroupConfig JSON) on every broker."""
+        body = orjson.dumps(
+            {
+                "groupName": group,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "retryQueueNums": 1,
+                "retryMaxTimes": retry_max_times,
+                "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1,
+                "notifyConsumerIdsChangedEnable": True,
+            }
+        )
+        for b in self.brokers:
+            response = await self.remoting(b.address).invoke(
+                RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body),
+                TIMEOUT,
+            )
+            assert response.code == ResponseCode.SUCCESS, response.remark
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await client.close()
+        self._clients.clear()
+
+
+@pytest.fixture(params=["stub", pytest.param("real", marks=pytest.mark.real)])
+async def backend(request):
+    if request.param == "stub":
+        template = BrokerConfig(register_interval=1.0)
+        async with StubCluster(2, template=template) as cluster:
+            refs = [BrokerRef(b.name, b.address) for b in cluster.brokers]
+            be = Backend("stub", cluster.namesrv_address, refs, stub=cluster)
+            try:
+                yield be
+            finally:
+                await be.close()
+    else:
+        cluster = request.getfixturevalue("real_cluster")
+        refs = [BrokerRef(b.name, b.address) for b in cluster.brokers]
+        be = Backend("real", cluster.namesrv_address, refs)
+        try:
+            yield be
+        finally:
+            await be.close()
