@@ -9,13 +9,21 @@ import time
 
 import grpc
 
+from proxy.api.ack import AckActivity
+from proxy.api.receive import ReceiveActivity
+from proxy.api.route import RouteActivity
+from proxy.api.send import SendActivity
 from proxy.api.service import MessagingService
+from proxy.api.session import SessionActivity
 from proxy.api.v2 import service_pb2_grpc
 from proxy.brokers import BrokerPool
 from proxy.config import ProxyConfig
 from proxy.observability.eventlog import EventLog
 from proxy.observability.metrics import ProxyMetrics
 from proxy.observability.ops import OpsServer
+from proxy.observability.receive_record import ReceiveRecorder
+from proxy.processor.consumer import ConsumerProcessor
+from proxy.processor.producer import ProducerProcessor
 from proxy.receive.engine import ReceiveEngine
 
 log = logging.getLogger(__name__)
@@ -44,13 +52,15 @@ class ProxyApp:
             observer=self._observe_broker_call,
             timeout_s=config.receive.broker_timeout_s,
         )
-        self.engine = ReceiveEngine(
-            config.receive,
+        rc = config.receive
+        self.consumer = ConsumerProcessor(
             self.pool,
-            metrics=self.metrics,
-            events=self.events,
-            proxy_id=config.proxy_id,
+            broker_timeout_s=rc.broker_timeout_s,
+            nack_invisible_ms=rc.nack_invisible_ms,
+            on_nack=self.metrics.nack,
         )
+        self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
+        self.engine = ReceiveEngine(rc, self.pool, self.consumer, self.metrics)
         self.grpc_server = grpc.aio.server(
             options=[
                 # Room for bodies over the limit, so the proxy itself can answer
@@ -62,8 +72,20 @@ class ProxyApp:
         config.grpc_port = self.grpc_server.add_insecure_port(
             f"{config.grpc_host}:{config.grpc_port}"
         )
+        advertise = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
+        self.receive = ReceiveActivity(
+            rc,
+            self.engine,
+            self.consumer,
+            ReceiveRecorder(config.proxy_id, self.metrics, self.events),
+        )
         self.service = MessagingService(
-            config, self.pool, self.engine, metrics=self.metrics, events=self.events
+            route=RouteActivity(self.pool, advertise),
+            session=SessionActivity(config),
+            send=SendActivity(self.pool, self.producer, self.metrics, config.max_body_bytes),
+            receive=self.receive,
+            ack=AckActivity(self.consumer, rc.max_delivery_attempts),
+            metrics=self.metrics,
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.grpc_server)
         await self.grpc_server.start()
@@ -107,10 +129,11 @@ class ProxyApp:
         self.stopped = True
         self.ready = False
         self.metrics.set_ready(False)
-        self.service.accepting = False
+        self.receive.accepting = False
         self.engine.stop_polls()
         await self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
         await self.engine.close()
+        await self.consumer.close()
         await self.pool.close()
         await self.ops.stop()
         if self.events is not None:

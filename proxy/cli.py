@@ -8,7 +8,7 @@ import logging
 import sys
 
 from proxy.app import serve
-from proxy.config import MODES, load
+from proxy.config import ReceiveMode, load
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--topic", action="append", help="topic to create on embedded brokers (repeatable)"
     )
-    p.add_argument("--mode", choices=MODES, help="receive mode (default adaptive)")
+    p.add_argument(
+        "--mode", choices=[m.value for m in ReceiveMode], help="receive mode (default adaptive)"
+    )
     p.add_argument("--max-in-flight", type=int, help="maximum long polls in flight")
     p.add_argument("--event-log-dir", help="write the polling event log here")
     p.add_argument("--log-level", default="info")

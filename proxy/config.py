@@ -8,18 +8,40 @@ The TOML file has top-level keys for ``ProxyConfig`` and a ``[receive]`` table f
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import socket
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-MODES = ("adaptive", "notify", "coupled", "slicing")
+
+class PollMode(enum.StrEnum):
+    """How one client long poll is served (docs/design.md, "Receive modes")."""
+
+    NOTIFY = "notify"
+    COUPLED = "coupled"
+    SLICING = "slicing"
+
+
+class ReceiveMode(enum.StrEnum):
+    """``receive.mode``: one poll mode for every poll, or adaptive (notify or coupled per
+    group and topic)."""
+
+    ADAPTIVE = "adaptive"
+    NOTIFY = "notify"
+    COUPLED = "coupled"
+    SLICING = "slicing"
+
+    @property
+    def initial_poll_mode(self) -> PollMode:
+        """The poll mode before any request was counted: adaptive starts in notify."""
+        return PollMode.NOTIFY if self is ReceiveMode.ADAPTIVE else PollMode(self.value)
 
 
 @dataclass
 class ReceiveConfig:
-    mode: str = "adaptive"
+    mode: ReceiveMode = ReceiveMode.ADAPTIVE
     # Long-polling time a client may ask for (RocketMQ proxy defaults).
     min_polling_ms: int = 5_000
     max_polling_ms: int = 20_000
@@ -45,9 +67,18 @@ class ReceiveConfig:
     # Deliver to the dead-letter queue instead of the client past this many attempts.
     max_delivery_attempts: int = 17
 
+    def __post_init__(self) -> None:
+        self.validate_mode()
+
+    def validate_mode(self) -> None:
+        try:
+            self.mode = ReceiveMode(self.mode)
+        except ValueError:
+            names = ", ".join(m.value for m in ReceiveMode)
+            raise ValueError(f"receive.mode must be one of {names}, not {self.mode!r}") from None
+
     def validate(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"receive.mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        self.validate_mode()
         if not 0 < self.min_polling_ms <= self.max_polling_ms:
             raise ValueError("receive polling bounds must satisfy 0 < min <= max")
         if self.adaptive_low_rate > self.adaptive_high_rate:

@@ -89,17 +89,16 @@ class LeanClient:
         filter_type: int = pb.FilterType.TAG,
     ) -> Received:
         """One ReceiveMessage; the deadline is await + 3 s, as the official clients set it."""
-        request = api.ReceiveMessageRequest(
-            group=pb.Resource(name=group),
-            message_queue=pb.MessageQueue(
-                topic=pb.Resource(name=topic), broker=pb.Broker(name=broker or "")
-            ),
-            filter_expression=pb.FilterExpression(type=filter_type, expression=expression),
-            batch_size=batch,
-            long_polling_timeout=millis(await_ms),
+        request = receive_request(
+            group,
+            topic,
+            await_ms=await_ms,
+            batch=batch,
+            invisible_ms=invisible_ms,
+            expression=expression,
+            broker=broker,
+            filter_type=filter_type,
         )
-        if invisible_ms is not None:
-            request.invisible_duration.CopyFrom(millis(invisible_ms))
         timeout = timeout_s if timeout_s is not None else await_ms / 1000 + 3
         result = Received(status=0, message="")
         async for response in self.stub.ReceiveMessage(
@@ -156,3 +155,29 @@ class LeanClient:
             ),
             metadata=self.metadata,
         )
+
+
+def receive_request(
+    group: str,
+    topic: str,
+    *,
+    await_ms: int = 5000,
+    batch: int = 16,
+    invisible_ms: int | None = 30_000,
+    expression: str = "*",
+    broker: str | None = None,
+    filter_type: int = pb.FilterType.TAG,
+) -> api.ReceiveMessageRequest:
+    """A ReceiveMessageRequest as the official SimpleConsumer builds it."""
+    request = api.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=topic), broker=pb.Broker(name=broker or "")
+        ),
+        filter_expression=pb.FilterExpression(type=filter_type, expression=expression),
+        batch_size=batch,
+        long_polling_timeout=millis(await_ms),
+    )
+    if invisible_ms is not None:
+        request.invisible_duration.CopyFrom(millis(invisible_ms))
+    return request

@@ -1,8 +1,14 @@
-"""Status codes of the gRPC API and the error that carries one to the client."""
+"""Status codes of the gRPC API, the error that carries one to the client, and the one
+place where broker-side failures become the codes the RocketMQ 5 clients expect."""
 
 from __future__ import annotations
 
 from proxy.api.v2 import definition_pb2 as pb
+from proxy.brokers import TopicNotFound
+from proxy.processor.consumer import UnknownBroker
+from proxy.remoting.broker_client import BrokerError
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import ResponseCode
 
 Code = pb.Code
 
@@ -29,3 +35,60 @@ def code_name(code: int) -> str:
         return pb.Code.Name(code).lower()
     except ValueError:
         return str(code)
+
+
+def route_error(topic: str, exc: Exception) -> ApiError:
+    """A topic whose route could not be had."""
+    if isinstance(exc, TopicNotFound):
+        return ApiError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} not found")
+    return ApiError(Code.INTERNAL_SERVER_ERROR, f"no route for {topic!r}: {exc}")
+
+
+_SEND_CODES = {
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    ResponseCode.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    ResponseCode.INVALID_PARAMETER: Code.BAD_REQUEST,
+    ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
+    ResponseCode.SYSTEM_BUSY: Code.TOO_MANY_REQUESTS,
+}
+
+# A handle the broker refuses is invalid for the client, whatever the broker's reason.
+_ACK_CODES = {
+    ResponseCode.NO_MESSAGE: Code.INVALID_RECEIPT_HANDLE,
+    ResponseCode.MESSAGE_ILLEGAL: Code.INVALID_RECEIPT_HANDLE,
+    ResponseCode.INVALID_PARAMETER: Code.INVALID_RECEIPT_HANDLE,
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+}
+
+
+def send_error(broker: str, error: RemotingError | None) -> ApiError:
+    """A send no broker took: the last broker's refusal, or a timeout."""
+    if error is None:
+        return ApiError(Code.INTERNAL_SERVER_ERROR, "no broker could take it")
+    if isinstance(error, BrokerError):
+        return ApiError(
+            _SEND_CODES.get(error.code, Code.INTERNAL_SERVER_ERROR), f"{broker}: {error.remark}"
+        )
+    return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")
+
+
+def ack_error(broker: str, error: RemotingError) -> ApiError:
+    """A failed ack, invisible-time change or dead-letter forward: a refused handle is
+    invalid; a broker that does not answer is a timeout."""
+    if isinstance(error, UnknownBroker):
+        return ApiError(Code.INVALID_RECEIPT_HANDLE, str(error))
+    if isinstance(error, BrokerError):
+        return ApiError(
+            _ACK_CODES.get(error.code, Code.INTERNAL_SERVER_ERROR), f"{broker}: {error.remark}"
+        )
+    return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")
+
+
+def dead_letter_error(broker: str, error: RemotingError) -> ApiError:
+    """A forward to the dead-letter queue that failed: the broker's error is the proxy's
+    (the client's handle was good), a broker that does not answer is a timeout."""
+    if isinstance(error, UnknownBroker):
+        return ApiError(Code.INVALID_RECEIPT_HANDLE, str(error))
+    if isinstance(error, BrokerError):
+        return ApiError(Code.INTERNAL_SERVER_ERROR, f"{broker}: {error.remark}")
+    return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from proxy.api.errors import ApiError, Code
@@ -11,6 +12,7 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.filter import FilterExpressionError, TagFilter
 from proxy.remoting.message import Prop
 
+CLIENT_ID_HEADER = "x-mq-client-id"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -69,6 +71,14 @@ RESERVED_PROPERTIES = {
     "INNER_NUM",
     "INNER_BASE",
 }
+
+
+def require_client_id(context: grpc.aio.ServicerContext) -> str:
+    """Every RPC names its client in the metadata; the clients always send it."""
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER and isinstance(value, str) and value.strip():
+            return value
+    raise ApiError(Code.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID_HEADER} is required")
 
 
 def has_control_chars(text: str) -> bool:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-NOTIFY = "notify"
-COUPLED = "coupled"
+from proxy.config import PollMode
 
 
 @dataclass(slots=True)
@@ -47,7 +46,7 @@ class RateWindow:
 @dataclass(slots=True)
 class _GroupTopic:
     window: RateWindow
-    mode: str = NOTIFY
+    mode: PollMode = PollMode.NOTIFY
     last_seen: float = 0.0
 
 
@@ -61,7 +60,7 @@ class AdaptiveSwitch:
         self.max_keys = max_keys
         self._keys: dict[tuple[str, str], _GroupTopic] = {}
 
-    def choose(self, group: str, topic: str, now: float) -> tuple[str, bool]:
+    def choose(self, group: str, topic: str, now: float) -> tuple[PollMode, bool]:
         """Count one request; return the mode to use and whether it just switched."""
         key = (group, topic)
         entry = self._keys.get(key)
@@ -73,20 +72,20 @@ class AdaptiveSwitch:
         entry.last_seen = now
         rate = entry.window.rate(now)
         before = entry.mode
-        if entry.mode == NOTIFY and rate > self.high_rate:
-            entry.mode = COUPLED
-        elif entry.mode == COUPLED and rate < self.low_rate:
-            entry.mode = NOTIFY
+        if entry.mode is PollMode.NOTIFY and rate > self.high_rate:
+            entry.mode = PollMode.COUPLED
+        elif entry.mode is PollMode.COUPLED and rate < self.low_rate:
+            entry.mode = PollMode.NOTIFY
         return entry.mode, entry.mode != before
 
-    def current(self, group: str, topic: str) -> str:
+    def current(self, group: str, topic: str) -> PollMode:
         entry = self._keys.get((group, topic))
-        return entry.mode if entry is not None else NOTIFY
+        return entry.mode if entry is not None else PollMode.NOTIFY
 
     def snapshot(self, now: float) -> list[dict]:
         """Mode and rate of every (group, topic) seen within the window."""
         return [
-            {"group": g, "topic": t, "mode": e.mode, "rate": round(e.window.rate(now), 3)}
+            {"group": g, "topic": t, "mode": e.mode.value, "rate": round(e.window.rate(now), 3)}
             for (g, t), e in self._keys.items()
             if now - e.last_seen <= self.window_s
         ]

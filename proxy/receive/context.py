@@ -12,13 +12,14 @@ import logging
 from collections.abc import Callable
 
 from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
+from proxy.processor.consumer import Popped
 from proxy.receive.types import PolledMessage, ReceiveRequest
 from proxy.remoting.broker_client import PopResult
 from proxy.remoting.client import RemotingError
 
 log = logging.getLogger(__name__)
 
-Nack = Callable[[list[PolledMessage], str], None]
+HandBack = Callable[[list[Popped], str], None]
 
 
 class PollContext:
@@ -27,7 +28,7 @@ class PollContext:
         request: ReceiveRequest,
         route: TopicRoute,
         pool: BrokerPool,
-        nack: Nack,
+        hand_back: HandBack,
         first_broker_index: int,
         broker_timeout_s: float,
     ) -> None:
@@ -36,18 +37,18 @@ class PollContext:
         self.stopped = False
         self.brokers: list[BrokerRoute] = route.readable
         self.pool = pool
-        self.nack = nack
+        self.hand_back = hand_back
         self.broker_timeout_s = broker_timeout_s
         self.loop = asyncio.get_running_loop()
         self.pops = 0
-        self.notifications = 0
+        self.probes = 0  # NOTIFICATION requests sent for this poll
         self.short_polling_hit = False
         self.polling_full = False  # a broker refused to park a pop: it holds too many
         self._first_index = first_broker_index
         # One plain future at a time carries every wait of the poll; an idle poll is held
         # by thousands, so no task, queue or event per poll.
         self._waiter: asyncio.Future | None = None
-        self._notice: asyncio.Future | None = None
+        self._has_msg: asyncio.Future | None = None
 
     # -- time -----------------------------------------------------------------------------
 
@@ -66,18 +67,18 @@ class PollContext:
         self.stopped = True
         self._wake()
 
-    def notice(self) -> None:
-        """Something this poll waits for in ``wait_notice`` has happened."""
-        if self._notice is not None and not self._notice.done():
-            self._notice.set_result(None)
+    def has_msg(self) -> None:
+        """A broker this poll watches said it has messages (see ``wait_has_msg``)."""
+        if self._has_msg is not None and not self._has_msg.done():
+            self._has_msg.set_result(None)
 
-    async def wait_notice(self) -> bool:
-        """Wait for ``notice()`` until the deadline; False when time runs out first."""
-        self._notice = self.loop.create_future()
+    async def wait_has_msg(self) -> bool:
+        """Wait for ``has_msg()`` until the deadline; False when time runs out first."""
+        self._has_msg = self.loop.create_future()
         try:
-            return await self.wait_done(self._notice, self.remaining_s)
+            return await self.wait_done(self._has_msg, self.remaining_s)
         finally:
-            self._notice = None
+            self._has_msg = None
 
     async def wait_done(self, future: asyncio.Future, limit_s: float) -> bool:
         """Wait until ``future`` is done, ``limit_s`` passes or the poll stops; True if done.
@@ -120,7 +121,7 @@ class PollContext:
         return next((b for b in self.brokers if b.name == name), None)
 
     def count_probe(self) -> None:
-        self.notifications += 1
+        self.probes += 1
 
     async def pop(self, broker: BrokerRoute, poll_ms: int = 0) -> list[PolledMessage]:
         """Pop from ``broker``; [] when it has nothing, is down or too slow.
@@ -134,10 +135,11 @@ class PollContext:
         req = self.request
         self.pops += 1
 
-        def hand_back(result: PopResult, reason: str = "late") -> None:
+        def hand_back_result(result: PopResult, reason: str = "late") -> None:
             if result.messages:
-                self.nack(
-                    [PolledMessage(broker.name, req.group, m) for m in result.messages], reason
+                self.hand_back(
+                    [PolledMessage(broker.name, req.group, m).popped for m in result.messages],
+                    reason,
                 )
 
         call = asyncio.ensure_future(
@@ -149,7 +151,7 @@ class PollContext:
                 poll_ms=poll_ms,
                 expression=req.expression,
                 timeout=poll_ms / 1000 + self.broker_timeout_s,
-                on_late=hand_back,
+                on_late=hand_back_result,
             )
         )
         # A pop without broker-side wait may use its own timeout even on a short poll.
@@ -157,10 +159,10 @@ class PollContext:
         try:
             finished = await self.wait_done(call, limit)
         except asyncio.CancelledError:
-            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "cancelled"))
+            call.add_done_callback(lambda c: _hand_back_done(c, hand_back_result, "cancelled"))
             raise
         if not finished:  # out of time, or stopping: the pop hands back what it brings
-            call.add_done_callback(lambda c: _hand_back_done(c, hand_back, "deadline"))
+            call.add_done_callback(lambda c: _hand_back_done(c, hand_back_result, "deadline"))
             return []
         try:
             result = call.result()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from proxy.receive.context import PollContext
+from proxy.receive.misses import MissMemory
 from proxy.receive.probes import ProbeHub, Watch
 from proxy.receive.types import PolledMessage
 
@@ -29,11 +30,13 @@ from proxy.receive.types import PolledMessage
 # per broker per 0.4 s however many filtered messages arrive; a matching message waits at
 # most that long more. Polls without misses (no filter, or a filter that matches) never
 # pause. The count of empty pops carries over to the next poll of the same subscription
-# (``probes.MissMemory``), or each poll would start again without a pause.
+# (``misses.MissMemory``), or each poll would start again without a pause.
 MISS_BACKOFF_S = (0.0, 0.05, 0.1, 0.2, 0.4)
 
 
-async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[PolledMessage]:
+async def notify_poll(
+    ctx: PollContext, hub: ProbeHub, misses: MissMemory, max_probes: int
+) -> list[PolledMessage]:
     first = ctx.first_broker()
     if first is None:
         return []
@@ -50,7 +53,7 @@ async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[
 
     def has_msg(broker: str) -> None:
         ready.append(broker)
-        ctx.notice()
+        ctx.has_msg()
 
     def watch(broker: str) -> Watch:
         return hub.watch((broker, req.group, req.topic), deadline, has_msg, ctx.count_probe)
@@ -66,7 +69,7 @@ async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[
 
     try:
         while True:
-            if not ready and not await ctx.wait_notice():
+            if not ready and not await ctx.wait_has_msg():
                 return []  # the deadline: answer empty
             if not ready:
                 continue
@@ -76,10 +79,10 @@ async def notify_poll(ctx: PollContext, hub: ProbeHub, max_probes: int) -> list[
             hub.release(watches[broker_name])
             miss_key = (broker_name, req.group, req.topic, req.expression)
             if messages:
-                hub.misses.hit(miss_key, ctx.loop.time())
+                misses.hit(miss_key, ctx.loop.time())
                 return messages
-            missed = hub.misses.miss(miss_key, ctx.loop.time())
-            if ctx.notifications < max_probes and ctx.remaining_s > 0:
+            missed = misses.miss(miss_key, ctx.loop.time())
+            if ctx.probes < max_probes and ctx.remaining_s > 0:
                 pause = MISS_BACKOFF_S[min(missed, len(MISS_BACKOFF_S)) - 1]
                 if pause <= 0:
                     watch_again(broker_name)

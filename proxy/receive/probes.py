@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -31,58 +33,11 @@ ProbeKey = tuple[str, str, str]  # broker, group, topic
 # A probe for less time than this costs a request and cannot change any answer.
 MIN_PROBE_S = 0.05
 
-WATCHING, NOTIFIED, RELEASED = "watching", "notified", "released"
 
-
-MissKey = tuple[str, str, str, str]  # broker, group, topic, filter expression
-
-
-class MissMemory:
-    """How many pops in a row found nothing on a broker right after it said hasMsg, per
-    (broker, group, topic, expression), less one per pop that found messages, forgotten
-    ``forget_s`` after the last miss.
-
-    A poll's back-off (``notify.MISS_BACKOFF_S``) starts from here, so a client polling
-    again and again through filtered traffic does not start each poll at no pause.
-    """
-
-    def __init__(self, forget_s: float = 2.0, max_keys: int = 100_000) -> None:
-        self.forget_s = forget_s
-        self.max_keys = max_keys
-        self._streaks: dict[MissKey, tuple[int, float]] = {}
-
-    def streak(self, key: MissKey, now: float) -> int:
-        entry = self._streaks.get(key)
-        if entry is None or now - entry[1] > self.forget_s:
-            return 0
-        return entry[0]
-
-    def miss(self, key: MissKey, now: float) -> int:
-        """Count one more miss; the streak including it."""
-        streak = self.streak(key, now) + 1
-        if key not in self._streaks and len(self._streaks) >= self.max_keys:
-            self._forget(now)
-        self._streaks[key] = (streak, now)
-        return streak
-
-    def hit(self, key: MissKey, now: float) -> None:
-        """A pop found messages: one miss fewer. Not a reset: with a filter that drops
-        nine messages in ten, nine misses come for each hit and the streak still grows;
-        consumers racing for unfiltered messages miss about as often as they hit and keep
-        it near zero."""
-        streak = self.streak(key, now) - 1
-        if streak <= 0:
-            self._streaks.pop(key, None)
-        else:
-            self._streaks[key] = (streak, self._streaks[key][1])
-
-    def __len__(self) -> int:
-        return len(self._streaks)
-
-    def _forget(self, now: float) -> None:
-        old = [k for k, (_, t) in self._streaks.items() if now - t > self.forget_s]
-        for key in old or list(self._streaks)[: len(self._streaks) // 10 + 1]:
-            del self._streaks[key]
+class WatchState(enum.Enum):
+    WATCHING = "watching"  # waiting for hasMsg
+    NOTIFIED = "notified"  # told hasMsg; its pop is running
+    RELEASED = "released"  # done with
 
 
 @dataclass(eq=False, slots=True)
@@ -93,7 +48,7 @@ class Watch:
     deadline: float  # loop time
     on_has_msg: Callable[[str], None]  # called with the broker name
     on_probe_sent: Callable[[], None]
-    state: str = WATCHING
+    state: WatchState = WatchState.WATCHING
 
 
 @dataclass(eq=False, slots=True)
@@ -119,8 +74,9 @@ class ProbeHub:
         self.error_backoff_s = error_backoff_s
         self.on_result = on_result
         self._keys: dict[ProbeKey, _Key] = {}
+        self._restarts: set[asyncio.TimerHandle] = set()
+        self._closed = False
         self.probes_sent = 0
-        self.misses = MissMemory()
 
     @property
     def probes_in_flight(self) -> int:
@@ -144,25 +100,29 @@ class ProbeHub:
             state = self._keys[key] = _Key()
         state.watchers.append(watch)
         if state.probe is None:
-            state.probe = asyncio.ensure_future(self._probe_loop(key, state))
+            self._start_probe(key, state)
         return watch
 
     def release(self, watch: Watch) -> None:
-        """The poll is done with this watch: it popped after a notice, or it is ending."""
-        if watch.state == RELEASED:
+        """The poll is done with this watch: it popped after hasMsg, or it is ending."""
+        if watch.state is WatchState.RELEASED:
             return
         state = self._keys.get(watch.key)
         if state is not None:
-            if watch.state == WATCHING:
+            if watch.state is WatchState.WATCHING:
                 with contextlib.suppress(ValueError):
                     state.watchers.remove(watch)
             else:  # NOTIFIED: its pop is over (or will not happen); probe for the others
                 state.consumed.set()
             if not state.watchers and state.probe is None:
                 del self._keys[watch.key]
-        watch.state = RELEASED
+        watch.state = WatchState.RELEASED
 
     async def close(self) -> None:
+        self._closed = True
+        for timer in self._restarts:
+            timer.cancel()
+        self._restarts.clear()
         probes = [k.probe for k in self._keys.values() if k.probe is not None]
         for probe in probes:
             probe.cancel()
@@ -170,6 +130,32 @@ class ProbeHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
         self._keys.clear()
+
+    def _start_probe(self, key: ProbeKey, state: _Key) -> None:
+        task = asyncio.ensure_future(self._probe_loop(key, state))
+        state.probe = task
+        task.add_done_callback(functools.partial(self._probe_done, key, state))
+
+    def _probe_done(self, key: ProbeKey, state: _Key, task: asyncio.Task[None]) -> None:
+        """A probe loop that raised (a defect, not a broker error: those it handles) is
+        logged and, after the error back-off, started again for the polls still watching,
+        so they do not sit out their deadlines unheard."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("probe of %s failed", key, exc_info=task.exception())
+        self._report(key[0], "error")
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+
+        def restart() -> None:
+            self._restarts.discard(timer)
+            if not self._closed and state.watchers and state.probe is None:
+                self._keys.setdefault(key, state)
+                self._start_probe(key, state)
+
+        timer = loop.call_later(self.error_backoff_s, restart)
+        self._restarts.add(timer)
 
     async def _probe_loop(self, key: ProbeKey, state: _Key) -> None:
         broker, group, topic = key
@@ -218,7 +204,7 @@ class ProbeHub:
         if not state.watchers:
             return
         watch = state.watchers.popleft()
-        watch.state = NOTIFIED
+        watch.state = WatchState.NOTIFIED
         state.consumed.clear()
         watch.on_has_msg(broker)
         with contextlib.suppress(TimeoutError):
@@ -234,7 +220,7 @@ class ProbeHub:
             if watch.deadline > now:
                 live.append(watch)
             else:
-                watch.state = RELEASED
+                watch.state = WatchState.RELEASED
         state.watchers = live
 
     def _report(self, broker: str, outcome: str) -> None:

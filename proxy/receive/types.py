@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxy.config import PollMode
+from proxy.processor.consumer import Popped
 from proxy.remoting.message import MessageExt, Prop
 
 
@@ -17,8 +19,7 @@ class ReceiveRequest:
     polling_ms: int  # the long-polling time granted (0 for a short poll)
     answer_by: float  # loop time by which the answer must be on its way
     arrived_at: float  # loop time
-    arrived_ms: int  # epoch ms, for the event log
-    is_long_polling: bool
+    mode: PollMode  # decided once, when the request arrived
     broker_hint: str | None = None  # the broker the client's message queue names
 
 
@@ -36,14 +37,28 @@ class PolledMessage:
         ck = self.message.properties[Prop.POP_CK]
         return f"{ck} {self.message.commit_log_offset}"
 
+    @property
+    def popped(self) -> Popped:
+        """What the consumer processor needs to ack, hand back or dead-letter it."""
+        msg = self.message
+        return Popped(
+            self.broker,
+            self.group,
+            msg.topic,
+            msg.properties[Prop.POP_CK],
+            msg.commit_log_offset,
+            msg.msg_id,
+        )
+
 
 @dataclass(slots=True)
 class ReceiveResult:
     messages: list[PolledMessage]
-    mode: str
     is_short_polling_hit: bool
     pops: int
-    notifications: int
-    wait_s: float
-    broker: str | None = None
-    dead_lettered: int = 0
+    probes: int  # NOTIFICATION requests (the record's ``notifications``)
+
+    @property
+    def broker(self) -> str | None:
+        """The broker that delivered (one poll pops from one broker)."""
+        return self.messages[0].broker if self.messages else None

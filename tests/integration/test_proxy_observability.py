@@ -150,3 +150,61 @@ async def test_readyz_turns_false_at_once_on_stop(start_proxy):
         app.ready = False  # what stop() does first
         async with http.get(url) as r:
             assert r.status == 503
+
+
+class _StreamBreaksAfter:
+    """A ServicerContext whose stream breaks at the ``n``-th write, as when the client's
+    connection drops mid-answer. grpc gives no way to make a real stream fail at a chosen
+    write, so the activity is driven directly with this stand-in; everything behind it
+    (engine, brokers, hand-back, record) is real."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.written: list = []
+
+    def invocation_metadata(self):
+        return (("x-mq-client-id", "breaking-client"),)
+
+    def time_remaining(self):
+        return None
+
+    async def write(self, response) -> None:
+        if len(self.written) + 1 == self.n:
+            raise ConnectionResetError("stream broke")
+        self.written.append(response)
+
+
+async def test_a_stream_that_breaks_mid_answer_records_what_was_written(
+    start_proxy, lean, tmp_path
+):
+    """Two messages popped, the stream breaks writing the second: the record says one
+    message and write_failed (not found with two), and the second is handed back."""
+    from tests.lean_client import receive_request
+
+    app = await start_proxy(mode="notify", event_log_dir=str(tmp_path), nack_invisible_ms=200)
+    await send_to(app, "broker-a", b"one")
+    await send_to(app, "broker-a", b"two")
+    context = _StreamBreaksAfter(3)  # status, first message, then the second fails
+    request = receive_request(G, T, await_ms=1000, broker="broker-a")
+    try:
+        await app.receive.receive_message(request, context)
+    except ConnectionResetError:
+        pass
+    else:
+        raise AssertionError("the broken write did not surface")
+    [status, first] = context.written
+    assert status.status.code == pb.Code.OK and first.message.body in (b"one", b"two")
+
+    assert value(app, "rocketmq_proxy_nacks_total", reason="write_failed") == 1
+    assert value(app, "rocketmq_proxy_receive_total", result="error") == 1
+    assert value(app, "rocketmq_proxy_receive_total", result="found") == 0
+    other = b"two" if first.message.body == b"one" else b"one"
+    again = await lean(app).receive(G, T, await_ms=3000, broker="broker-a")
+    assert [m.body for m in again.messages] == [other]  # back within the 0.2 s hand-back
+    await app.stop()
+    [broken, _] = await asyncio.to_thread(read_events, tmp_path)
+    assert (broken["result"], broken["messages"], broken["broker"]) == (
+        "write_failed",
+        1,
+        "broker-a",
+    )

@@ -11,7 +11,9 @@ import pytest
 from broker_stub import BrokerConfig, StubCluster
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.brokers import BrokerPool
-from proxy.config import ReceiveConfig
+from proxy.config import PollMode, ReceiveConfig
+from proxy.observability.metrics import ProxyMetrics
+from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
 from proxy.receive.types import ReceiveRequest
 from tests.integration._util import send_to, wait_until
@@ -65,7 +67,7 @@ async def test_notify_delivers_a_message_from_another_broker_at_once(backend, le
     assert result.messages[0].system_properties.receipt_handle.split(" ")[5] == "broker-b"
     assert after_send < DELIVERY_BOUND_S[backend.kind], f"took {after_send:.3f}s after the send"
     assert total < 2.5  # well before the 3 s poll time
-    assert app.engine.current_mode(backend.group, backend.topic) == "notify"
+    assert app.engine.switch.current(backend.group, backend.topic) == "notify"
     assert app.engine.hub.probes_sent >= 2  # it did probe both brokers
 
 
@@ -187,7 +189,7 @@ async def test_a_cancelled_poll_loses_nothing(backend, lean):
     assert [m.body for m in found] == [b"precious"]
     assert time.perf_counter() - sent < HAND_BACK_BOUND_S[backend.kind]
     assert found[0].system_properties.delivery_attempt == 2  # handed back once
-    assert app.engine.nacked == 1
+    assert app.consumer.nacked == 1
 
 
 async def test_a_broker_that_is_down_is_skipped(start_proxy, lean):
@@ -221,12 +223,16 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
     (the client would poll again at once): the client is told to back off."""
     async with StubCluster(1, template=BrokerConfig(topics=[T], polling_per_key=1)) as stub:
         pool = BrokerPool([stub.namesrv_address])
-        engine = ReceiveEngine(ReceiveConfig(mode="coupled"), pool)
+        config = ReceiveConfig(mode="coupled")
+        consumer = ConsumerProcessor(pool, broker_timeout_s=3.0, nack_invisible_ms=1000)
+        engine = ReceiveEngine(config, pool, consumer, ProxyMetrics())
         loop = asyncio.get_running_loop()
 
         def request() -> ReceiveRequest:
             now = loop.time()
-            return ReceiveRequest(G, T, "*", 16, 30_000, 1000, now + 1.0, now, 0, True)
+            return ReceiveRequest(
+                G, T, "*", 16, 30_000, 1000, now + 1.0, now, mode=PollMode.COUPLED
+            )
 
         try:
             first = asyncio.ensure_future(engine.receive(request()))
@@ -236,6 +242,7 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
             assert (await first).messages == []
         finally:
             await engine.close()
+            await consumer.close()
             await pool.close()
 
 

@@ -1,0 +1,98 @@
+"""AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue: parse the
+receipt handles and report, per entry, what the consumer processor did."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from proxy.api import validation as check
+from proxy.api.errors import ApiError, Code, ack_error, dead_letter_error, ok
+from proxy.api.handles import parse_receipt_handle
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.processor.consumer import ConsumerProcessor, Popped
+from proxy.remoting.client import RemotingError
+from proxy.remoting.popinfo import PopCheckpointInfo
+
+
+class AckActivity:
+    def __init__(self, consumer: ConsumerProcessor, max_delivery_attempts: int) -> None:
+        self.consumer = consumer
+        self.max_delivery_attempts = max_delivery_attempts
+
+    async def ack_message(
+        self, request: api.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> api.AckMessageResponse:
+        group = check.validate_group(request.group.name)
+        topic = check.validate_topic(request.topic.name)
+        if not request.entries:
+            raise ApiError(Code.BAD_REQUEST, "no entry to ack")
+        statuses: list[pb.Status | None] = [None] * len(request.entries)
+        parsed: list[tuple[int, PopCheckpointInfo]] = []
+        now_ms = int(time.time() * 1000)
+        for i, entry in enumerate(request.entries):
+            try:
+                parsed.append(
+                    (i, parse_receipt_handle(entry.receipt_handle, now_ms=now_ms).checkpoint)
+                )
+            except ApiError as err:
+                statuses[i] = err.status
+        errors = await self.consumer.ack(group, topic, [ck for _, ck in parsed])
+        acked = ok()  # one object for every entry: the response copies it into each
+        for (i, ck), error in zip(parsed, errors, strict=True):
+            statuses[i] = acked if error is None else ack_error(ck.broker_name, error).status
+        entries = [
+            api.AckMessageResultEntry(
+                message_id=e.message_id, receipt_handle=e.receipt_handle, status=status
+            )
+            for e, status in zip(request.entries, statuses, strict=True)
+        ]
+        codes = {status.code for status in statuses if status is not None}
+        status = (
+            entries[0].status
+            if len(codes) == 1
+            else pb.Status(code=Code.MULTIPLE_RESULTS, message="entries have different results")
+        )
+        return api.AckMessageResponse(status=status, entries=entries)
+
+    async def change_invisible_duration(
+        self, request: api.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> api.ChangeInvisibleDurationResponse:
+        group = check.validate_group(request.group.name)
+        topic = check.validate_topic(request.topic.name)
+        invisible = check.validate_invisible(check.duration_ms(request.invisible_duration), 0)
+        handle = parse_receipt_handle(request.receipt_handle)
+        try:
+            checkpoint = await self.consumer.change_invisible(
+                group, topic, handle.checkpoint, invisible
+            )
+        except RemotingError as exc:
+            raise ack_error(handle.broker, exc) from None
+        return api.ChangeInvisibleDurationResponse(
+            status=ok(), receipt_handle=f"{checkpoint} {handle.commit_log_offset}"
+        )
+
+    async def forward_message_to_dead_letter_queue(
+        self,
+        request: api.ForwardMessageToDeadLetterQueueRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> api.ForwardMessageToDeadLetterQueueResponse:
+        group = check.validate_group(request.group.name)
+        topic = check.validate_topic(request.topic.name)
+        handle = parse_receipt_handle(request.receipt_handle)
+        max_attempts = request.max_delivery_attempts or self.max_delivery_attempts
+        popped = Popped(
+            handle.broker,
+            group,
+            topic,
+            handle.extra_info,
+            handle.commit_log_offset,
+            request.message_id,
+        )
+        try:
+            await self.consumer.dead_letter(popped, max_attempts - 1)
+        except RemotingError as exc:
+            raise dead_letter_error(handle.broker, exc) from None
+        return api.ForwardMessageToDeadLetterQueueResponse(status=ok())

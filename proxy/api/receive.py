@@ -1,0 +1,160 @@
+"""ReceiveMessage: validate and translate the request, run it through the receive engine,
+write the answer to the client's stream, and record it once.
+
+The stream carries the status first, then one response per message, then
+``delivery_timestamp``. A message the client did not get (the stream broke, the client
+went away) is handed back at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+
+from proxy.api import validation as check
+from proxy.api.convert import timestamp, to_api_message
+from proxy.api.errors import ApiError, Code, code_name, ok, route_error
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.brokers import TopicNotFound
+from proxy.config import ReceiveConfig
+from proxy.observability.receive_record import Outcome, ReceiveRecord, ReceiveRecorder
+from proxy.processor.consumer import ConsumerProcessor
+from proxy.receive.engine import ReceiveEngine, TooManyRequests
+from proxy.receive.types import PolledMessage, ReceiveRequest
+from proxy.remoting.client import RemotingError
+
+_NOT_FOUND = pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message")
+
+
+class ReceiveActivity:
+    def __init__(
+        self,
+        config: ReceiveConfig,
+        engine: ReceiveEngine,
+        consumer: ConsumerProcessor,
+        recorder: ReceiveRecorder,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.consumer = consumer
+        self.recorder = recorder
+        self.accepting = True  # off while the proxy shuts down
+
+    async def receive_message(
+        self, request: api.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        rec = ReceiveRecord(
+            arrived_at=loop.time(),
+            arrived_ms=int(time.time() * 1000),
+            mode=self.config.mode.initial_poll_mode,
+        )
+        try:
+            check.require_client_id(context)
+            if not self.accepting:
+                raise ApiError(Code.TOO_MANY_REQUESTS, "proxy is shutting down")
+            req = self._translate(request, context, rec)
+            try:
+                result = await self.engine.receive(req)
+            except TooManyRequests as exc:
+                raise ApiError(Code.TOO_MANY_REQUESTS, str(exc)) from None
+            except (TopicNotFound, RemotingError) as exc:
+                raise route_error(req.topic, exc) from None
+            rec.is_short_polling_hit = result.is_short_polling_hit
+            rec.pops = result.pops
+            rec.notifications = result.probes
+            await self._write(result.messages, context, rec)
+        except ApiError as err:
+            rec.ended(Outcome.ERROR, code_name(err.code))
+            await context.write(api.ReceiveMessageResponse(status=err.status))
+        except asyncio.CancelledError:
+            # The client went away; the engine handed back what its poll had popped.
+            rec.ended(Outcome.CANCELLED, Outcome.CANCELLED.value)
+            raise
+        finally:
+            self.recorder.record(rec, loop.time() - rec.arrived_at)
+
+    def _translate(
+        self,
+        request: api.ReceiveMessageRequest,
+        context: grpc.aio.ServicerContext,
+        rec: ReceiveRecord,
+    ) -> ReceiveRequest:
+        """The poll the client asked for, within RocketMQ's bounds. Fills in the record as
+        each value is known, so a refused request is recorded with what it asked."""
+        rc = self.config
+        # Polling time, as the RocketMQ proxy grants it: what the client asked, else what
+        # its deadline leaves, within [min, max] and before the deadline.
+        remaining = context.time_remaining()
+        remaining_ms = None if remaining is None else int(remaining * 1000)
+        if request.HasField("long_polling_timeout"):
+            asked = check.duration_ms(request.long_polling_timeout)
+        else:
+            asked = rc.min_polling_ms if remaining_ms is None else remaining_ms - 1_500
+        rec.is_long_polling = asked >= rc.min_polling_ms
+        rec.group = group = check.validate_group(request.group.name)
+        rec.topic = topic = check.validate_topic(request.message_queue.topic.name)
+        expression = check.validate_filter(
+            request.filter_expression.expression, request.filter_expression.type
+        )
+        batch = check.validate_batch_size(request.batch_size)
+        if not request.HasField("invisible_duration"):
+            raise ApiError(Code.ILLEGAL_INVISIBLE_TIME, "invisible duration is required")
+        invisible = check.validate_invisible(check.duration_ms(request.invisible_duration))
+        polling = min(max(asked, rc.min_polling_ms), rc.max_polling_ms)
+        if remaining_ms is not None and polling > remaining_ms - rc.reserve_ms:
+            if remaining_ms - rc.reserve_ms < rc.min_polling_ms:
+                raise ApiError(
+                    Code.ILLEGAL_POLLING_TIME,
+                    "the deadline time remaining is not enough for polling",
+                )
+            polling = remaining_ms - rc.reserve_ms
+        rec.polling_ms = polling
+        rec.mode = self.engine.choose_mode(group, topic)
+        return ReceiveRequest(
+            group=group,
+            topic=topic,
+            expression=expression,
+            batch_size=batch,
+            invisible_ms=invisible,
+            polling_ms=polling,
+            answer_by=rec.arrived_at + polling / 1000,
+            arrived_at=rec.arrived_at,
+            mode=rec.mode,
+            broker_hint=request.message_queue.broker.name or None,
+        )
+
+    async def _write(
+        self,
+        messages: list[PolledMessage],
+        context: grpc.aio.ServicerContext,
+        rec: ReceiveRecord,
+    ) -> None:
+        """Write the answer; hand back, and leave out of the record, every message the
+        client did not get."""
+        if not messages:
+            await context.write(api.ReceiveMessageResponse(status=_NOT_FOUND))
+            rec.ended(Outcome.EMPTY, code_name(Code.MESSAGE_NOT_FOUND))
+            return
+        written = 0
+        try:
+            await context.write(api.ReceiveMessageResponse(status=ok()))
+            for polled in messages:
+                await context.write(api.ReceiveMessageResponse(message=to_api_message(polled)))
+                written += 1
+            await context.write(
+                api.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+            )
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            outcome = Outcome.CANCELLED if cancelled else Outcome.WRITE_FAILED
+            self.consumer.hand_back([m.popped for m in messages[written:]], outcome.value)
+            rec.ended(outcome, outcome.value)
+            raise
+        finally:
+            rec.messages = written
+            rec.broker = messages[0].broker if written else None
+        rec.ended(Outcome.FOUND, code_name(Code.OK))

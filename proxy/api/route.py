@@ -1,0 +1,90 @@
+"""QueryRoute and QueryAssignment: every queue and assignment points clients at this proxy."""
+
+from __future__ import annotations
+
+import grpc
+
+from proxy.api import validation as check
+from proxy.api.errors import ok, route_error
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.brokers import BrokerPool, TopicNotFound, TopicRoute
+from proxy.remoting.client import RemotingError
+
+# FIFO needs ordered pops and transactions need half messages; neither is offered.
+ACCEPTED_TYPES = [pb.MessageType.NORMAL, pb.MessageType.DELAY]
+
+
+async def topic_route(pool: BrokerPool, topic: str) -> TopicRoute:
+    """The route of ``topic``, or the ApiError a client expects when there is none."""
+    try:
+        return await pool.route(topic)
+    except (TopicNotFound, RemotingError) as exc:
+        raise route_error(topic, exc) from None
+
+
+class RouteActivity:
+    def __init__(self, pool: BrokerPool, advertise: str) -> None:
+        self.pool = pool
+        self.advertise = advertise
+
+    def _endpoints(self) -> pb.Endpoints:
+        """This proxy's address: clients reach every broker through it."""
+        host, _, port = self.advertise.rpartition(":")
+        return pb.Endpoints(
+            scheme=pb.AddressScheme.IPv4 if _is_ipv4(host) else pb.AddressScheme.DOMAIN_NAME,
+            addresses=[pb.Address(host=host, port=int(port))],
+        )
+
+    async def query_route(
+        self, request: api.QueryRouteRequest, context: grpc.aio.ServicerContext
+    ) -> api.QueryRouteResponse:
+        topic = check.validate_topic(request.topic.name)
+        route = await topic_route(self.pool, topic)
+        endpoints = self._endpoints()
+        queues = [
+            pb.MessageQueue(
+                topic=request.topic,
+                id=position,  # SendMessage maps it back to the broker and its queue
+                permission=_permission(queue.readable, queue.writable),
+                broker=pb.Broker(name=queue.broker.name, id=0, endpoints=endpoints),
+                accept_message_types=ACCEPTED_TYPES,
+            )
+            for position, queue in enumerate(route.queues)
+        ]
+        return api.QueryRouteResponse(status=ok(), message_queues=queues)
+
+    async def query_assignment(
+        self, request: api.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> api.QueryAssignmentResponse:
+        """Push consumers: one assignment per readable broker, any queue (queue id -1)."""
+        topic = check.validate_topic(request.topic.name)
+        check.validate_group(request.group.name)
+        route = await topic_route(self.pool, topic)
+        endpoints = self._endpoints()
+        assignments = [
+            pb.Assignment(
+                message_queue=pb.MessageQueue(
+                    topic=request.topic,
+                    id=-1,
+                    permission=pb.Permission.READ_WRITE,
+                    broker=pb.Broker(name=b.name, id=0, endpoints=endpoints),
+                    accept_message_types=ACCEPTED_TYPES,
+                )
+            )
+            for b in route.readable
+        ]
+        return api.QueryAssignmentResponse(status=ok(), assignments=assignments)
+
+
+def _permission(readable: bool, writable: bool) -> int:
+    if readable and writable:
+        return pb.Permission.READ_WRITE
+    if readable:
+        return pb.Permission.READ
+    return pb.Permission.WRITE if writable else pb.Permission.NONE
+
+
+def _is_ipv4(host: str) -> bool:
+    parts = host.split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)

@@ -1,0 +1,162 @@
+"""What happens to a message after it was popped: ack, a new invisible time, hand-back when
+the client never got it, and the dead-letter queue.
+
+Every message names its broker (a receipt handle carries the broker name, a popped message
+the broker it came from), so each operation goes to that broker through the pool, whichever
+proxy popped it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.brokers import BrokerPool
+from proxy.remoting.broker_client import BrokerClient
+from proxy.remoting.client import RemotingError
+from proxy.remoting.popinfo import PopCheckpointInfo
+
+log = logging.getLogger(__name__)
+
+
+class UnknownBroker(RemotingError):
+    """A handle names a broker that no route of this proxy lists."""
+
+
+@dataclass(frozen=True, slots=True)
+class Popped:
+    """What the processor needs to settle one popped message: where it came from, its
+    checkpoint (POP_CK) and the commit-log offset (for the dead-letter queue)."""
+
+    broker: str
+    group: str
+    topic: str
+    checkpoint: str
+    commit_log_offset: int
+    msg_id: str
+
+
+class ConsumerProcessor:
+    def __init__(
+        self,
+        pool: BrokerPool,
+        *,
+        broker_timeout_s: float,
+        nack_invisible_ms: int,
+        on_nack: Callable[[str, int], None] | None = None,  # (reason, count)
+    ) -> None:
+        self.pool = pool
+        self.broker_timeout_s = broker_timeout_s
+        self.nack_invisible_ms = nack_invisible_ms
+        self.on_nack = on_nack
+        self.nacked = 0
+        # Hand-backs run after the poll that made them has answered; owned here, awaited
+        # (with a grace) on close.
+        self._hand_backs: set[asyncio.Task[None]] = set()
+
+    async def broker(self, name: str, topic: str) -> BrokerClient:
+        client = await self.pool.broker_by_name(name, topic)
+        if client is None:
+            raise UnknownBroker(f"broker {name!r} is unknown to this proxy")
+        return client
+
+    # -- ack ------------------------------------------------------------------------------
+
+    async def ack(
+        self, group: str, topic: str, checkpoints: list[PopCheckpointInfo]
+    ) -> list[RemotingError | None]:
+        """Ack each checkpoint; per checkpoint None or its error. Each broker's share goes
+        in one batch, all brokers at once."""
+        errors: list[RemotingError | None] = [None] * len(checkpoints)
+        by_broker: dict[str, list[int]] = {}
+        for i, ck in enumerate(checkpoints):
+            by_broker.setdefault(ck.broker_name, []).append(i)
+
+        async def ack_on(broker: str, indexes: list[int]) -> None:
+            try:
+                client = await self.broker(broker, topic)
+            except UnknownBroker as exc:
+                for i in indexes:
+                    errors[i] = exc
+                return
+            answers = await client.ack_all(
+                group, topic, [checkpoints[i] for i in indexes], timeout=self.broker_timeout_s
+            )
+            for i, error in zip(indexes, answers, strict=True):
+                errors[i] = error
+
+        await asyncio.gather(*(ack_on(b, idx) for b, idx in by_broker.items()))
+        return errors
+
+    async def change_invisible(
+        self, group: str, topic: str, checkpoint: PopCheckpointInfo, invisible_ms: int
+    ) -> str:
+        """A new invisible time from now; the message's new checkpoint. Raises RemotingError."""
+        client = await self.broker(checkpoint.broker_name, topic)
+        return await client.change_invisible_time(
+            group, topic, checkpoint.encode(), invisible_ms, timeout=self.broker_timeout_s
+        )
+
+    # -- hand-back ------------------------------------------------------------------------
+
+    def hand_back(self, messages: list[Popped], reason: str) -> None:
+        """Messages a client did not get become visible again shortly (``nack_invisible_ms``)
+        rather than at the end of their invisible time. Runs in the background."""
+        if not messages:
+            return
+        self.nacked += len(messages)
+        if self.on_nack is not None:
+            self.on_nack(reason, len(messages))
+        task = asyncio.ensure_future(self._hand_back(messages))
+        self._hand_backs.add(task)
+        task.add_done_callback(self._hand_back_done)
+
+    async def _hand_back(self, messages: list[Popped]) -> None:
+        for popped in messages:
+            client = self.pool.broker(popped.broker)
+            if client is None:
+                continue
+            try:
+                await client.change_invisible_time(
+                    popped.group,
+                    popped.topic,
+                    popped.checkpoint,
+                    self.nack_invisible_ms,
+                    timeout=self.broker_timeout_s,
+                )
+            except RemotingError as exc:
+                # It becomes visible at the end of its invisible time instead.
+                log.warning("could not hand back %s: %s", popped.msg_id, exc)
+
+    def _hand_back_done(self, task: asyncio.Task[None]) -> None:
+        self._hand_backs.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("hand-back failed", exc_info=task.exception())
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    async def dead_letter(self, popped: Popped, max_reconsume_times: int) -> None:
+        """Move the message to ``%DLQ%<group>`` and ack it: the one path for a client's
+        ForwardMessageToDeadLetterQueue and for a message past its last attempt. Raises
+        RemotingError."""
+        client = await self.broker(popped.broker, popped.topic)
+        await client.send_to_dead_letter(
+            popped.group,
+            popped.commit_log_offset,
+            popped.msg_id,
+            popped.topic,
+            max_reconsume_times,
+            timeout=self.broker_timeout_s,
+        )
+        await client.ack(popped.group, popped.topic, popped.checkpoint, self.broker_timeout_s)
+
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Give hand-backs in flight up to ``grace_s``, then cancel what is left."""
+        if self._hand_backs:
+            await asyncio.wait(set(self._hand_backs), timeout=grace_s)
+        for task in list(self._hand_backs):
+            task.cancel()
+        if self._hand_backs:
+            await asyncio.gather(*self._hand_backs, return_exceptions=True)
