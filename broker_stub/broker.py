@@ -19,6 +19,7 @@ from broker_stub.topics import TopicTable
 from proxy.remoting.client import RemotingClient, RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import RegisterBrokerHeader, UnregisterBrokerHeader
 from proxy.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -135,26 +136,20 @@ class Broker:
                 },
             }
         )
-        fields = {
-            "brokerName": self.name,
-            "brokerAddr": self.address,
-            "clusterName": self.config.cluster,
-            "haServerAddr": self.address,
-            "brokerId": "0",
-            "heartbeatTimeoutMillis": str(int(max(self.config.register_interval * 4, 10) * 1000)),
-            "compressed": "false",
-            "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
-        }
-        await self._to_namesrvs(RequestCode.REGISTER_BROKER, fields, body)
+        header = RegisterBrokerHeader(
+            broker_name=self.name,
+            broker_addr=self.address,
+            cluster_name=self.config.cluster,
+            ha_server_addr=self.address,
+            broker_id=0,
+            heartbeat_timeout_millis=int(max(self.config.register_interval * 4, 10) * 1000),
+            body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+        )
+        await self._to_namesrvs(RequestCode.REGISTER_BROKER, header.encode(), body)
 
     async def _unregister(self) -> None:
-        fields = {
-            "brokerName": self.name,
-            "brokerAddr": self.address,
-            "clusterName": self.config.cluster,
-            "brokerId": "0",
-        }
-        await self._to_namesrvs(RequestCode.UNREGISTER_BROKER, fields, b"")
+        header = UnregisterBrokerHeader(self.name, self.address, self.config.cluster, 0)
+        await self._to_namesrvs(RequestCode.UNREGISTER_BROKER, header.encode(), b"")
 
     async def _to_namesrvs(self, code: int, fields: dict[str, str], body: bytes) -> None:
         async def one(client: RemotingClient) -> None:

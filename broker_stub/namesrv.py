@@ -11,10 +11,17 @@ from dataclasses import dataclass, field
 import orjson
 
 from broker_stub.config import NamesrvConfig
-from broker_stub.fields import Fields, RequestError
+from broker_stub.errors import RequestError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
+from proxy.remoting.headers import (
+    BrokerHeartbeatHeader,
+    HeaderError,
+    RegisterBrokerHeader,
+    TopicHeader,
+    UnregisterBrokerHeader,
+)
 from proxy.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -80,17 +87,19 @@ class NameServer:
             return handler(cmd)
         except RequestError as err:
             return cmd.make_response(err.code, remark=err.remark)
+        except HeaderError as err:
+            return cmd.make_response(
+                ResponseCode.INVALID_PARAMETER, remark=f"{err} (request code {cmd.code})"
+            )
 
     # -- brokers --------------------------------------------------------------------------
 
     def register_broker(self, cmd: RemotingCommand) -> RemotingCommand:
-        f = Fields(cmd)
-        name, addr, cluster = f.str("brokerName"), f.str("brokerAddr"), f.str("clusterName")
-        broker_id = f.int("brokerId")
-        crc = f.int("bodyCrc32", 0)
-        if crc and crc != zlib.crc32(cmd.body) & 0x7FFFFFFF:
+        h = RegisterBrokerHeader.decode(cmd.ext_fields)
+        name, addr, cluster, broker_id = h.broker_name, h.broker_addr, h.cluster_name, h.broker_id
+        if h.body_crc32 and h.body_crc32 != zlib.crc32(cmd.body) & 0x7FFFFFFF:
             raise RequestError(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-        if f.bool("compressed"):
+        if h.compressed:
             raise RequestError(
                 ResponseCode.SYSTEM_ERROR, "compressed registration is not supported"
             )
@@ -107,21 +116,21 @@ class NameServer:
         entry.addrs[broker_id] = addr
         entry.last_seen[broker_id] = asyncio.get_running_loop().time()
         entry.timeout[broker_id] = (
-            f.int("heartbeatTimeoutMillis", 0) / 1000 or self.config.broker_timeout
-        )
+            h.heartbeat_timeout_millis or 0
+        ) / 1000 or self.config.broker_timeout
         if broker_id == 0:
             entry.queues = {topic: _queue_data(name, conf) for topic, conf in table.items()}
         return cmd.make_response(ResponseCode.SUCCESS)
 
     def unregister_broker(self, cmd: RemotingCommand) -> RemotingCommand:
-        f = Fields(cmd)
-        self._remove(f.str("brokerName"), f.int("brokerId", 0))
+        h = UnregisterBrokerHeader.decode(cmd.ext_fields)
+        self._remove(h.broker_name, h.broker_id)
         return cmd.make_response(ResponseCode.SUCCESS)
 
     def broker_heartbeat(self, cmd: RemotingCommand) -> RemotingCommand:
-        f = Fields(cmd)
-        entry = self.brokers.get(f.str("brokerName"))
-        broker_id = f.int("brokerId", 0)
+        h = BrokerHeartbeatHeader.decode(cmd.ext_fields)
+        entry = self.brokers.get(h.broker_name)
+        broker_id = h.broker_id
         if entry is not None and broker_id in entry.addrs:
             entry.last_seen[broker_id] = asyncio.get_running_loop().time()
         return cmd.make_response(ResponseCode.SUCCESS)
@@ -175,7 +184,7 @@ class NameServer:
         }
 
     def route_by_topic(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = Fields(cmd).str("topic")
+        topic = TopicHeader.decode(cmd.ext_fields).topic
         route = self.route(topic)
         if route is None:
             return cmd.make_response(

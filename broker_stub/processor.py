@@ -14,10 +14,10 @@ from collections.abc import Callable
 import orjson
 
 from broker_stub.config import BrokerConfig
-from broker_stub.fields import Fields, RequestError
+from broker_stub.errors import RequestError
 from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.polling import PollingTable, Waiter
-from broker_stub.pop import INIT_MODE_MAX, PopRequest, PopResult, PopService, now_ms
+from broker_stub.pop import PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import TopicConfig, TopicTable, group_name_error, topic_name_error
@@ -25,6 +25,25 @@ from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand, RemotingProtocolError
 from proxy.remoting.connection import RemotingConnection
 from proxy.remoting.filter import FilterExpressionError, TagFilter
+from proxy.remoting.headers import (
+    AckMessageHeader,
+    ChangeInvisibleTimeHeader,
+    ChangeInvisibleTimeResponseHeader,
+    ConsumerSendMsgBackHeader,
+    CreateTopicHeader,
+    HeaderError,
+    NotificationHeader,
+    NotificationResponseHeader,
+    OffsetResponseHeader,
+    PollingInfoHeader,
+    PollingInfoResponseHeader,
+    PopMessageHeader,
+    PopMessageResponseHeader,
+    QueueOffsetHeader,
+    SendMessageHeader,
+    SendMessageResponseHeader,
+    TopicHeader,
+)
 from proxy.remoting.message import (
     SYSFLAG_MULTI_TAGS,
     MessageExt,
@@ -45,24 +64,6 @@ BAD = ResponseCode.INVALID_PARAMETER
 GET_BROKER_RUNTIME_INFO = 28
 GET_TOPIC_STATS_INFO = 202
 NO_MESSAGE_REMARK = "NO_MESSAGE_IN_QUEUE"
-
-# SEND_MESSAGE_V2 abbreviates the SEND_MESSAGE header names.
-SEND_V2_NAMES = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-    "n": "brokerName",
-}
 
 
 class BrokerProcessor:
@@ -133,6 +134,8 @@ class BrokerProcessor:
             return handler(cmd, conn)
         except RequestError as err:
             return cmd.make_response(err.code, remark=err.remark)
+        except HeaderError as err:
+            return cmd.make_response(BAD, remark=f"{err} (request code {cmd.code})")
 
     # -- shared checks --------------------------------------------------------------------
 
@@ -164,8 +167,8 @@ class BrokerProcessor:
     # -- send -----------------------------------------------------------------------------
 
     def send_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        f = Fields(cmd, SEND_V2_NAMES if cmd.code != RequestCode.SEND_MESSAGE else None)
-        topic = f.str("topic")
+        h = SendMessageHeader.decode(cmd.ext_fields)
+        topic = h.topic
         error = topic_name_error(topic)
         if error:
             raise RequestError(BAD, error)
@@ -176,7 +179,7 @@ class BrokerProcessor:
                     ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
                 )
             config = self.topics.create(topic)
-        queue_id = f.int("queueId", -1)
+        queue_id = h.queue_id
         if queue_id >= config.write_queue_nums:
             raise RequestError(
                 BAD,
@@ -185,14 +188,9 @@ class BrokerProcessor:
             )
         if queue_id < 0:
             queue_id = random.randrange(config.write_queue_nums)
-        sys_flag = f.int("sysFlag", 0)
-        base = {
-            "flag": f.int("flag", 0),
-            "born_timestamp": f.int("bornTimestamp", now_ms()),
-            "reconsume_times": f.int("reconsumeTimes", 0),
-        }
-        batch = f.bool("batch") or cmd.code == RequestCode.SEND_BATCH_MESSAGE
-        header_props = decode_properties(f.str("properties", ""))
+        born_timestamp = h.born_timestamp or now_ms()
+        batch = h.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        header_props = decode_properties(h.properties)
         if batch:
             try:
                 entries = decode_batch(cmd.body)
@@ -202,7 +200,7 @@ class BrokerProcessor:
                 raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
             bodies = [(e.body, {**header_props, **e.properties}, e.flag) for e in entries]
         else:
-            bodies = [(cmd.body, header_props, base["flag"])]
+            bodies = [(cmd.body, header_props, h.flag)]
         born_host = _host(conn.peer)
         store_host = self.store_host
         messages = []
@@ -222,41 +220,36 @@ class BrokerProcessor:
                     properties=props,
                     queue_id=queue_id,
                     flag=flag,
-                    sys_flag=sys_flag & ~SYSFLAG_MULTI_TAGS,
-                    born_timestamp=base["born_timestamp"],
+                    sys_flag=h.sys_flag & ~SYSFLAG_MULTI_TAGS,
+                    born_timestamp=born_timestamp,
                     born_host=born_host,
                     store_host=store_host,
-                    reconsume_times=base["reconsume_times"],
+                    reconsume_times=h.reconsume_times,
                 )
             )
         results = [self.scheduler.put(msg) for msg in messages]
-        fields = {
-            "msgId": ",".join(offset_message_id(store_host, r.physical_offset) for r in results),
-            "queueId": str(messages[0].queue_id),
-            "queueOffset": str(results[0].queue_offset),
-            "transactionId": messages[0].properties[Prop.UNIQ_KEY],
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
-        }
+        answer = SendMessageResponseHeader(
+            msg_id=",".join(offset_message_id(store_host, r.physical_offset) for r in results),
+            queue_id=messages[0].queue_id,
+            queue_offset=results[0].queue_offset,
+            transaction_id=messages[0].properties[Prop.UNIQ_KEY],
+        )
+        # Two more fields a RocketMQ broker sends with every send answer.
+        fields = {**answer.encode(), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         return cmd.make_response(OK, fields)
 
     # -- pop ------------------------------------------------------------------------------
 
     def pop_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
-        f = Fields(cmd)
-        group = f.str("consumerGroup")
-        topic = f.str("topic")
-        queue_id = f.int("queueId")
-        max_nums = f.int("maxMsgNums")
-        invisible_time = f.int("invisibleTime")
-        poll_time = f.int("pollTime", 0)
-        born_time = f.int("bornTime", 0) or now_ms()
+        h = PopMessageHeader.decode(cmd.ext_fields)
+        group, topic, queue_id = h.consumer_group, h.topic, h.queue_id
+        max_nums, invisible_time, poll_time = h.max_msg_nums, h.invisible_time, h.poll_time
+        born_time = h.born_time or now_ms()
         if poll_time > 0 and now_ms() - born_time - poll_time > 500:
             # A RocketMQ broker answers with the header's numbers zeroed, no offset infos.
-            zeros = {"popTime": "0", "invisibleTime": "0", "reviveQid": "0", "restNum": "0"}
             return cmd.make_response(
                 ResponseCode.POLLING_TIMEOUT,
-                zeros,
+                PopMessageResponseHeader().encode(),
                 remark=f"the broker[{self.config.name}] pop message is timeout too much",
             )
         if max_nums > self.config.max_pop_batch:
@@ -271,13 +264,13 @@ class BrokerProcessor:
             raise RequestError(BAD, f"invisibleTime {invisible_time} must be positive")
         if poll_time < 0:
             raise RequestError(BAD, f"pollTime {poll_time} must not be negative")
-        if f.bool("order"):
+        if h.order:
             raise RequestError(BAD, "orderly pop is not supported by broker_stub")
         config = self._topic(topic)
         self._read_queue(config, queue_id)
         self._group(group)
         try:
-            tag_filter = TagFilter.parse(f.str("exp", None), f.str("expType", None))
+            tag_filter = TagFilter.parse(h.exp, h.exp_type)
         except FilterExpressionError as exc:
             raise RequestError(
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED,
@@ -290,7 +283,7 @@ class BrokerProcessor:
             max_nums,
             invisible_time,
             tag_filter,
-            f.int("initMode", INIT_MODE_MAX),
+            h.init_mode,
         )
         result = self.pop.pop(request)
         if result.message_count or poll_time <= 0:
@@ -327,21 +320,21 @@ class BrokerProcessor:
         return response
 
     def _pop_response(self, cmd: RemotingCommand, result: PopResult) -> RemotingCommand:
-        fields = {
-            "popTime": str(result.pop_time),
-            "invisibleTime": str(result.invisible_time),
-            "reviveQid": str(result.revive_qid),
-            "restNum": str(result.rest_num),
-            "startOffsetInfo": join_info(
+        fields = PopMessageResponseHeader(
+            pop_time=result.pop_time,
+            invisible_time=result.invisible_time,
+            revive_qid=result.revive_qid,
+            rest_num=result.rest_num,
+            start_offset_info=join_info(
                 [(retry_flag(q.topic), q.queue_id, str(q.start_offset)) for q in result.queues]
             ),
-            "msgOffsetInfo": join_info(
+            msg_offset_info=join_info(
                 [
                     (retry_flag(q.topic), q.queue_id, ",".join(map(str, q.offsets)))
                     for q in result.queues
                 ]
             ),
-        }  # orderCountInfo: only for orderly pops, which the stub does not serve
+        ).encode()  # orderCountInfo: only for orderly pops, which the stub does not serve
         if not result.queues:
             return cmd.make_response(ResponseCode.POLLING_TIMEOUT, fields, remark=NO_MESSAGE_REMARK)
         body = b"".join(record for q in result.queues for record in q.records)
@@ -349,14 +342,13 @@ class BrokerProcessor:
 
     # -- ack and invisible time -------------------------------------------------------------
 
-    def _checkpoint_target(self, f: Fields) -> tuple[str, str, int, PopCheckpointInfo, int]:
-        """Parse and check the fields acks and changes share; return the real topic."""
-        group = f.str("consumerGroup")
-        topic = f.str("topic")
-        queue_id = f.int("queueId")
-        offset = f.int("offset")
+    def _checkpoint_target(
+        self, h: AckMessageHeader | ChangeInvisibleTimeHeader
+    ) -> tuple[str, str, int, PopCheckpointInfo, int]:
+        """Check the fields acks and changes share; return the real topic."""
+        group, topic, queue_id, offset = h.consumer_group, h.topic, h.queue_id, h.offset
         try:
-            info = PopCheckpointInfo.parse(f.str("extraInfo"))
+            info = PopCheckpointInfo.parse(h.extra_info)
         except ValueError as exc:
             raise RequestError(BAD, f"bad extraInfo: {exc}") from None
         if retry_flag(topic) == 0:
@@ -368,7 +360,8 @@ class BrokerProcessor:
         return group, topic, queue_id, info, offset
 
     def ack_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        group, topic, queue_id, info, offset = self._checkpoint_target(Fields(cmd))
+        h = AckMessageHeader.decode(cmd.ext_fields)
+        group, topic, queue_id, info, offset = self._checkpoint_target(h)
         low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         if not low <= offset <= high:
             raise RequestError(
@@ -381,21 +374,17 @@ class BrokerProcessor:
     def change_invisible_time(
         self, cmd: RemotingCommand, conn: RemotingConnection
     ) -> RemotingCommand:
-        f = Fields(cmd)
-        group, topic, queue_id, info, offset = self._checkpoint_target(f)
-        invisible_time = f.int("invisibleTime")
+        h = ChangeInvisibleTimeHeader.decode(cmd.ext_fields)
+        group, topic, queue_id, info, offset = self._checkpoint_target(h)
+        invisible_time = h.invisible_time
         if invisible_time < 0:
             raise RequestError(BAD, f"invisibleTime {invisible_time} must not be negative")
         low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         if not low <= offset < high:
             raise RequestError(ResponseCode.NO_MESSAGE, f"offset {offset} outside {low}~{high}")
         ck = self.pop.change_invisible_time(info, group, topic, offset, invisible_time)
-        fields = {
-            "popTime": str(ck.pop_time),
-            "invisibleTime": str(ck.invisible_time),
-            "reviveQid": str(ck.revive_qid),
-        }
-        return cmd.make_response(OK, fields)
+        answer = ChangeInvisibleTimeResponseHeader(ck.pop_time, ck.invisible_time, ck.revive_qid)
+        return cmd.make_response(OK, answer.encode())
 
     def batch_ack_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         try:
@@ -428,21 +417,14 @@ class BrokerProcessor:
     # -- notification ---------------------------------------------------------------------
 
     def notification(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
-        f = Fields(cmd)
-        group = f.str("consumerGroup")
-        topic = f.str("topic")
-        queue_id = f.int("queueId")
-        poll_time = f.int("pollTime", 0)
-        born_time = f.int("bornTime", 0) or now_ms()
+        h = NotificationHeader.decode(cmd.ext_fields)
+        group, topic, queue_id, poll_time = h.consumer_group, h.topic, h.queue_id, h.poll_time
+        born_time = h.born_time or now_ms()
         self._read_queue(self._topic(topic), queue_id)
         self._group(group)
 
         def answer(has_msg: bool, full: bool = False) -> RemotingCommand:
-            fields = {
-                "hasMsg": "true" if has_msg else "false",
-                "pollingFull": "true" if full else "false",
-            }
-            return cmd.make_response(OK, fields)
+            return cmd.make_response(OK, NotificationResponseHeader(has_msg, full).encode())
 
         if self.pop.has_message(group, topic, queue_id) or poll_time <= 0:
             return answer(self.pop.has_message(group, topic, queue_id))
@@ -458,12 +440,12 @@ class BrokerProcessor:
     def polling_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``pollingNum`` as RocketMQ answers it; ``parkedPops`` and ``parkedNotifications``
         (the whole broker's totals) are the stub's own additions, for benchmarks."""
-        f = Fields(cmd)
-        group, topic, queue_id = f.str("consumerGroup"), f.str("topic"), f.int("queueId")
+        h = PollingInfoHeader.decode(cmd.ext_fields)
+        group, topic, queue_id = h.consumer_group, h.topic, h.queue_id
         self._read_queue(self._topic(topic), queue_id)
         self._group(group)
         fields = {
-            "pollingNum": str(self.pops.count(topic, group, queue_id)),
+            **PollingInfoResponseHeader(self.pops.count(topic, group, queue_id)).encode(),
             "parkedPops": str(self.pops.size),
             "parkedNotifications": str(self.notifications.size),
         }
@@ -475,17 +457,17 @@ class BrokerProcessor:
         """CONSUMER_SEND_MSG_BACK: the DLQ when the delay level is negative or the attempts
         are spent (the header's maxReconsumeTimes, else the group's retryMaxTimes), else
         ``%RETRY%<group>`` after a delay, as a RocketMQ broker decides."""
-        f = Fields(cmd)
-        group = f.str("group")
+        h = ConsumerSendMsgBackHeader.decode(cmd.ext_fields)
+        group = h.group
         self._group(group)
-        msg = self.store.message_at(f.int("offset"))
+        msg = self.store.message_at(h.offset)
         if msg is None:
             raise RequestError(ResponseCode.SYSTEM_ERROR, "look message by offset failed")
-        origin_topic = f.str("originTopic", msg.properties.get(Prop.REAL_TOPIC, msg.topic))
-        max_times = f.int("maxReconsumeTimes", None)
+        origin_topic = h.origin_topic or msg.properties.get(Prop.REAL_TOPIC, msg.topic)
+        max_times = h.max_reconsume_times
         if max_times is None:
             max_times = self.groups.get(group).retry_max_times
-        self.pop.send_back(msg, group, origin_topic, f.int("delayLevel", 0), max_times)
+        self.pop.send_back(msg, group, origin_topic, h.delay_level, max_times)
         return cmd.make_response(OK)
 
     # -- the rest a client sends on start-up or as admin -------------------------------------
@@ -504,27 +486,27 @@ class BrokerProcessor:
         )
 
     def max_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        f = Fields(cmd)
-        offset = self.store.max_offset(f.str("topic"), f.int("queueId"))
-        return cmd.make_response(OK, {"offset": str(offset)})
+        h = QueueOffsetHeader.decode(cmd.ext_fields)
+        offset = self.store.max_offset(h.topic, h.queue_id)
+        return cmd.make_response(OK, OffsetResponseHeader(offset).encode())
 
     def min_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        f = Fields(cmd)
-        offset = self.store.min_offset(f.str("topic"), f.int("queueId"))
-        return cmd.make_response(OK, {"offset": str(offset)})
+        h = QueueOffsetHeader.decode(cmd.ext_fields)
+        offset = self.store.min_offset(h.topic, h.queue_id)
+        return cmd.make_response(OK, OffsetResponseHeader(offset).encode())
 
     def create_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        f = Fields(cmd)
-        topic = f.str("topic")
+        h = CreateTopicHeader.decode(cmd.ext_fields)
+        topic = h.topic
         error = topic_name_error(topic)
         if error:
             raise RequestError(BAD, error)
-        nums = f.int("readQueueNums", self.config.default_queue_nums)
-        write_nums = f.int("writeQueueNums", nums)
+        nums = self.config.default_queue_nums if h.read_queue_nums is None else h.read_queue_nums
+        write_nums = nums if h.write_queue_nums is None else h.write_queue_nums
         for n in (nums, write_nums):
             if not 1 <= n <= 1024:
                 raise RequestError(BAD, f"queue count {n} outside 1..1024")
-        self.topics.create(topic, nums, f.int("perm", 6), write_nums)
+        self.topics.create(topic, nums, h.perm, write_nums)
         return cmd.make_response(OK)
 
     def create_group(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -585,13 +567,13 @@ class BrokerProcessor:
 
     def topic_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_TOPIC_CONFIG (admin tools read it before the stats): TopicConfig JSON."""
-        config = self._topic(Fields(cmd).str("topic"))
+        config = self._topic(TopicHeader.decode(cmd.ext_fields).topic)
         return cmd.make_response(OK, body=orjson.dumps(config.to_json()))
 
     def topic_stats(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO: min and max offset and last store time of each queue
         (TopicStatsTable, keyed by MessageQueue as fastjson writes it)."""
-        topic = Fields(cmd).str("topic")
+        topic = TopicHeader.decode(cmd.ext_fields).topic
         config = self._topic(topic)
         entries = []
         for qid in range(config.write_queue_nums):

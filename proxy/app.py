@@ -1,9 +1,9 @@
-"""The proxy process: brokers, receive engine, gRPC front and ops server, started and
-stopped in order."""
+"""The proxy: brokers, processors, receive engine, gRPC front and ops server, wired
+together, started and stopped in order. It fronts whatever brokers the name servers of its
+configuration list; ``proxy.cli`` composes embedded broker stubs in front of it."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -33,7 +33,6 @@ class ProxyApp:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.metrics = ProxyMetrics()
-        self.cluster = None  # embedded broker stubs, when asked for
         self.events: EventLog | None = None
         self.ready = False
         self.stopped = False
@@ -41,8 +40,6 @@ class ProxyApp:
 
     async def start(self) -> None:
         config = self.config
-        if config.embedded_brokers:
-            await self._start_embedded_brokers()
         if config.event_log_dir:
             self.events = EventLog(config.event_log_dir, config.proxy_id)
             self.events.start()
@@ -103,17 +100,6 @@ class ProxyApp:
             config.http_port,
         )
 
-    async def _start_embedded_brokers(self) -> None:
-        from broker_stub import BrokerConfig, StubCluster
-
-        self.cluster = StubCluster(
-            self.config.embedded_brokers,
-            host="127.0.0.1",
-            template=BrokerConfig(topics=list(self.config.topics)),
-        )
-        await self.cluster.start()
-        self.config.namesrv_addrs = [self.cluster.namesrv_address]
-
     def _observe_broker_call(
         self, request: str, response: str, seconds: float, broker: str, long_polling: bool
     ) -> None:
@@ -138,8 +124,6 @@ class ProxyApp:
         await self.ops.stop()
         if self.events is not None:
             await self.events.close()
-        if self.cluster is not None:
-            await self.cluster.stop()
 
     def status(self) -> dict:
         return {
@@ -155,27 +139,3 @@ class ProxyApp:
             "receive": self.engine.status(),
             "event_log": self.events.stats() if self.events is not None else None,
         }
-
-
-async def serve(config: ProxyConfig, ready_line: bool = True) -> None:
-    """Run until SIGTERM or SIGINT."""
-    import signal
-
-    app = ProxyApp(config)
-    await app.start()
-    if ready_line:
-        namesrv = ",".join(config.namesrv_addrs)
-        print(
-            f"rmq-proxy ready grpc={config.grpc_host}:{config.grpc_port} "
-            f"http={config.http_host}:{config.http_port} namesrv={namesrv}",
-            flush=True,
-        )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        log.info("stopping")
-        await app.stop()

@@ -1,14 +1,58 @@
-"""``rmq-proxy``: the RocketMQ 5 gRPC proxy with pop-with-notify long polling."""
+"""``rmq-proxy``: the RocketMQ 5 gRPC proxy with pop-with-notify long polling.
+
+This is the composition root: with ``--embedded-brokers N`` it starts a name server and N
+broker stubs in this process and puts the proxy in front of them. Nothing else in
+``proxy`` knows the stubs exist; ``broker_stub`` uses only ``proxy.remoting``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 
-from proxy.app import serve
-from proxy.config import ReceiveMode, load
+from proxy.app import ProxyApp
+from proxy.config import ProxyConfig, ReceiveMode, load
+
+log = logging.getLogger("proxy")
+
+
+async def serve(config: ProxyConfig) -> None:
+    """Run until SIGTERM or SIGINT, with embedded broker stubs if the config asks."""
+    cluster = None
+    if config.embedded_brokers:
+        from broker_stub import BrokerConfig, StubCluster
+
+        cluster = StubCluster(
+            config.embedded_brokers,
+            host="127.0.0.1",
+            template=BrokerConfig(topics=list(config.topics)),
+        )
+        await cluster.start()
+        config.namesrv_addrs = [cluster.namesrv_address]
+    try:
+        app = ProxyApp(config)
+        await app.start()
+        try:
+            namesrv = ",".join(config.namesrv_addrs)
+            print(
+                f"rmq-proxy ready grpc={config.grpc_host}:{config.grpc_port} "
+                f"http={config.http_host}:{config.http_port} namesrv={namesrv}",
+                flush=True,
+            )
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            log.info("stopping")
+            await app.stop()
+    finally:
+        if cluster is not None:
+            await cluster.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker_stub import BrokerConfig, StubCluster
+from proxy.app import ProxyApp
 from proxy.remoting.broker_client import BrokerClient
 
 
@@ -28,17 +29,34 @@ async def client(broker):
     await client.close()
 
 
+class ProxyOnStubs(ProxyApp):
+    """What ``rmq-proxy --embedded-brokers N`` composes (``proxy.cli.serve``), as a test
+    holds it: the proxy and the stubs it fronts (``cluster``; None when the proxy fronts a
+    cluster of the test's own), stopped together."""
+
+    def __init__(self, config, cluster: StubCluster | None) -> None:
+        super().__init__(config)
+        self.cluster = cluster
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            if self.cluster is not None:
+                cluster, self.cluster = self.cluster, None
+                await cluster.stop()
+
+
 @pytest.fixture
 async def start_proxy():
-    """Start ProxyApps on free ports; each is stopped when the test ends.
+    """Start proxies on free ports; each is stopped when the test ends.
 
-    ``await start_proxy(mode="notify", brokers=3)`` runs embedded brokers; pass
-    ``namesrv=...`` to front an existing cluster instead.
+    ``await start_proxy(mode="notify", brokers=3)`` runs it in front of broker stubs of its
+    own; pass ``namesrv=...`` to front an existing cluster instead.
     """
-    from proxy.app import ProxyApp
     from proxy.config import ProxyConfig, ReceiveConfig
 
-    apps = []
+    running: list[ProxyOnStubs] = []
 
     async def start(
         mode: str = "notify",
@@ -49,24 +67,27 @@ async def start_proxy():
         **receive,
     ):
         receive.setdefault("min_polling_ms", 200)
+        cluster = None
+        if namesrv is None:
+            cluster = StubCluster(brokers, template=BrokerConfig(topics=list(topics)))
+            await cluster.start()
+            namesrv = cluster.namesrv_address
         config = ProxyConfig(
             grpc_port=0,
             http_port=0,
-            embedded_brokers=0 if namesrv else brokers,
-            namesrv_addrs=[namesrv] if namesrv else [],
-            topics=list(topics),
+            namesrv_addrs=[namesrv],
             event_log_dir=event_log_dir,
             receive=ReceiveConfig(mode=mode, **receive),
-            proxy_id=f"test-proxy-{len(apps)}",
+            proxy_id=f"test-proxy-{len(running)}",
         )
-        app = ProxyApp(config)
-        apps.append(app)
-        await app.start()
-        return app
+        proxy = ProxyOnStubs(config, cluster)
+        running.append(proxy)
+        await proxy.start()
+        return proxy
 
     yield start
-    for app in reversed(apps):
-        await app.stop()
+    for proxy in reversed(running):
+        await proxy.stop()
 
 
 @pytest.fixture

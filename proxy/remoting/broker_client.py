@@ -14,6 +14,23 @@ from dataclasses import dataclass, field
 from proxy.remoting.client import RemotingClient, RemotingError, RemotingTimeoutError
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import (
+    INIT_MODE_MAX,
+    AckMessageHeader,
+    ChangeInvisibleTimeHeader,
+    ChangeInvisibleTimeResponseHeader,
+    ConsumerSendMsgBackHeader,
+    HeaderError,
+    NotificationHeader,
+    NotificationResponseHeader,
+    PollingInfoHeader,
+    PollingInfoResponseHeader,
+    PopMessageHeader,
+    PopMessageResponseHeader,
+    SendMessageHeader,
+    SendMessageResponseHeader,
+    now_ms,
+)
 from proxy.remoting.message import (
     BatchEntry,
     MessageExt,
@@ -155,9 +172,16 @@ class BrokerClient:
             props[Prop.TAGS] = tag
         if keys:
             props[Prop.KEYS] = " ".join(keys)
-        fields = self._send_fields(producer_group, topic, queue_id, encode_properties(props))
+        header = SendMessageHeader(
+            producer_group,
+            topic,
+            queue_id=queue_id,
+            born_timestamp=now_ms(),
+            properties=encode_properties(props),
+        )
         response = self._check(
-            await self._call(RequestCode.SEND_MESSAGE_V2, fields, body, timeout), "send"
+            await self._call(RequestCode.SEND_MESSAGE_V2, header.encode_v2(), body, timeout),
+            "send",
         )
         return self._send_result(response)
 
@@ -171,41 +195,25 @@ class BrokerClient:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> SendResult:
         """Send several messages in one request; they land in one queue, consecutively."""
-        fields = self._send_fields(producer_group, topic, queue_id, "")
-        fields["m"] = "true"
+        header = SendMessageHeader(
+            producer_group, topic, queue_id=queue_id, born_timestamp=now_ms(), batch=True
+        )
         response = self._check(
             await self._call(
-                RequestCode.SEND_BATCH_MESSAGE, fields, encode_batch(entries), timeout
+                RequestCode.SEND_BATCH_MESSAGE, header.encode_v2(), encode_batch(entries), timeout
             ),
             "send batch",
         )
         return self._send_result(response)
 
     @staticmethod
-    def _send_fields(group: str, topic: str, queue_id: int, properties: str) -> dict[str, str]:
-        return {
-            "a": group,
-            "b": topic,
-            "c": "TBW102",
-            "d": "4",
-            "e": str(queue_id),
-            "f": "0",
-            "g": str(int(time.time() * 1000)),
-            "h": "0",
-            "i": properties,
-            "j": "0",
-            "k": "false",
-            "m": "false",
-        }
-
-    @staticmethod
     def _send_result(response: RemotingCommand) -> SendResult:
-        f = response.fields
+        h = SendMessageResponseHeader.decode(response.ext_fields)
         return SendResult(
-            msg_id=f.get("transactionId", ""),
-            offset_msg_id=f.get("msgId", ""),
-            queue_id=int(f.get("queueId", -1)),
-            queue_offset=int(f.get("queueOffset", -1)),
+            msg_id=h.transaction_id,
+            offset_msg_id=h.msg_id,
+            queue_id=h.queue_id,
+            queue_offset=h.queue_offset,
         )
 
     # -- consume --------------------------------------------------------------------------
@@ -220,7 +228,7 @@ class BrokerClient:
         invisible_ms: int = 30_000,
         poll_ms: int = 0,
         expression: str = "*",
-        init_mode: int = 1,
+        init_mode: int = INIT_MODE_MAX,
         timeout: float | None = None,
         on_late: Callable[[PopResult], None] | None = None,
     ) -> PopResult:
@@ -229,19 +237,18 @@ class BrokerClient:
         ``on_late`` gets the result of a pop that answers after ``timeout``, so that messages
         it holds can be handed back rather than left invisible.
         """
-        fields = {
-            "consumerGroup": group,
-            "topic": topic,
-            "queueId": str(queue_id),
-            "maxMsgNums": str(max_nums),
-            "invisibleTime": str(invisible_ms),
-            "pollTime": str(poll_ms),
-            "bornTime": str(int(time.time() * 1000)),
-            "initMode": str(init_mode),
-            "expType": "TAG",
-            "exp": expression,
-            "order": "false",
-        }
+        header = PopMessageHeader(
+            group,
+            topic,
+            queue_id,
+            max_nums,
+            invisible_ms,
+            poll_time=poll_ms,
+            born_time=now_ms(),
+            init_mode=init_mode,
+            exp_type="TAG",
+            exp=expression,
+        )
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
         late = None
@@ -253,7 +260,7 @@ class BrokerClient:
 
         response = await self._call(
             RequestCode.POP_MESSAGE,
-            fields,
+            header.encode(),
             timeout=timeout,
             long_polling=poll_ms > 0,
             on_late=late,
@@ -268,27 +275,26 @@ class BrokerClient:
         return self._pop_result(response, topic)
 
     def _pop_result(self, response: RemotingCommand, topic: str) -> PopResult:
-        f = response.fields
+        h = PopMessageResponseHeader.decode(response.ext_fields)
         result = PopResult(
             code=response.code,
-            pop_time=int(f.get("popTime", 0)),
-            invisible_time=int(f.get("invisibleTime", 0)),
-            revive_qid=int(f.get("reviveQid", 0)),
-            rest_num=int(f.get("restNum", 0)),
+            pop_time=h.pop_time,
+            invisible_time=h.invisible_time,
+            revive_qid=h.revive_qid,
+            rest_num=h.rest_num,
         )
         if response.code == ResponseCode.SUCCESS and response.body:
-            result.messages = self._popped_messages(response, result, topic)
+            result.messages = self._popped_messages(response.body, h, topic)
         return result
 
     def _popped_messages(
-        self, response: RemotingCommand, result: PopResult, topic: str
+        self, body: bytes, result: PopMessageResponseHeader, topic: str
     ) -> list[MessageExt]:
         """Decode the body and give each message its POP_CK, as the Java client does."""
-        messages = decode_messages(response.body)
-        start_info = parse_info(response.fields.get("startOffsetInfo", ""))
+        messages = decode_messages(body)
+        start_info = parse_info(result.start_offset_info or "")
         msg_info = {
-            key: value.split(",")
-            for key, value in parse_info(response.fields.get("msgOffsetInfo", "")).items()
+            key: value.split(",") for key, value in parse_info(result.msg_offset_info or "").items()
         }
         seen: dict[str, int] = {}
         for msg in messages:
@@ -325,8 +331,13 @@ class BrokerClient:
     async def _ack(
         self, group: str, topic: str, info: PopCheckpointInfo, extra_info: str, timeout: float
     ) -> None:
-        fields = self._checkpoint_fields(group, topic, info, extra_info)
-        self._check(await self._call(RequestCode.ACK_MESSAGE, fields, timeout=timeout), "ack")
+        header = AckMessageHeader(
+            group, topic_for_flag(info.retry, group, topic), info.queue_id, extra_info,
+            info.queue_offset,
+        )  # fmt: skip
+        self._check(
+            await self._call(RequestCode.ACK_MESSAGE, header.encode(), timeout=timeout), "ack"
+        )
 
     async def ack_all(
         self,
@@ -377,35 +388,34 @@ class BrokerClient:
     ) -> str:
         """Make the message invisible for ``invisible_ms`` from now; return its new POP_CK."""
         info = PopCheckpointInfo.parse(extra_info)
-        fields = self._checkpoint_fields(group, topic, info, extra_info)
-        fields["invisibleTime"] = str(invisible_ms)
+        header = ChangeInvisibleTimeHeader(
+            group,
+            topic_for_flag(info.retry, group, topic),
+            info.queue_id,
+            extra_info,
+            info.queue_offset,
+            invisible_ms,
+        )
         response = self._check(
-            await self._call(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, fields, timeout=timeout),
+            await self._call(
+                RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.encode(), timeout=timeout
+            ),
             "change invisible time",
         )
-        f = response.fields
+        try:
+            answer = ChangeInvisibleTimeResponseHeader.decode(response.ext_fields)
+        except HeaderError as exc:
+            raise RemotingError(f"change invisible time: {exc}") from None
         return PopCheckpointInfo(
             info.queue_offset,
-            int(f["popTime"]),
-            int(f["invisibleTime"]),
-            int(f["reviveQid"]),
+            answer.pop_time,
+            answer.invisible_time,
+            answer.revive_qid,
             info.retry,
             info.broker_name,
             info.queue_id,
             info.queue_offset,
         ).encode()
-
-    @staticmethod
-    def _checkpoint_fields(
-        group: str, topic: str, info: PopCheckpointInfo, extra_info: str
-    ) -> dict[str, str]:
-        return {
-            "consumerGroup": group,
-            "topic": topic_for_flag(info.retry, group, topic),
-            "queueId": str(info.queue_id),
-            "extraInfo": extra_info,
-            "offset": str(info.queue_offset),
-        }
 
     async def notification(
         self,
@@ -417,36 +427,28 @@ class BrokerClient:
         timeout: float | None = None,
     ) -> NotificationResult:
         """Ask whether ``group`` has a message; the broker holds the probe up to ``poll_ms``."""
-        fields = {
-            "consumerGroup": group,
-            "topic": topic,
-            "queueId": str(queue_id),
-            "pollTime": str(poll_ms),
-            "bornTime": str(int(time.time() * 1000)),
-            "order": "false",
-        }
+        header = NotificationHeader(group, topic, queue_id, poll_time=poll_ms, born_time=now_ms())
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
         response = self._check(
             await self._call(
-                RequestCode.NOTIFICATION, fields, timeout=timeout, long_polling=poll_ms > 0
+                RequestCode.NOTIFICATION, header.encode(), timeout=timeout, long_polling=poll_ms > 0
             ),
             "notification",
         )
-        f = response.fields
-        return NotificationResult(
-            has_msg=f.get("hasMsg") == "true", polling_full=f.get("pollingFull") == "true"
-        )
+        answer = NotificationResponseHeader.decode(response.ext_fields)
+        return NotificationResult(has_msg=answer.has_msg, polling_full=answer.polling_full)
 
     async def polling_info(
         self, group: str, topic: str, queue_id: int = -1, timeout: float = DEFAULT_TIMEOUT
     ) -> int:
         """How many pops are parked on the broker for (topic, group, queue)."""
-        fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+        header = PollingInfoHeader(group, topic, queue_id)
         response = self._check(
-            await self._call(RequestCode.POLLING_INFO, fields, timeout=timeout), "polling info"
+            await self._call(RequestCode.POLLING_INFO, header.encode(), timeout=timeout),
+            "polling info",
         )
-        return int(response.fields.get("pollingNum", 0))
+        return PollingInfoResponseHeader.decode(response.ext_fields).polling_num
 
     async def send_to_dead_letter(
         self,
@@ -459,15 +461,15 @@ class BrokerClient:
     ) -> None:
         """Move the message at ``commit_log_offset`` to ``%DLQ%<group>``
         (CONSUMER_SEND_MSG_BACK with delay level -1)."""
-        fields = {
-            "offset": str(commit_log_offset),
-            "group": group,
-            "delayLevel": "-1",
-            "originMsgId": msg_id,
-            "originTopic": topic,
-            "maxReconsumeTimes": str(max_reconsume_times),
-        }
+        header = ConsumerSendMsgBackHeader(
+            commit_log_offset,
+            group,
+            delay_level=-1,
+            origin_msg_id=msg_id,
+            origin_topic=topic,
+            max_reconsume_times=max_reconsume_times,
+        )
         self._check(
-            await self._call(RequestCode.CONSUMER_SEND_MSG_BACK, fields, timeout=timeout),
+            await self._call(RequestCode.CONSUMER_SEND_MSG_BACK, header.encode(), timeout=timeout),
             "send to dead-letter queue",
         )

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
+from proxy.remoting.headers import CreateTopicHeader, TopicHeader
 
 REPO = Path(__file__).resolve().parents[2]
 POM = Path(__file__).resolve().parent / "pom.xml"
@@ -459,25 +460,21 @@ class RealCluster:
         """UPDATE_AND_CREATE_TOPIC on each broker, then wait until the route shows it."""
         targets = [self.broker(n) for n in brokers] if brokers else self.brokers
         for b in targets:
-            fields = {
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "readQueueNums": str(queues),
-                "writeQueueNums": str(queues),
-                "perm": "6",
-                "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": "0",
-                "order": "false",
-            }
-            if fifo:
-                fields["attributes"] = "+message.type=FIFO"
-            _checked(b.address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+            header = CreateTopicHeader(
+                topic,
+                read_queue_nums=queues,
+                write_queue_nums=queues,
+                attributes="+message.type=FIFO" if fifo else None,
+            )
+            _checked(
+                b.address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
+            )
         # Brokers register a new topic with the name server at once; wait for the route.
         deadline = time.monotonic() + 15
         want = {b.name for b in targets}
         while True:
             response = admin_call(self.namesrv_address, RemotingCommand(
-                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))  # fmt: skip
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicHeader(topic).encode()))  # fmt: skip
             if response.code == ResponseCode.SUCCESS and all(
                 f'"{n}"' in response.body.decode(errors="replace") for n in want
             ):
