@@ -12,7 +12,7 @@ help:
 	@echo "make test         create the virtualenv and run the whole test suite"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
-	@echo "make lint         ruff"
+	@echo "make lint         ruff, mypy (strict on proxy/ and broker_stub/)"
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
@@ -36,6 +36,7 @@ system-deps:
 
 test: system-deps $(STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -44,6 +45,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .
