@@ -87,7 +87,7 @@ bench-calibrate: $(BENCH_STAMP) interop-deps
 	$(BIN)/python -m tests.bench.calibrate_client --out results/bench
 
 clean: clean-interop
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info $(RMQ_CACHE)
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info $(RMQ_CACHE)
 	rm -rf $(DASHBOARD_NODE_DIR)/node_modules $(K8S_NODE_DIR)/node_modules
 
 # --- Real Apache RocketMQ 5 (tests/rocketmq): the name server, broker, Apache proxy and
