@@ -163,7 +163,7 @@ def _log_to_stderr(level: int) -> None:
     if not any(getattr(h, "_rmq_report", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-        handler._rmq_report = True  # type: ignore[attr-defined]
+        handler._rmq_report = True  # type: ignore[attr-defined]  # our marker, read by getattr
         logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
