@@ -70,6 +70,7 @@ SPARSE_COLUMNS = [
     "false_empties",
     "empty_answers",
     "broker_requests_per_message",
+    "send_retries",
 ]
 BUSY_COLUMNS = [
     "delivered_per_s",
