@@ -283,7 +283,7 @@ def main() -> None:
         results = asyncio.run(run(args))
     results["charts"] = charts(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"\nwrote {out / 'results.json'} and {', '.join(results['charts'])}")
+    print(f"\nwrote {', '.join([str(out / 'results.json'), *results['charts']])}")
 
 
 if __name__ == "__main__":
