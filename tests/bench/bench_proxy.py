@@ -131,6 +131,14 @@ async def run(args: argparse.Namespace) -> dict:
                 ),
                 flush=True,
             )
+            print("per slot: latency p50 / max ms, messages over 20 ms, 1-min load at start")
+            for mode, row in results["sparse"].items():
+                cells = [
+                    f"r{s['round']} {s['latency_ms_p50']} / {s['latency_ms_max']}, "
+                    f"{s['over_20_ms']}, {s['load_1m'][0]}"
+                    for s in row["slots"]
+                ]
+                print(f"  {mode:<9} " + " | ".join(cells), flush=True)
         if "busy" in wanted:
             results["busy"] = await scenarios.busy(
                 system,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import signal
 import statistics
@@ -51,6 +52,8 @@ class ModeTally:
     proxy_cpu: float = 0.0
     before: dict | None = None
     after: dict | None = None
+    # One entry per slot: when it ran, the machine's load then, its own latencies.
+    slots: list[dict] = field(default_factory=list)
 
     @property
     def broker_requests(self) -> float:
@@ -76,6 +79,7 @@ class ModeTally:
             "proxy_cpu_s_per_1000": (
                 round(self.proxy_cpu / self.delivered * 1000, 3) if self.delivered else None
             ),
+            "slots": self.slots,
         }
 
 
@@ -157,15 +161,27 @@ async def _interleaved(system: System, rounds: int, slot) -> dict[str, ModeTally
     tallies = {mode: ModeTally() for mode in system.modes}
     for mode in system.modes:
         tallies[mode].before = await scrape(system.proxies[mode])
+    began = time.perf_counter()
     for round_no in range(rounds):
         order = list(system.modes)
         random.shuffle(order)
         for mode in order:
-            proxy = system.proxies[mode]
-            cpu0, t0 = proxy.cpu_seconds(), time.perf_counter()
-            await slot(mode, round_no, tallies[mode])
-            tallies[mode].seconds += time.perf_counter() - t0
-            tallies[mode].proxy_cpu += proxy.cpu_seconds() - cpu0
+            proxy, tally = system.proxies[mode], tallies[mode]
+            cpu0, t0, seen = proxy.cpu_seconds(), time.perf_counter(), len(tally.latencies)
+            load0 = os.getloadavg()[0]
+            await slot(mode, round_no, tally)
+            tally.seconds += time.perf_counter() - t0
+            tally.proxy_cpu += proxy.cpu_seconds() - cpu0
+            mine = tally.latencies[seen:]
+            tally.slots.append({
+                "round": round_no,
+                "started_s": round(t0 - began, 1),
+                "load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                "latencies": len(mine),
+                "latency_ms_p50": ms(percentile(mine, 0.5)),
+                "latency_ms_max": ms(max(mine) if mine else None),
+                "over_20_ms": sum(1 for x in mine if x > 0.02),
+            })  # fmt: skip
     return tallies
 
 
