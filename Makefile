@@ -6,15 +6,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-deps test test-fast lint format run clean
-.PHONY: bench bench-modes bench-calibrate bench-broker bench-analytics
+.PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics
 
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
+	@echo "                  (STACK_ARGS=--real: real RocketMQ name server and brokers instead of stubs)"
 	@echo "make lint         ruff, mypy (strict on proxy/ and broker_stub/)"
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
+	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
@@ -56,8 +58,9 @@ run: $(STAMP)
 
 # Every component a process of its own, on the DESIGN.md ports (STACK_ARGS=--free-ports
 # or --base-port N to move them); prints every URL, stops them all on Ctrl-C.
+# STACK_ARGS=--real runs real RocketMQ brokers (fetching the jars first).
 .PHONY: stack
-stack: system-deps $(STAMP)
+stack: system-deps $(STAMP) $(if $(findstring --real,$(STACK_ARGS)),rocketmq)
 	$(BIN)/python deploy/local/stack.py $(STACK_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -72,6 +75,11 @@ bench: bench-modes bench-calibrate bench-broker bench-analytics
 # BENCH_ARGS="--scenarios overhead --profile".
 bench-modes: $(BENCH_STAMP)
 	$(BIN)/python -m tests.bench.bench_proxy --out results/bench $(BENCH_ARGS)
+
+# The sparse case on real Apache RocketMQ 5: a real name server and 3 real brokers
+# (Profile.BENCH JVMs), modes notify, adaptive, coupled (about 4 minutes).
+bench-real: $(BENCH_STAMP) rocketmq
+	$(BIN)/python -m tests.bench.bench_proxy --backend real --out results/bench-real $(BENCH_ARGS)
 
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py

@@ -13,13 +13,12 @@ from typing import Any
 import orjson
 
 from broker_stub.config import NamesrvConfig
-from broker_stub.errors import RequestError
+from broker_stub.handlers import RequestError, dispatch
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
 from proxy.remoting.headers import (
     BrokerHeartbeatHeader,
-    HeaderError,
     RegisterBrokerHeader,
     TopicHeader,
     UnregisterBrokerHeader,
@@ -41,13 +40,17 @@ class BrokerEntry:
     queues: dict[str, dict[str, str | int]] = field(default_factory=dict)  # topic -> QueueData JSON
 
 
+# What serves one request code (see ``broker_stub.handlers.dispatch``).
+_Handler = Callable[[RemotingCommand, RemotingConnection], RemotingCommand]
+
+
 class NameServer:
     def __init__(self, config: NamesrvConfig | None = None) -> None:
         self.config = config or NamesrvConfig()
         self.brokers: dict[str, BrokerEntry] = {}
         self.server: RemotingServer | None = None
         self._scan_task: asyncio.Task[None] | None = None
-        self._handlers: dict[int, Callable[[RemotingCommand], RemotingCommand]] = {
+        self._handlers: dict[int, _Handler] = {
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
             RequestCode.BROKER_HEARTBEAT: self.broker_heartbeat,
@@ -79,24 +82,11 @@ class NameServer:
             self.server = None
 
     def _process(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        handler = self._handlers.get(cmd.code)
-        if handler is None:
-            return cmd.make_response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                remark=f" request type {cmd.code} not supported",
-            )
-        try:
-            return handler(cmd)
-        except RequestError as err:
-            return cmd.make_response(err.code, remark=err.remark)
-        except HeaderError as err:
-            return cmd.make_response(
-                ResponseCode.INVALID_PARAMETER, remark=f"{err} (request code {cmd.code})"
-            )
+        return dispatch(self._handlers, cmd, conn)
 
     # -- brokers --------------------------------------------------------------------------
 
-    def register_broker(self, cmd: RemotingCommand) -> RemotingCommand:
+    def register_broker(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = RegisterBrokerHeader.decode(cmd.ext_fields)
         name, addr, cluster, broker_id = h.broker_name, h.broker_addr, h.cluster_name, h.broker_id
         if h.body_crc32 and h.body_crc32 != zlib.crc32(cmd.body) & 0x7FFFFFFF:
@@ -124,12 +114,12 @@ class NameServer:
             entry.queues = {topic: _queue_data(name, conf) for topic, conf in table.items()}
         return cmd.make_response(ResponseCode.SUCCESS)
 
-    def unregister_broker(self, cmd: RemotingCommand) -> RemotingCommand:
+    def unregister_broker(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = UnregisterBrokerHeader.decode(cmd.ext_fields)
         self._remove(h.broker_name, h.broker_id)
         return cmd.make_response(ResponseCode.SUCCESS)
 
-    def broker_heartbeat(self, cmd: RemotingCommand) -> RemotingCommand:
+    def broker_heartbeat(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = BrokerHeartbeatHeader.decode(cmd.ext_fields)
         entry = self.brokers.get(h.broker_name)
         broker_id = h.broker_id
@@ -185,7 +175,7 @@ class NameServer:
             "queueDatas": [e.queues[topic] for e in sorted(brokers, key=lambda e: e.name)],
         }
 
-    def route_by_topic(self, cmd: RemotingCommand) -> RemotingCommand:
+    def route_by_topic(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         topic = TopicHeader.decode(cmd.ext_fields).topic
         route = self.route(topic)
         if route is None:
@@ -195,7 +185,7 @@ class NameServer:
             )
         return cmd.make_response(ResponseCode.SUCCESS, body=orjson.dumps(route))
 
-    def cluster_info(self, cmd: RemotingCommand) -> RemotingCommand:
+    def cluster_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         clusters: dict[str, list[str]] = {}
         for entry in self.brokers.values():
             clusters.setdefault(entry.cluster, []).append(entry.name)
@@ -212,7 +202,7 @@ class NameServer:
         }
         return cmd.make_response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
-    def topic_list(self, cmd: RemotingCommand) -> RemotingCommand:
+    def topic_list(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         topics = sorted({t for e in self.brokers.values() for t in e.queues})
         return cmd.make_response(ResponseCode.SUCCESS, body=orjson.dumps({"topicList": topics}))
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import orjson
 
 from broker_stub.config import BrokerConfig
-from broker_stub.errors import RequestError
 from broker_stub.groups import GroupConfig, GroupTable
+from broker_stub.handlers import RequestError, dispatch
 from broker_stub.polling import PollingTable, PollKey, Waiter
 from broker_stub.pop import PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
@@ -31,7 +31,6 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
     CreateTopicHeader,
-    HeaderError,
     NotificationHeader,
     NotificationResponseHeader,
     OffsetResponseHeader,
@@ -124,18 +123,7 @@ class BrokerProcessor:
         return (self.config.address.rpartition(":")[0], self.config.port)
 
     def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
-        handler = self.handlers.get(cmd.code)
-        if handler is None:
-            return cmd.make_response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                remark=f" request type {cmd.code} not supported",
-            )
-        try:
-            return handler(cmd, conn)
-        except RequestError as err:
-            return cmd.make_response(err.code, remark=err.remark)
-        except HeaderError as err:
-            return cmd.make_response(BAD, remark=f"{err} (request code {cmd.code})")
+        return dispatch(self.handlers, cmd, conn)
 
     # -- shared checks --------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -76,29 +77,12 @@ class LeanClient:
         )
 
     async def receive(
-        self,
-        group: str,
-        topic: str,
-        *,
-        await_ms: int = 5000,
-        batch: int = 16,
-        invisible_ms: int | None = 30_000,
-        expression: str = "*",
-        broker: str | None = None,
-        timeout_s: float | None = None,
-        filter_type: int = pb.FilterType.TAG,
+        self, group: str, topic: str, *, timeout_s: float | None = None, **options: Any
     ) -> Received:
-        """One ReceiveMessage; the deadline is await + 3 s, as the official clients set it."""
-        request = receive_request(
-            group,
-            topic,
-            await_ms=await_ms,
-            batch=batch,
-            invisible_ms=invisible_ms,
-            expression=expression,
-            broker=broker,
-            filter_type=filter_type,
-        )
+        """One ReceiveMessage (``options``: those of ``receive_request``); the deadline is
+        await + 3 s, as the official clients set it."""
+        request = receive_request(group, topic, **options)
+        await_ms = request.long_polling_timeout.ToMilliseconds()
         timeout = timeout_s if timeout_s is not None else await_ms / 1000 + 3
         result = Received(status=0, message="")
         async for response in self.stub.ReceiveMessage(

@@ -1,14 +1,18 @@
 """`make stack`: a name server, three brokers, two proxies, Prometheus and the Pushgateway
 on loopback, each a process of its own; prints every URL and stops them all on Ctrl-C.
 
-Run it with the project's virtualenv (``.venv/bin/python deploy/local/stack.py``): the
-``rmq-*`` console scripts are taken from the same ``bin`` directory as the interpreter.
+Run it with the project's virtualenv (``.venv/bin/python deploy/local/stack.py``). The
+proxies and broker stubs run this checkout's code (the interpreter with the repository on
+PYTHONPATH). ``--real`` puts a real Apache RocketMQ 5 name server and three real brokers
+in place of the stubs, started by tests/rocketmq/launcher.py (the jars of
+``make rocketmq``) and then supervised and stopped here like every other part.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
@@ -20,6 +24,8 @@ from pathlib import Path
 from supervisor import Child, StackError, free_port, stop_in_order
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the launcher (tests/rocketmq) and the proxy's own modules
+    sys.path.insert(0, str(REPO))
 HOST = "127.0.0.1"
 BROKERS = ("broker-a", "broker-b", "broker-c")
 PROXIES = ("proxy-1", "proxy-2")
@@ -27,6 +33,11 @@ READY_TIMEOUT_S = 30.0
 # A proxy answers its polls in flight at once on SIGTERM, then gives other calls up to
 # 10 s (proxy/app.py); past this it is killed.
 PROXY_STOP_TIMEOUT_S = 35.0
+# A real broker runs its shutdown hook on SIGTERM: 15 s on the loaded 2-core machine (it
+# joins its service threads one by one); past this it is killed.
+REAL_BROKER_STOP_TIMEOUT_S = 30.0
+# Starting three broker JVMs on a busy two-core machine can take a while.
+REAL_READY_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -43,15 +54,16 @@ class Ports:
     @classmethod
     def defaults(cls) -> Ports:
         # DESIGN.md's ports; the second proxy adds 100, Prometheus and the Pushgateway
-        # keep their usual ones.
+        # keep their usual ones. A real broker also binds port - 2 and port + 1, which
+        # these leave free.
         return cls(9876, (10911, 10921, 10931), (8081, 8181), (8082, 8182), 9090, 9091)
 
     @classmethod
-    def from_base(cls, base: int) -> Ports:
-        return cls(
-            base, (base + 1, base + 2, base + 3), (base + 4, base + 6), (base + 5, base + 7),
-            base + 8, base + 9,
-        )  # fmt: skip
+    def from_base(cls, base: int, real: bool = False) -> Ports:
+        # A real broker binds its port P, P - 2 and P + 1: brokers go 4 apart after the
+        # rest (base + 10..21 in all); stubs take one port each.
+        brokers = (base + 12, base + 16, base + 20) if real else (base + 1, base + 2, base + 3)
+        return cls(base, brokers, (base + 4, base + 6), (base + 5, base + 7), base + 8, base + 9)
 
     @classmethod
     def free(cls) -> Ports:
@@ -71,14 +83,15 @@ class Endpoint:
     urls: list[str]
 
 
-def console_script(name: str) -> str:
-    here = Path(sys.executable).parent / name
-    if here.exists():
-        return str(here)
-    found = shutil.which(name)
-    if found is None:
-        raise StackError(f"{name} not found: run `make venv` and start this with .venv/bin/python")
-    return found
+def our_program(module: str, func: str) -> list[str]:
+    """The argv that runs ``module.func()`` of this checkout with this interpreter (the
+    ``rmq-*`` console scripts may be an editable install of another checkout)."""
+    return [sys.executable, "-c", f"from {module} import {func}; {func}()"]
+
+
+def our_env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{path}" if path else str(REPO)}
 
 
 def system_binary(*names: str) -> str:
@@ -103,11 +116,20 @@ def prepare_prometheus(config_dir: Path, run: Path, proxies: list[str], pushgate
 
 
 class Stack:
-    def __init__(self, ports: Ports, run: Path, prometheus_dir: Path, topics: list[str]) -> None:
+    def __init__(
+        self,
+        ports: Ports,
+        run: Path,
+        prometheus_dir: Path,
+        topics: list[str],
+        real: str | None = None,
+    ) -> None:
         self.ports = ports
         self.run = run
         self.prometheus_dir = prometheus_dir
         self.topics = topics
+        # None: broker stubs; else the launcher's profile ("test" or "bench") for real JVMs.
+        self.real = real
         self.logs = run / "logs"
         self.namesrv: Child | None = None
         self.brokers: list[Child] = []
@@ -121,30 +143,72 @@ class Stack:
 
     def _child(self, name: str, argv: list[str], stop_timeout_s: float = 10.0) -> Child:
         child = Child(name, argv, self.logs / f"{name}.log", stop_timeout_s=stop_timeout_s)
-        child.start()
+        child.start(our_env())
         return child
 
     def _endpoint(self, child: Child, kind: str, address: str, urls: list[str]) -> None:
         self.endpoints.append(Endpoint(child.name, kind, address, child.pid, str(child.log), urls))
 
     def start(self) -> None:
-        self.namesrv = self._child(
-            "namesrv",
-            [console_script("rmq-namesrv-stub"), "--host", HOST, "--port", str(self.ports.namesrv)],
-        )
-        namesrv = self.namesrv.wait_for_log(r"^name server listening on (\S+)", READY_TIMEOUT_S)[1]
-        self._endpoint(self.namesrv, "remoting", namesrv, [])
-        self._start_brokers(namesrv)
+        if self.real:
+            namesrv = self._start_real()
+        else:
+            self.namesrv = self._child(
+                "namesrv",
+                [*our_program("broker_stub.cli", "namesrv_main"), "--host", HOST,
+                 "--port", str(self.ports.namesrv)],
+            )  # fmt: skip
+            line = r"^name server listening on (\S+)"
+            namesrv = self.namesrv.wait_for_log(line, READY_TIMEOUT_S)[1]
+            self._endpoint(self.namesrv, "remoting", namesrv, [])
+            self._start_brokers(namesrv)
         self._start_proxies(namesrv)
         self._start_monitoring()
         (self.run / "stack.json").write_text(
             json.dumps([asdict(e) for e in self.endpoints], indent=2) + "\n"
         )
 
+    def _start_real(self) -> str:
+        """A real name server and three real brokers from the launcher (its JVM options,
+        configs and ready checks), adopted as children of this stack: watched, and stopped
+        in the stack's order. Their homes (out.log, logs/rocketmqlogs, store) are under
+        ``<run dir>/rocketmq``."""
+        from tests.rocketmq.launcher import LauncherError, Profile, RealCluster
+
+        free = self.ports.namesrv == 0
+        try:
+            cluster = RealCluster.start(
+                len(BROKERS),
+                root=self.run / "rocketmq",
+                profile=Profile(self.real),
+                names=BROKERS,
+                ports=None if free else self.ports.brokers,
+                namesrv_port=None if free else self.ports.namesrv,
+                ready_timeout_s=REAL_READY_TIMEOUT_S,
+            )
+        except LauncherError as exc:
+            raise StackError(f"real RocketMQ did not start: {exc}") from None
+        self.namesrv = Child.adopt("namesrv", cluster.namesrv.proc, cluster.namesrv.out_log)
+        self.brokers = [
+            Child.adopt(b.name, b.process.proc, b.process.out_log, REAL_BROKER_STOP_TIMEOUT_S)
+            for b in cluster.brokers
+        ]
+        # Beside the ready block's out.log: the JVM's own log folder.
+        self._endpoint(self.namesrv, "remoting", cluster.namesrv_address,
+                       [str(cluster.namesrv.log_dir)])  # fmt: skip
+        for child, broker in zip(self.brokers, cluster.brokers, strict=True):
+            self._endpoint(child, "remoting", broker.address, [str(broker.process.log_dir)])
+        try:
+            for topic in self.topics:
+                cluster.create_topic(topic)
+        except LauncherError as exc:
+            raise StackError(str(exc)) from None
+        return cluster.namesrv_address
+
     def _start_brokers(self, namesrv: str) -> None:
         topics = [arg for t in self.topics for arg in ("--topic", t)]
         for name, port in zip(BROKERS, self.ports.brokers, strict=True):
-            argv = [console_script("rmq-broker-stub"), "--name", name, "--host", HOST]
+            argv = [*our_program("broker_stub.cli", "broker_main"), "--name", name, "--host", HOST]
             argv += ["--port", str(port), "--namesrv", namesrv, *topics]
             self.brokers.append(self._child(name, argv))
         for broker in self.brokers:
@@ -155,7 +219,7 @@ class Stack:
     def _start_proxies(self, namesrv: str) -> None:
         ports = zip(PROXIES, self.ports.proxy_grpc, self.ports.proxy_http, strict=True)
         for name, grpc_port, http_port in ports:
-            argv = [console_script("rmq-proxy"), "--proxy-id", name, "--namesrv", namesrv]
+            argv = [*our_program("proxy.cli", "main"), "--proxy-id", name, "--namesrv", namesrv]
             argv += ["--grpc-host", HOST, "--grpc-port", str(grpc_port)]
             argv += ["--http-host", HOST, "--http-port", str(http_port)]
             argv += ["--event-log-dir", str(self.run / "events")]
@@ -196,11 +260,19 @@ class Stack:
         self._endpoint(prometheus, "HTTP", prom, [f"http://{prom}/", f"http://{prom}/targets"])
 
     def describe(self) -> str:
-        lines = [f"stack ready; run dir {self.run}"]
+        if self.real:
+            from tests.rocketmq.launcher import rocketmq_version
+
+            brokers = f"real RocketMQ {rocketmq_version()} brokers, {self.real} profile"
+        else:
+            brokers = "broker stubs"
+        lines = [f"stack ready ({brokers}); run dir {self.run}"]
         for e in self.endpoints:
             lines.append(f"  {e.name:<12} {e.kind:<8} {e.address:<22} pid {e.pid}")
             lines.extend(f"  {'':<21} {url}" for url in e.urls)
         lines.append(f"  {'logs':<21} {self.logs}")
+        if self.real:
+            lines.append(f"  {'rocketmq':<21} {self.run / 'rocketmq'} (<name>/out.log, store)")
         lines.append(f"  {'event logs':<21} {self.run / 'events'}")
         lines.append("gRPC clients: either proxy address above. Ctrl-C stops everything.")
         return "\n".join(lines)
@@ -241,12 +313,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "127.0.0.1. Default ports: name server 9876, brokers 10911/10921/10931, proxy-1 "
         "8081 (gRPC) 8082 (ops), proxy-2 8181/8182, Prometheus 9090, Pushgateway 9091.",
     )
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="a real Apache RocketMQ 5 name server and brokers instead of the stubs "
+        "(the jars of `make rocketmq`, a JDK 17)",
+    )
+    p.add_argument(
+        "--real-profile",
+        choices=["test", "bench"],
+        default="test",
+        help="JVM sizing of the real name server and brokers (tests/rocketmq/launcher.py): "
+        "test = small heaps, quick start (default); bench = full JIT, 1 GB heaps",
+    )
     ports = p.add_mutually_exclusive_group()
     ports.add_argument(
         "--base-port",
         type=int,
         help="use ten consecutive ports from here: name server, brokers (+1..+3), "
-        "proxy-1 gRPC/ops (+4/+5), proxy-2 (+6/+7), Prometheus (+8), Pushgateway (+9)",
+        "proxy-1 gRPC/ops (+4/+5), proxy-2 (+6/+7), Prometheus (+8), Pushgateway (+9); "
+        "with --real the brokers take +12, +16, +20 (each also binds port-2 and port+1)",
     )
     ports.add_argument("--free-ports", action="store_true", help="let the OS pick every port")
     p.add_argument("--run-dir", help="logs, event logs, Prometheus data (default: a new temp dir)")
@@ -268,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.free_ports:
         ports = Ports.free()
     elif args.base_port is not None:
-        ports = Ports.from_base(args.base_port)
+        ports = Ports.from_base(args.base_port, real=args.real)
     else:
         ports = Ports.defaults()
     if args.run_dir:
@@ -277,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = Path(tempfile.mkdtemp(prefix="rmq-stack-"))
     topics = args.topic or ["TestTopic", "OrderTopic"]
-    stack = Stack(ports, run, Path(args.prometheus_dir).resolve(), topics)
+    real = args.real_profile if args.real else None
+    stack = Stack(ports, run, Path(args.prometheus_dir).resolve(), topics, real)
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     failed = False

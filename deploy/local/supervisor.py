@@ -31,6 +31,18 @@ class Child:
     # How long it may take to stop after SIGTERM before it is killed.
     stop_timeout_s: float = 10.0
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    # Exit codes that mean "stopped by itself on SIGTERM": a JVM exits 143 (128 + 15).
+    clean_codes: tuple[int, ...] = (0, -signal.SIGTERM)
+
+    @classmethod
+    def adopt(
+        cls, name: str, proc: subprocess.Popen, log: Path, stop_timeout_s: float = 10.0
+    ) -> Child:
+        """A child some other code started (the RocketMQ launcher's JVMs, each in a session
+        of its own), supervised and stopped like ours. A JVM's SIGTERM exit code, 143,
+        counts as a clean stop."""
+        return cls(name, list(proc.args), log, stop_timeout_s, proc,
+                   clean_codes=(0, -signal.SIGTERM, 128 + signal.SIGTERM))  # fmt: skip
 
     @property
     def pid(self) -> int:
@@ -113,23 +125,26 @@ class Child:
 def stop_in_order(waves: list[list[Child]], say: Callable[[str], None]) -> bool:
     """SIGTERM each wave of children together, wait for it, then the next wave.
 
-    Returns True when every child exited on SIGTERM by itself (code 0 or -SIGTERM)."""
+    Returns True when every child exited on SIGTERM by itself (one of its clean codes)."""
     clean = True
     for wave in waves:
         started = [c for c in wave if c.proc is not None]
+        # Whether a child had died by itself is known only before it is sent SIGTERM.
+        already = {id(c): c.proc.poll() for c in started}
+        since = time.monotonic()
         for child in started:
             child.terminate()
         for child in started:
-            already = child.proc.poll()
             code = child.wait_stopped()
-            if already is not None and already != 0:
-                say(f"  {child.name:<12} had already exited with code {already}")
+            took = time.monotonic() - since
+            if already[id(child)] is not None and already[id(child)] != 0:
+                say(f"  {child.name:<12} had already exited with code {already[id(child)]}")
                 clean = False
-            elif code not in (0, -signal.SIGTERM):
+            elif code not in child.clean_codes:
                 say(f"  {child.name:<12} stopped with code {code} (log: {child.log})")
                 clean = False
             else:
-                say(f"  {child.name:<12} stopped")
+                say(f"  {child.name:<12} stopped ({took:.1f} s)")
     return clean
 
 

@@ -60,6 +60,8 @@ class ReceiveActivity:
                 raise ApiError(Code.TOO_MANY_REQUESTS, str(exc)) from None
             except (TopicNotFound, RemotingError) as exc:
                 raise route_error(req.topic, exc) from None
+            finally:
+                rec.mode = req.mode or rec.mode
             rec.is_short_polling_hit = result.is_short_polling_hit
             rec.pops = result.pops
             rec.notifications = result.probes
@@ -94,13 +96,13 @@ class ReceiveActivity:
         rec.is_long_polling = asked >= rc.min_polling_ms
         rec.group = group = check.validate_group(request.group.name)
         rec.topic = topic = check.validate_topic(request.message_queue.topic.name)
-        expression = check.validate_filter(
-            request.filter_expression.expression, request.filter_expression.type
-        )
         batch = check.validate_batch_size(request.batch_size)
         if not request.HasField("invisible_duration"):
             raise ApiError(Code.ILLEGAL_INVISIBLE_TIME, "invisible duration is required")
         invisible = check.validate_invisible(check.duration_ms(request.invisible_duration))
+        expression = check.validate_filter(
+            request.filter_expression.expression, request.filter_expression.type
+        )
         polling = min(max(asked, rc.min_polling_ms), rc.max_polling_ms)
         if remaining_ms is not None and polling > remaining_ms - rc.reserve_ms:
             if remaining_ms - rc.reserve_ms < rc.min_polling_ms:
@@ -110,7 +112,6 @@ class ReceiveActivity:
                 )
             polling = remaining_ms - rc.reserve_ms
         rec.polling_ms = polling
-        rec.mode = self.engine.choose_mode(group, topic)
         return ReceiveRequest(
             group=group,
             topic=topic,
@@ -120,7 +121,6 @@ class ReceiveActivity:
             polling_ms=polling,
             answer_by=rec.arrived_at + polling / 1000,
             arrived_at=rec.arrived_at,
-            mode=rec.mode,
             broker_hint=request.message_queue.broker.name or None,
         )
 

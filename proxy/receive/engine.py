@@ -65,7 +65,7 @@ class ReceiveEngine:
     def in_flight_total(self) -> int:
         return sum(self.in_flight.values())
 
-    def choose_mode(self, group: str, topic: str) -> PollMode:
+    def _choose_mode(self, group: str, topic: str) -> PollMode:
         """The mode of one new request of (group, topic), counting it (adaptive)."""
         if self.config.mode is not ReceiveMode.ADAPTIVE:
             return self.config.mode.initial_poll_mode
@@ -76,7 +76,9 @@ class ReceiveEngine:
         return mode
 
     async def receive(self, req: ReceiveRequest) -> ReceiveResult:
-        """Run one client poll. Raises TooManyRequests, TopicNotFound or RemotingError."""
+        """Run one client poll; ``req.mode`` says in which mode, also when it raises
+        TooManyRequests, TopicNotFound or RemotingError."""
+        req.mode = mode = self._choose_mode(req.group, req.topic)
         if self.in_flight_total >= self.config.max_in_flight:
             raise TooManyRequests(f"{self.config.max_in_flight} long polls already in flight")
         route = await self.pool.route(req.topic)
@@ -91,18 +93,18 @@ class ReceiveEngine:
         if self.stopping:
             ctx.stop()
         self._polls.add(ctx)
-        self.in_flight[req.mode] += 1
-        self.metrics.long_poll_started(req.mode)
+        self.in_flight[mode] += 1
+        self.metrics.long_poll_started(mode)
         try:
-            messages = await self._run(ctx)
+            messages = await self._run(mode, ctx)
             delivered = await self._divert_exhausted(messages)
             if not messages and ctx.polling_full:
                 # Answering empty at once would have the client poll again at once.
                 raise TooManyRequests("the broker holds too many parked pops")
         finally:
             self._polls.discard(ctx)
-            self.in_flight[req.mode] -= 1
-            self.metrics.long_poll_finished(req.mode)
+            self.in_flight[mode] -= 1
+            self.metrics.long_poll_finished(mode)
         return ReceiveResult(
             messages=delivered,
             is_short_polling_hit=ctx.short_polling_hit and bool(delivered),
@@ -110,8 +112,7 @@ class ReceiveEngine:
             probes=ctx.probes,
         )
 
-    async def _run(self, ctx: PollContext) -> list[PolledMessage]:
-        mode = ctx.request.mode
+    async def _run(self, mode: PollMode, ctx: PollContext) -> list[PolledMessage]:
         if mode is PollMode.NOTIFY:
             return await notify_poll(ctx, self.hub, self.misses, self.config.max_probes_per_poll)
         if mode is PollMode.COUPLED:

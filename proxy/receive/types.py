@@ -19,8 +19,10 @@ class ReceiveRequest:
     polling_ms: int  # the long-polling time granted (0 for a short poll)
     answer_by: float  # loop time by which the answer must be on its way
     arrived_at: float  # loop time
-    mode: PollMode  # decided once, when the request arrived
     broker_hint: str | None = None  # the broker the client's message queue names
+    # Decided once, by the engine, before anything else; it travels with the request to
+    # the poll and to the record.
+    mode: PollMode | None = None
 
 
 @dataclass(slots=True)

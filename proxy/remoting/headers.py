@@ -213,12 +213,9 @@ class AckMessageHeader(Header):
 
 
 @dataclass(slots=True)
-class ChangeInvisibleTimeHeader(Header):
-    consumer_group: str = wire("consumerGroup")
-    topic: str = wire("topic")
-    queue_id: int = wire("queueId")
-    extra_info: str = wire("extraInfo")
-    offset: int = wire("offset")
+class ChangeInvisibleTimeHeader(AckMessageHeader):
+    """An ack's fields, and the new invisible time from now."""
+
     invisible_time: int = wire("invisibleTime")
 
 

@@ -1,10 +1,15 @@
 """The proxy benchmark: every receive mode side by side, in one run per scenario.
 
     .venv/bin/python -m tests.bench.bench_proxy [--scenarios sparse,busy,fanin,overhead]
+    .venv/bin/python -m tests.bench.bench_proxy --backend real   # sparse on real RocketMQ
 
 Starts a name server, 4 brokers and one proxy per mode as separate processes on loopback,
 drives them with a lean gRPC load generator (the calls the official SimpleConsumer makes),
 prints a table per scenario, and writes results.json and PNG charts to --out.
+
+``--backend real`` runs the same scenario code against Apache RocketMQ 5 (the jars of
+``make rocketmq``): a real name server and 3 real brokers (Profile.BENCH JVMs) from
+tests/rocketmq/launcher.py, the sparse scenario, modes notify, adaptive and coupled.
 """
 
 from __future__ import annotations
@@ -18,11 +23,26 @@ import time
 from pathlib import Path
 
 from tests.bench import scenarios
-from tests.bench.processes import MODES, System
+from tests.bench.processes import BACKENDS, MODES, System
+
+# What each backend runs when no flag says otherwise. The real backend measures the sparse
+# case only: fan-in counts parked requests with the stub's POLLING_INFO, and the busy and
+# overhead scenarios are not yet checked against real brokers.
+DEFAULTS = {
+    "stub": {"brokers": 4, "modes": ",".join(MODES), "scenarios": "sparse,busy,fanin,overhead",
+             "rounds": 2, "sparse_warmup_s": 0.0},
+    "real": {"brokers": 3, "modes": "notify,adaptive,coupled", "scenarios": "sparse",
+             "rounds": 3, "sparse_warmup_s": 5.0},
+}  # fmt: skip
+REAL_SCENARIOS = {"sparse"}
 
 
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}"
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def aligned(lines: list[list[str]]) -> str:
@@ -50,6 +70,7 @@ SPARSE_COLUMNS = [
     "false_empties",
     "empty_answers",
     "broker_requests_per_message",
+    "send_retries",
 ]
 BUSY_COLUMNS = [
     "delivered_per_s",
@@ -74,24 +95,50 @@ async def run(args: argparse.Namespace) -> dict:
         "machine": machine(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "args": vars(args),
+        "load_average_1_5_15": {"start": load_average()},
     }
     wanted = args.scenarios.split(",")
     if set(wanted) - {"sparse", "busy", "fanin", "overhead"}:
         raise SystemExit(f"unknown scenario in {args.scenarios}")
-    system = await System(brokers=4, modes=MODES).start()
+    modes = tuple(args.modes.split(","))
+    if set(modes) - set(MODES):
+        raise SystemExit(f"unknown mode in {args.modes}")
+    if args.backend == "real" and set(wanted) - REAL_SCENARIOS:
+        raise SystemExit(f"--backend real runs only {sorted(REAL_SCENARIOS)} so far")
+    if "overhead" in wanted and "notify" not in modes:
+        raise SystemExit("the overhead scenario needs the notify mode")
+    started = time.monotonic()
+    system = await System(brokers=args.brokers, modes=modes, backend=args.backend).start()
+    results["system_start_s"] = round(time.monotonic() - started, 1)
+    backend = f"{args.brokers} {'real RocketMQ' if args.backend == 'real' else 'stub'} brokers"
+    print(f"{backend} and {len(modes)} proxies ready in {results['system_start_s']} s; "
+          f"load average {load_average()}", flush=True)  # fmt: skip
     try:
         if "sparse" in wanted:
             results["sparse"] = await scenarios.sparse(
-                system, rounds=args.rounds, slot_s=args.sparse_slot_s
+                system,
+                rounds=args.rounds,
+                slot_s=args.sparse_slot_s,
+                warmup_s=args.sparse_warmup_s,
             )
+            results["load_average_1_5_15"]["after_sparse"] = load_average()
             print(
                 table(
-                    "\nSparse: 2 consumers, await 10 s, a message every 200-500 ms",
+                    f"\nSparse ({backend}): 2 consumers, await 10 s, a message every "
+                    f"200-500 ms; load average {load_average()}",
                     results["sparse"],
                     SPARSE_COLUMNS,
                 ),
                 flush=True,
             )
+            print("per slot: latency p50 / max ms, messages over 20 ms, 1-min load at start")
+            for mode, row in results["sparse"].items():
+                cells = [
+                    f"r{s['round']} {s['latency_ms_p50']} / {s['latency_ms_max']}, "
+                    f"{s['over_20_ms']}, {s['load_1m'][0]}"
+                    for s in row["slots"]
+                ]
+                print(f"  {mode:<9} " + " | ".join(cells), flush=True)
         if "busy" in wanted:
             results["busy"] = await scenarios.busy(
                 system,
@@ -139,11 +186,16 @@ async def run(args: argparse.Namespace) -> dict:
                 print(f"  CPU ms per 1,000 messages, {path} path: {parts}", flush=True)
     finally:
         await system.stop()
+    results["load_average_1_5_15"]["end"] = load_average()
     return results
 
 
 def charts(results: dict, out: Path) -> list[str]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the bench extra (make bench-modes installs it)
+        print("matplotlib not installed: no charts (pip install -e '.[bench]')")
+        return []
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -166,7 +218,7 @@ def charts(results: dict, out: Path) -> list[str]:
         written.append("latency_by_mode.png")
     if "sparse" in results or "busy" in results:
         fig, ax = plt.subplots(figsize=(7, 4))
-        for mode in MODES:
+        for mode in results["args"]["modes"].split(","):
             points = [
                 (
                     results[s][mode]["receive_rate_per_s"],
@@ -193,9 +245,25 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--scenarios", default="sparse,busy,fanin,overhead")
-    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per scenario")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="stub",
+        help="stub: our broker_stub; real: Apache RocketMQ 5 brokers (make rocketmq)",
+    )
+    p.add_argument("--brokers", type=int, help="default 4 stubs, 3 real brokers")
+    p.add_argument("--modes", help="comma-separated; default all four (stub), "
+                   "notify,adaptive,coupled (real)")  # fmt: skip
+    p.add_argument("--scenarios", help="default sparse,busy,fanin,overhead (stub), sparse (real)")
+    p.add_argument(
+        "--rounds", type=int, help="interleaved rounds per scenario (default 2 stub, 3 real)"
+    )
     p.add_argument("--sparse-slot-s", type=float, default=12.0)
+    p.add_argument(
+        "--sparse-warmup-s",
+        type=float,
+        help="an unmeasured sparse slot per mode first (default 0 on stubs, 5 s on real)",
+    )
     p.add_argument("--busy-slot-s", type=float, default=8.0)
     p.add_argument("--busy-rate", type=int, default=1000, help="messages per second produced")
     p.add_argument("--busy-consumers", type=int, default=64)
@@ -210,6 +278,9 @@ def main() -> None:
     )
     p.add_argument("--out", default="results/bench", help="directory for results.json and charts")
     args = p.parse_args()
+    for name, value in DEFAULTS[args.backend].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -220,7 +291,7 @@ def main() -> None:
         results = asyncio.run(run(args))
     results["charts"] = charts(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"\nwrote {out / 'results.json'} and {', '.join(results['charts'])}")
+    print(f"\nwrote {', '.join([str(out / 'results.json'), *results['charts']])}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """The benchmark's system under test, as separate processes on loopback: a name server,
-brokers and one proxy per receive mode, each on a free port, each stopped by pid."""
+brokers and one proxy per receive mode, each on a free port, each stopped by pid.
+
+Two backends behind the same ``System``: ``stub`` (our broker_stub processes) and ``real``
+(Apache RocketMQ 5 name server and brokers from tests/rocketmq/launcher.py, Profile.BENCH).
+The scenarios talk to either the same way: proxies, ``broker_clients``, ``create_topic``."""
 
 from __future__ import annotations
 
@@ -16,10 +20,14 @@ from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 
 MODES = ("notify", "coupled", "slicing", "adaptive")
+BACKENDS = ("stub", "real")
 
 
 @dataclass
 class Process:
+    """A process of the system; ``proc`` is an asyncio process, or for a real broker's JVM
+    the launcher's ``subprocess.Popen`` (only its pid is used then)."""
+
     name: str
     proc: asyncio.subprocess.Process
     address: dict[str, str] = field(default_factory=dict)
@@ -66,18 +74,60 @@ async def _spawn(name: str, module: str, func: str, *args: str) -> Process:
 
 
 class System:
-    """Name server + ``brokers`` stub brokers + a proxy per mode."""
+    """Name server + ``brokers`` brokers (stubs, or real ones with ``backend="real"``) +
+    a proxy per mode."""
 
-    def __init__(self, brokers: int = 4, modes=MODES, proxy_args: dict | None = None) -> None:
+    def __init__(
+        self,
+        brokers: int = 4,
+        modes=MODES,
+        proxy_args: dict | None = None,
+        backend: str = "stub",
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}")
         self.broker_count = brokers
         self.modes = modes
         self.proxy_args = proxy_args or {}
+        self.backend = backend
+        self.cluster = None  # the launcher's RealCluster on the real backend
         self.namesrv: Process | None = None
         self.brokers: list[Process] = []
         self.proxies: dict[str, Process] = {}
         self.broker_clients: list[BrokerClient] = []
 
     async def start(self) -> System:
+        try:
+            if self.backend == "real":
+                namesrv = await self._start_real()
+            else:
+                namesrv = await self._start_stubs()
+            for mode in self.modes:
+                extra = [str(a) for a in self.proxy_args.get(mode, [])]
+                self.proxies[mode] = await _spawn(
+                    f"proxy-{mode}",
+                    "proxy.cli",
+                    "main",
+                    "--namesrv",
+                    namesrv,
+                    "--grpc-port",
+                    "0",
+                    "--http-port",
+                    "0",
+                    "--mode",
+                    mode,
+                    "--proxy-id",
+                    f"bench-{mode}",
+                    "--log-level",
+                    "warning",
+                    *extra,
+                )
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start_stubs(self) -> str:
         self.namesrv = await _spawn(
             "namesrv", "broker_stub.cli", "namesrv_main", "--port", "0", "--log-level", "warning"
         )
@@ -100,32 +150,30 @@ class System:
                 )
             )
             self.broker_clients.append(BrokerClient(name, self.brokers[-1].address["remoting"]))
-        for mode in self.modes:
-            extra = [str(a) for a in self.proxy_args.get(mode, [])]
-            self.proxies[mode] = await _spawn(
-                f"proxy-{mode}",
-                "proxy.cli",
-                "main",
-                "--namesrv",
-                namesrv,
-                "--grpc-port",
-                "0",
-                "--http-port",
-                "0",
-                "--mode",
-                mode,
-                "--proxy-id",
-                f"bench-{mode}",
-                "--log-level",
-                "warning",
-                *extra,
-            )
-        return self
+        return namesrv
+
+    async def _start_real(self) -> str:
+        """The launcher's name server and brokers (JVMs, Profile.BENCH) on free ports; the
+        blocking start runs in a thread."""
+        from tests.rocketmq.launcher import Profile, RealCluster
+
+        self.cluster = await asyncio.to_thread(
+            RealCluster.start, self.broker_count, profile=Profile.BENCH
+        )
+        c = self.cluster
+        self.namesrv = Process("namesrv", c.namesrv.proc, {"remoting": c.namesrv_address})
+        for b in c.brokers:
+            self.brokers.append(Process(b.name, b.process.proc, {"remoting": b.address}))
+            self.broker_clients.append(BrokerClient(b.name, b.address))
+        return c.namesrv_address
 
     async def stop(self) -> None:
         for client in self.broker_clients:
             await client.close()
-        for process in [*self.proxies.values(), *reversed(self.brokers), self.namesrv]:
+        ours = list(self.proxies.values())
+        if self.cluster is None:
+            ours += [*reversed(self.brokers), self.namesrv]
+        for process in ours:
             if process is None or process.proc.returncode is not None:
                 continue
             process.proc.send_signal(signal.SIGTERM)
@@ -134,9 +182,16 @@ class System:
             except TimeoutError:
                 process.proc.kill()
                 await process.proc.wait()
+        if self.cluster is not None:
+            # The launcher stops brokers, then the name server, by pid (SIGKILL past 10 s).
+            await asyncio.to_thread(self.cluster.stop, 10.0)
+            self.cluster = None
 
     async def create_topic(self, topic: str, queues: int = 4) -> None:
         """Create ``topic`` on every broker and wait until the name server routes it."""
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.create_topic, topic, queues)
+            return
         for client in self.broker_clients:
             await client.remoting.invoke(
                 RemotingCommand(
@@ -168,6 +223,8 @@ class System:
 
     async def parked(self, group: str, topic: str) -> dict[str, int]:
         """Requests parked on all brokers (the stub's POLLING_INFO totals)."""
+        if self.cluster is not None:
+            raise NotImplementedError("parked requests are counted by the broker stub only")
         pops = notifications = 0
         for client in self.broker_clients:
             response = await client.remoting.invoke(

@@ -1,9 +1,11 @@
 """`make stack` (deploy/local/stack.py) as a process: every component up and answering, a
-message through each proxy, Prometheus scraping, then a clean stop on SIGINT."""
+message through each proxy, Prometheus scraping, then a clean stop on SIGINT; and the same
+stack on real RocketMQ brokers (``--real``), stopped in order on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -49,21 +51,21 @@ def _wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float
     raise AssertionError(f"{text!r} not printed within {timeout}s")
 
 
-@pytest.fixture
-def stack(tmp_path):
+@contextlib.contextmanager
+def _running_stack(tmp_path: Path, *args: str, ready_timeout: float = 90):
     """The stack on free ports; stopped (and every child killed by pid) at the end."""
     run = tmp_path / "run"
     out_path = tmp_path / "stack.out"
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(STACK), "--free-ports", "--run-dir", str(run)],
+            [sys.executable, str(STACK), "--free-ports", "--run-dir", str(run), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     endpoints: list[dict] = []
     try:
-        printed = _wait_for_text(out_path, "Ctrl-C stops everything", proc, timeout=90)
+        printed = _wait_for_text(out_path, "Ctrl-C stops everything", proc, ready_timeout)
         endpoints = json.loads((run / "stack.json").read_text())
         yield proc, printed, {e["name"]: e for e in endpoints}, run, out_path
     finally:
@@ -77,6 +79,12 @@ def stack(tmp_path):
         for e in endpoints:
             if _alive(e["pid"]):
                 os.kill(e["pid"], signal.SIGKILL)
+
+
+@pytest.fixture
+def stack(tmp_path):
+    with _running_stack(tmp_path) as running:
+        yield running
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> tuple[int, str]:
@@ -166,3 +174,65 @@ async def test_stack_serves_then_stops_cleanly_on_sigint(stack):
             for line in f.read_text().splitlines()
         ]
         assert any(r["group"] == group and r["messages"] == 1 for r in lines), lines
+
+
+def _is_jvm_with_log(endpoint: dict) -> bool:
+    cmdline = Path(f"/proc/{endpoint['pid']}/cmdline").read_bytes()
+    return b"java" in cmdline and Path(endpoint["log"]).is_file()
+
+
+async def _route_brokers(via: str, topic: str) -> set[str]:
+    client = LeanClient(via)
+    try:
+        route = await client.query_route(topic)
+    finally:
+        await client.close()
+    assert route.status.code == pb.Code.OK, route.status
+    return {q.broker.name for q in route.message_queues}
+
+
+@pytest.mark.real
+async def test_real_stack_serves_then_stops_in_order_on_sigterm(tmp_path):
+    """``--real``: a real name server and three real brokers (launcher, test profile) under
+    the same supervisor; topics on every broker, a message through the proxies, and the
+    ordered stop on SIGTERM, every process gone by pid."""
+    started = time.monotonic()
+    with _running_stack(tmp_path, "--real", ready_timeout=150) as running:
+        proc, printed, endpoints, _, out_path = running
+        ready_s = time.monotonic() - started
+        assert set(endpoints) == COMPONENTS
+        assert "real RocketMQ" in printed
+        for e in endpoints.values():
+            assert e["address"] in printed and f"pid {e['pid']}" in printed
+            assert _alive(e["pid"]), e
+        for name in ("namesrv", "broker-a", "broker-b", "broker-c"):
+            assert _is_jvm_with_log(endpoints[name]), endpoints[name]
+        proxies = [endpoints["proxy-1"], endpoints["proxy-2"]]
+        async with aiohttp.ClientSession() as http:
+            for p in proxies:
+                readyz = next(u for u in p["urls"] if u.endswith("/readyz"))
+                assert (await _get(http, readyz))[0] == 200
+            assert (await _get(http, endpoints["pushgateway"]["urls"][1]))[0] == 200
+            prometheus = endpoints["prometheus"]["urls"][0].rstrip("/")
+            assert (await _get(http, f"{prometheus}/-/ready"))[0] == 200
+        for topic in ("TestTopic", "OrderTopic"):
+            assert await _route_brokers(proxies[0]["address"], topic) == {
+                "broker-a", "broker-b", "broker-c"
+            }  # fmt: skip
+        await _send_and_receive(
+            proxies[0]["address"], proxies[1]["address"], "stack-real-g1", "TestTopic"
+        )
+
+        stop_started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 0, out_path.read_text()
+        stop_s = time.monotonic() - stop_started
+        out = out_path.read_text()
+        for e in endpoints.values():
+            assert not _alive(e["pid"]), f"{e['name']} (pid {e['pid']}) still running"
+        # Proxies first, then Prometheus and the Pushgateway, the brokers, the name server.
+        order = [out.index(f"{name:<12} stopped") for name in
+                 ("proxy-2", "prometheus", "broker-c", "namesrv")]  # fmt: skip
+        assert order == sorted(order), out
+        print(f"real stack ready in {ready_s:.1f}s, stopped in {stop_s:.1f}s:")
+        print(out[out.index("SIGTERM: stopping") :])

@@ -11,7 +11,7 @@ import pytest
 from broker_stub import BrokerConfig, StubCluster
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.brokers import BrokerPool
-from proxy.config import PollMode, ReceiveConfig
+from proxy.config import ReceiveConfig
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
@@ -230,9 +230,7 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
 
         def request() -> ReceiveRequest:
             now = loop.time()
-            return ReceiveRequest(
-                G, T, "*", 16, 30_000, 1000, now + 1.0, now, mode=PollMode.COUPLED
-            )
+            return ReceiveRequest(G, T, "*", 16, 30_000, 1000, now + 1.0, now)
 
         try:
             first = asyncio.ensure_future(engine.receive(request()))

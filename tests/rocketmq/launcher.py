@@ -264,6 +264,9 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         "brokerRole": "ASYNC_MASTER",
         "flushDiskType": "ASYNC_FLUSH",
         "listenPort": str(port),
+        # Loopback only (NettyServerConfig's default is every interface); the HA port
+        # (port + 1) has no such setting and still listens on all of them.
+        "bindAddress": HOST,
         "namesrvAddr": namesrv,
         "brokerIP1": HOST,
         "brokerIP2": HOST,
@@ -337,7 +340,8 @@ class RealCluster:
         try:
             namesrv.home.mkdir(parents=True, exist_ok=True)
             (namesrv.home / "namesrv.conf").write_text(
-                f"listenPort={ns_port}\nkvConfigPath={namesrv.home}/kvConfig.json\n"
+                f"listenPort={ns_port}\nbindAddress={HOST}\n"
+                f"kvConfigPath={namesrv.home}/kvConfig.json\n"
             )
             namesrv.spawn(
                 "org.apache.rocketmq.namesrv.NamesrvStartup",
