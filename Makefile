@@ -13,7 +13,7 @@ help:
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
 	@echo "                  (STACK_ARGS=--real: real RocketMQ name server and brokers instead of stubs)"
-	@echo "make lint         ruff"
+	@echo "make lint         ruff, mypy (strict on proxy/ and broker_stub/)"
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
@@ -38,6 +38,7 @@ system-deps:
 
 test: system-deps $(STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -46,6 +47,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -93,7 +95,7 @@ bench-calibrate: $(BENCH_STAMP) interop-deps
 	$(BIN)/python -m tests.bench.calibrate_client --out results/bench
 
 clean: clean-interop
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info $(RMQ_CACHE)
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info $(RMQ_CACHE)
 	rm -rf $(DASHBOARD_NODE_DIR)/node_modules $(K8S_NODE_DIR)/node_modules
 
 # --- Real Apache RocketMQ 5 (tests/rocketmq): the name server, broker, Apache proxy and

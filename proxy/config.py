@@ -12,6 +12,7 @@ import enum
 import os
 import socket
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +112,7 @@ class ProxyConfig:
 
 
 def load(
-    path: str | None = None, env: dict[str, str] | None = None, **overrides: Any
+    path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any
 ) -> ProxyConfig:
     """Build the configuration: defaults < TOML file < environment < ``overrides``.
 
@@ -147,7 +148,7 @@ def _apply(target: Any, values: dict[str, Any], source: str) -> None:
         setattr(target, key, value)
 
 
-def _from_env(env: dict[str, str] | os._Environ, prefix: str, cls: type) -> dict[str, Any]:
+def _from_env(env: Mapping[str, str], prefix: str, cls: type) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         raw = env.get(prefix + f.name.upper())

@@ -54,7 +54,7 @@ class Watch:
 @dataclass(eq=False, slots=True)
 class _Key:
     watchers: deque[Watch] = field(default_factory=deque)
-    probe: asyncio.Task | None = None
+    probe: asyncio.Task[None] | None = None
     consumed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
