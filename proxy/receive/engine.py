@@ -54,6 +54,8 @@ class ReceiveEngine:
             max_poll_ms=config.max_polling_ms,
             broker_timeout_s=config.broker_timeout_s,
             on_result=metrics.notification,
+            max_per_broker=config.max_probes_per_broker,
+            slice_s=config.probe_slice_s,
         )
         self.misses = MissMemory()
         self.switch = AdaptiveSwitch(

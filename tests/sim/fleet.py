@@ -12,12 +12,14 @@ sleeps and a run takes as long as the proxy code in it takes to run.
 Sampling. A fleet of K keys (group, topic) with C consumers each is played as ``sampled``
 keys with all their C consumers, on all P proxies and all B brokers. Keys share nothing
 in the receive code: probes, watches, miss memory and the adaptive switch are per key,
-and a consumer polls one key. They meet only at two limits, each of which is scaled:
-a broker's 100,000 parked requests (a simulated broker refuses once its sampled parked
-requests times K / sampled reach it) and a proxy's 20,000 polls in flight (the engine's
-``max_in_flight`` is set to 20,000 * sampled / K). Every per-broker and per-proxy count
-reported is the sampled count times K / sampled. Keys are exchangeable (same C, same
-rate, same spread law), so the sample's share of a full table is, in expectation, the
+and a consumer polls one key. They meet only at limits. A broker's 100,000 parked
+requests is scaled: a simulated broker refuses once its sampled parked requests times
+K / sampled reach it. So is ``receive.max_probes_per_broker`` (times sampled / K; the
+sample must be large enough for that to stay a few probes, ``simulate.py`` sizes it). A
+proxy's 20,000 polls in flight is not played (a sample's polls per proxy vary far more
+than a whole fleet's): polls per proxy are reported, scaled, against it. Every per-broker
+and per-proxy count reported is the sampled count times K / sampled. Keys are
+exchangeable (same C, same rate, same spread law), so the sample's share of a full table is, in expectation, the
 share every key would get; what the sample cannot show is the variance between brokers
 from the 1 - sampled / K keys it leaves out. The per-key limit of 1,024 needs no scaling:
 a sampled key has all its consumers.
@@ -118,7 +120,10 @@ async def _play(scn: Scenario) -> dict:
     names = [b.name for b in brokers]
     by_name = {b.name: b for b in brokers}
     config = ReceiveConfig(mode=ReceiveMode(scn.mode))
-    config.max_in_flight = max(1, round(PROXY_MAX_IN_FLIGHT * scn.sampled / scn.keys))
+    # Not played: a sample's polls per proxy vary far more than a whole fleet's, so a
+    # scaled limit would refuse polls a real proxy takes. Reported instead (polls per
+    # proxy, scaled) against the real limit.
+    config.max_in_flight = 1 << 30
     if scn.probe_cap:
         config.max_probes_per_broker = max(1, round(scn.probe_cap * scn.sampled / scn.keys))
         config.probe_slice_s = scn.probe_slice_s
