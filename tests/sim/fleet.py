@@ -19,10 +19,10 @@ sample must be large enough for that to stay a few probes, ``simulate.py`` sizes
 proxy's 20,000 polls in flight is not played (a sample's polls per proxy vary far more
 than a whole fleet's): polls per proxy are reported, scaled, against it. Every per-broker
 and per-proxy count reported is the sampled count times K / sampled. Keys are
-exchangeable (same C, same rate, same spread law), so the sample's share of a full table is, in expectation, the
-share every key would get; what the sample cannot show is the variance between brokers
-from the 1 - sampled / K keys it leaves out. The per-key limit of 1,024 needs no scaling:
-a sampled key has all its consumers.
+exchangeable (same C, same rate, same spread law), so the sample's share of a full
+table is, in expectation, the share every key would get; what the sample cannot show is
+the variance between brokers from the 1 - sampled / K keys it leaves out. The per-key
+limit of 1,024 needs no scaling: a sampled key has all its consumers.
 """
 
 from __future__ import annotations
