@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-deps test test-fast lint format run clean
-.PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics
+.PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics simulate
 
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
+	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
 	@echo "make rocketmq     fetch the real RocketMQ jars (tests/rocketmq/pom.xml) into .cache/rocketmq"
 	@echo "make clean        remove the virtualenv and caches"
 
@@ -83,6 +84,12 @@ bench-real: $(BENCH_STAMP) rocketmq
 
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py
+
+# P proxies x B brokers x K keys x C consumers through the real receive code on simulated
+# time (docs/scale.md, about 5 minutes); the chart needs matplotlib (the bench extra).
+simulate: $(BENCH_STAMP)
+	$(BIN)/python -m tests.sim.simulate --out results/sim $(SIM_ARGS)
+	$(BIN)/python -m tests.sim.plot --results results/sim/results.json --out docs/scale-parked.png
 
 # The Spark job on 10 million generated records, local[2] (generated once into /tmp):
 # one run in a cold JVM, two warm.

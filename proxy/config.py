@@ -61,6 +61,11 @@ class ReceiveConfig:
     # Limits.
     max_in_flight: int = 20_000
     max_probes_per_poll: int = 64
+    # NOTIFICATION probes this proxy keeps on one broker at most (0: one per key with a
+    # waiting poll, no limit). Past it, keys take turns of `probe_slice_s` (docs/scale.md:
+    # set it to about 80,000 / proxies, under a broker's limit of 100,000 parked).
+    max_probes_per_broker: int = 0
+    probe_slice_s: float = 5.0
     # Messages popped but not delivered go back with this invisible time.
     nack_invisible_ms: int = 1_000
     # Broker calls that do not wait for messages.
