@@ -150,7 +150,6 @@ async def _play(scn: Scenario) -> dict:
                 polling_ms=int(scn.await_s * 1000),
                 answer_by=now + scn.await_s,
                 arrived_at=now,
-                mode=engine.choose_mode(group, topic),
                 broker_hint=names[turn % scn.brokers],
             )
             try:
@@ -227,7 +226,16 @@ async def _play(scn: Scenario) -> dict:
         engine.stop_polls()
     for task in tasks:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    # A consumer or producer that died of anything but its cancellation is a defect of the
+    # simulation (or of the proxy code it plays): never report numbers made without it.
+    failures = [
+        o
+        for o in outcomes
+        if isinstance(o, BaseException) and not isinstance(o, asyncio.CancelledError)
+    ]
+    if failures:
+        raise RuntimeError(f"{len(failures)} simulated clients failed") from failures[0]
     for engine in engines:
         await engine.close()
         await engine.consumer.close(grace_s=0.1)
