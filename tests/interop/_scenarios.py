@@ -1,15 +1,17 @@
 """What the interop tests prove, written once for every official client.
 
-``test_official_python.py`` and ``test_official_node.py`` run these with their own client.
-Each takes ``run`` (the ``run_client`` fixture: language, arguments, timeout) and a running
-proxy, and uses a consumer group of its own.
+``test_official_clients.py`` runs each with the Python, Node and Java clients at once
+(``for_each_client``). Each takes ``run`` (the ``run_client`` fixture: language, arguments,
+timeout), a running proxy and a topic of its own, and uses a consumer group of its own.
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from tests.interop._harness import ProxyProcess, sleep_until
 
@@ -177,3 +179,30 @@ def redelivery_without_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str)
     assert by_id == {i: [1, 2] for i in ids}, f"attempts per id: {by_id}"
     sleep_until(received_by + INVISIBLE_SECONDS + MARGIN_SECONDS)
     assert_nothing_left(run, lang, proxy, topic, group)
+
+
+def for_each_client(
+    langs: tuple[str, ...], scenario: Callable[..., None], *args, topic: Callable[[str], str]
+) -> None:
+    """Run ``scenario(*args[:1], lang, *args[1:], topic)`` for every client at the same time,
+    each on a fresh topic (``topic(prefix)`` creates it). The scenarios mostly wait (long
+    polls, invisible times), so running them side by side keeps the matrix short; every
+    client's failure is reported, each under its name."""
+    run, *rest = args
+    topics = {lang: topic(f"interop-{lang}") for lang in langs}
+
+    def one(lang: str) -> None:
+        scenario(run, lang, *rest, topics[lang])
+
+    failures = []
+    with ThreadPoolExecutor(max_workers=len(langs), thread_name_prefix="client") as pool:
+        futures = {lang: pool.submit(one, lang) for lang in langs}
+        for lang, future in futures.items():
+            exc = future.exception()
+            if exc is not None:
+                where = "".join(traceback.format_tb(exc.__traceback__)[-2:])
+                failures.append(f"=== {lang} ({topics[lang]}) ===\n{exc}\n{where}")
+    if failures:
+        raise AssertionError(
+            f"{len(failures)} of {len(langs)} clients failed:\n" + "\n".join(failures)
+        )

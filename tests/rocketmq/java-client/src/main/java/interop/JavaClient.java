@@ -58,6 +58,7 @@ import org.apache.rocketmq.client.apis.producer.Producer;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
 import org.apache.rocketmq.client.java.impl.ClientImpl;
 import org.apache.rocketmq.client.java.message.MessageViewImpl;
+import org.apache.rocketmq.client.java.route.Address;
 import org.apache.rocketmq.client.java.route.Endpoints;
 
 public final class JavaClient {
@@ -237,7 +238,12 @@ public final class JavaClient {
                 throw new IllegalStateException("Heartbeat to " + endpoints.getFacade() + ": code "
                     + res.getStatus().getCode() + " " + res.getStatus().getMessage());
             }
-            facades.add(endpoints.getFacade());
+            // The facade carries a scheme prefix ("ipv4:"); the other drivers print host:port.
+            List<String> addresses = new ArrayList<>();
+            for (Address address : endpoints.getAddresses()) {
+                addresses.add(address.getAddress());
+            }
+            facades.add(String.join(";", addresses));
         }
         Collections.sort(facades);
         return "{\"started\": true, \"endpoints\": " + Json.strings(facades)
