@@ -251,6 +251,7 @@ def run_client(lang: str, *args: str | int, timeout: float, home: Path) -> dict:
     started = time.monotonic()
     done = run_driver(lang, argv, timeout=timeout, home=home)
     elapsed = time.monotonic() - started
+    print(f"{lang} {argv[0]} {elapsed:.1f}s (exit {done.returncode})")  # shown by pytest -rA
     if done.returncode != 0:
         raise AssertionError(
             f"{lang} client failed (exit {done.returncode}, {elapsed:.1f}s): {' '.join(argv)}\n"

@@ -191,8 +191,14 @@ def for_each_client(
     run, *rest = args
     topics = {lang: topic(f"interop-{lang}") for lang in langs}
 
+    took: dict[str, float] = {}
+
     def one(lang: str) -> None:
-        scenario(run, lang, *rest, topics[lang])
+        started = time.monotonic()
+        try:
+            scenario(run, lang, *rest, topics[lang])
+        finally:
+            took[lang] = time.monotonic() - started
 
     failures = []
     with ThreadPoolExecutor(max_workers=len(langs), thread_name_prefix="client") as pool:
@@ -202,6 +208,8 @@ def for_each_client(
             if exc is not None:
                 where = "".join(traceback.format_tb(exc.__traceback__)[-2:])
                 failures.append(f"=== {lang} ({topics[lang]}) ===\n{exc}\n{where}")
+    # Shown with the test's output (pytest -rA, or on failure): which client set the pace.
+    print(", ".join(f"{lang} {took.get(lang, 0):.1f}s" for lang in langs))
     if failures:
         raise AssertionError(
             f"{len(failures)} of {len(langs)} clients failed:\n" + "\n".join(failures)
