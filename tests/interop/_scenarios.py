@@ -182,35 +182,60 @@ def redelivery_without_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str)
 
 
 def for_each_client(
-    langs: tuple[str, ...], scenario: Callable[..., None], *args, topic: Callable[[str], str]
+    langs: tuple[str, ...],
+    scenarios: Callable[..., None] | tuple[Callable[..., None], ...],
+    run: Run,
+    proxy: ProxyProcess,
+    *,
+    topic: Callable[[str], str],
 ) -> None:
-    """Run ``scenario(*args[:1], lang, *args[1:], topic)`` for every client at the same time,
-    each on a fresh topic (``topic(prefix)`` creates it). The scenarios mostly wait (long
-    polls, invisible times), so running them side by side keeps the matrix short; every
-    client's failure is reported, each under its name."""
-    run, *rest = args
-    topics = {lang: topic(f"interop-{lang}") for lang in langs}
-
+    """Run every scenario with every client, all at the same time, each pair on a fresh
+    topic (``topic(prefix)`` creates it). The scenarios mostly wait (long polls, invisible
+    times), so running them side by side keeps the matrix short; every failure is
+    reported under its client's and scenario's name."""
+    if callable(scenarios):
+        scenarios = (scenarios,)
+    cases = {
+        f"{lang}/{fn.__name__}": (fn, lang, topic(f"interop-{lang}"))
+        for fn in scenarios
+        for lang in langs
+    }
     took: dict[str, float] = {}
 
-    def one(lang: str) -> None:
+    def one(name: str) -> None:
+        fn, lang, case_topic = cases[name]
         started = time.monotonic()
         try:
-            scenario(run, lang, *rest, topics[lang])
+            fn(run, lang, proxy, case_topic)
         finally:
-            took[lang] = time.monotonic() - started
+            took[name] = time.monotonic() - started
 
     failures = []
-    with ThreadPoolExecutor(max_workers=len(langs), thread_name_prefix="client") as pool:
-        futures = {lang: pool.submit(one, lang) for lang in langs}
-        for lang, future in futures.items():
+    with ThreadPoolExecutor(max_workers=len(cases), thread_name_prefix="client") as pool:
+        futures = {name: pool.submit(one, name) for name in cases}
+        for name, future in futures.items():
             exc = future.exception()
             if exc is not None:
                 where = "".join(traceback.format_tb(exc.__traceback__)[-2:])
-                failures.append(f"=== {lang} ({topics[lang]}) ===\n{exc}\n{where}")
+                failures.append(f"=== {name} ({cases[name][2]}) ===\n{exc}\n{where}")
     # Shown with the test's output (pytest -rA, or on failure): which client set the pace.
-    print(", ".join(f"{lang} {took.get(lang, 0):.1f}s" for lang in langs))
+    print(", ".join(f"{name} {took.get(name, 0):.1f}s" for name in cases))
     if failures:
         raise AssertionError(
-            f"{len(failures)} of {len(langs)} clients failed:\n" + "\n".join(failures)
+            f"{len(failures)} of {len(cases)} clients failed:\n" + "\n".join(failures)
         )
+
+
+#: Who produces for whom in ``cross_client``: every client consumes another's messages.
+PRODUCER_FOR = {"python": "java", "node": "python", "java": "node"}
+
+
+def cross_client(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
+    """``lang`` receives and acks what another official client sent (PRODUCER_FOR): ids,
+    bodies, tag and key survive the trip from one client's encoding to another's."""
+    producer = PRODUCER_FOR[lang]
+    key = unique("key")
+    ids, prefix = produce(run, producer, proxy, topic, 5, "--tag", "TagX", "--keys", key)
+    group = unique(f"interop-{producer}-to-{lang}")
+    out = consume(run, lang, proxy, topic, group, "--expect", 5, "--max-rounds", 6, "--ack")
+    assert_delivered_once(out, ids, prefix, topic, tag="TagX", keys=[key])

@@ -20,6 +20,7 @@ RMQ_INTEROP_PROXY=/path/to/rmq-proxy tests another build than this checkout's.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import uuid
 from collections.abc import Callable
@@ -130,10 +131,12 @@ def new_topic(target) -> Callable[[str], str]:
 
 @pytest.fixture
 def run_client(tmp_path):
-    """``run_client(lang, *args, timeout=...)`` -> the driver's JSON; HOME is a temp dir per
-    language, so the clients' logs stay there."""
+    """``run_client(lang, *args, timeout=...)`` -> the driver's JSON; HOME is a fresh temp dir
+    per run (runs overlap), so each client's log stays apart and is shown if it fails."""
+    runs = itertools.count(1)
 
     def run(lang: str, *args, timeout: float) -> dict:
-        return _run_client(lang, *args, timeout=timeout, home=tmp_path / f"home-{lang}")
+        home = tmp_path / f"home-{next(runs)}-{lang}-{args[0] if args else ''}"
+        return _run_client(lang, *args, timeout=timeout, home=home)
 
     return run
