@@ -251,7 +251,7 @@ def run_client(lang: str, *args: str | int, timeout: float, home: Path) -> dict:
     started = time.monotonic()
     done = run_driver(lang, argv, timeout=timeout, home=home)
     elapsed = time.monotonic() - started
-    rounds = re.search(r'"receives": (\d+), "empty_receives": (\d+)', done.stdout)
+    rounds = re.search(r'"receives":\s*(\d+),\s*"empty_receives":\s*(\d+)', done.stdout)
     detail = f", {rounds[1]} receives, {rounds[2]} empty" if rounds else ""
     # Shown by pytest -rA and on failure: which run took how long.
     print(f"{lang} {argv[0]} {elapsed:.1f}s (exit {done.returncode}{detail})")
