@@ -22,6 +22,7 @@ help:
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
 	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
 	@echo "make rocketmq     fetch the real RocketMQ jars (tests/rocketmq/pom.xml) into .cache/rocketmq"
+	@echo "                  and build the Java client driver (tests/rocketmq/java-client)"
 	@echo "make clean        remove the virtualenv and caches"
 
 $(STAMP): pyproject.toml
@@ -122,7 +123,23 @@ $(RMQ_STAMP): tests/rocketmq/pom.xml
 		|| { echo "rocketmq: could not fetch the RocketMQ jars from Maven Central (see above); the real-broker tests cannot run without them" >&2; exit 1; }
 	touch $@
 
-rocketmq: $(RMQ_STAMP)
+# The official Java client's interop driver (tests/rocketmq/java-client): built with its own
+# pom into $(RMQ_CACHE)/java-client (jar + lib/), apart from the server jars in lib/ above.
+JAVA_CLIENT_DIR := tests/rocketmq/java-client
+JAVA_CLIENT_OUT := $(RMQ_CACHE)/java-client
+JAVA_CLIENT_STAMP := $(JAVA_CLIENT_OUT)/.built
+
+$(JAVA_CLIENT_STAMP): $(JAVA_CLIENT_DIR)/pom.xml $(wildcard $(JAVA_CLIENT_DIR)/src/main/java/*/*.java)
+	@command -v $(MVN) >/dev/null || { echo "rocketmq-java-client: Maven ($(MVN)) is required" >&2; exit 1; }
+	rm -rf $(JAVA_CLIENT_OUT)
+	$(MVN) -q -B -f $(JAVA_CLIENT_DIR)/pom.xml package -Djava.client.out=$(abspath $(JAVA_CLIENT_OUT)) \
+		|| { echo "rocketmq-java-client: could not build the Java client driver (see above)" >&2; exit 1; }
+	touch $@
+
+.PHONY: rocketmq-java-client
+rocketmq-java-client: $(JAVA_CLIENT_STAMP)
+
+rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP)
 
 # --- Interop harness: the official RocketMQ 5 clients as separate processes (tests/interop) ---
 # The Python client gets its own virtualenv: it bundles generated apache.rocketmq.v2
