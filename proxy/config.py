@@ -72,6 +72,14 @@ class ReceiveConfig:
     broker_timeout_s: float = 3.0
     # Deliver to the dead-letter queue instead of the client past this many attempts.
     max_delivery_attempts: int = 17
+    # Push consumers (auto_renew): serve each request on the broker its queue names only
+    # (they poll every broker at once); False serves them as any other request.
+    push_named_broker_only: bool = True
+    # Push consumers: the invisible time of a pop, renewed while the client consumes
+    # (the Apache proxy's renewSliceTimeMillis); and how long a client may stay silent
+    # before its messages are handed back.
+    renew_slice_ms: int = 60_000
+    push_client_idle_s: float = 60.0
 
     def __post_init__(self) -> None:
         self.validate_mode()
