@@ -39,6 +39,7 @@ LANGS = ("python", "node", "java")
 # The one line `rmq-proxy` prints on stdout once it serves.
 READY_LINE = re.compile(r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)\s*$")
 READY_TIMEOUT = 30.0
+RENEW_SLICE_MS = 10_000
 STOP_TIMEOUT = 10.0
 KILL_WAIT = 5.0
 LOG_TAIL = 4000
@@ -122,6 +123,9 @@ def start_proxy(
     stdout_log = workdir / "rmq-proxy.stdout.log"
     stderr_log = workdir / "rmq-proxy.stderr.log"
     cmd, env = proxy_command()
+    # Push consumers' messages are popped for 10 s slices and renewed (60 s by default),
+    # so a test sees a listener outlast a slice within seconds.
+    env.setdefault("RMQ_PROXY_RECEIVE_RENEW_SLICE_MS", str(RENEW_SLICE_MS))
     backend = ["--namesrv", namesrv] if namesrv else ["--embedded-brokers", str(brokers)]
     cmd += [*backend, "--grpc-port", "0", "--http-port", "0"]
     for topic in topics:

@@ -10,9 +10,9 @@ protobuf. Same command line as ``node/client.mjs``::
                                      messages, message i in group "g<i mod G>"
     consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
             [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
-            [--no-ack-first] [--start-only]
+            [--no-ack-first] [--start-only] [--batch B]
         -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group",
-                          "received_at", "ack_at"}],
+                          "receive", "received_at", "ack_at"}],
             "receives": <calls>, "empty_receives": <count>, "errors": [...]}
             (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
     push --endpoint HOST:PORT --group G --topic T --expect N [--fail-first]
@@ -97,6 +97,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--max-rounds", type=int, default=5, help="receive calls at most (default 5)"
     )
     consume.add_argument("--invisible-seconds", type=int, default=30)
+    consume.add_argument(
+        "--batch", type=int, default=MAX_MESSAGES_PER_RECEIVE, help="messages per receive"
+    )
     consume.add_argument("--ack", action="store_true", help="ack every message received")
     consume.add_argument(
         "--change-invisible-seconds",
@@ -251,7 +254,7 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
     while receives < args.max_rounds and (args.expect == 0 or len(messages) < args.expect):
         receives += 1
         try:
-            batch = consumer.receive(MAX_MESSAGES_PER_RECEIVE, args.invisible_seconds)
+            batch = consumer.receive(args.batch, args.invisible_seconds)
         except Exception as exc:
             errors.append(f"receive #{receives}: {describe(exc)}")
             continue
@@ -267,6 +270,7 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
                     "topic": msg.topic,
                     "attempt": msg.delivery_attempt,
                     "group": msg.message_group,
+                    "receive": receives,
                     "received_at": time.time(),
                     "ack_at": None,
                 }
@@ -347,9 +351,7 @@ def push(args: argparse.Namespace) -> dict:
     config = ClientConfiguration(
         args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
     )
-    consumer = PushConsumer(
-        config, args.group, Listener(), {args.topic: FilterExpression("*")}
-    )
+    consumer = PushConsumer(config, args.group, Listener(), {args.topic: FilterExpression("*")})
     consumer.startup()
     try:
         route_endpoints(consumer, args.topic)
