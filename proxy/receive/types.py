@@ -23,8 +23,8 @@ class ReceiveRequest:
     # A FIFO group: every pop and probe is orderly; a retried receive repeats attempt_id.
     fifo: bool = False
     attempt_id: str | None = None
-    # A push consumer's poll (auto_renew): it polls every assigned broker with a request
-    # of its own, so this one is served on the broker it names only (docs/design.md).
+    # Served on the broker it names only (a push consumer's poll, with
+    # receive.push_named_broker_only; docs/design.md).
     named_broker_only: bool = False
     # Decided once, by the engine, before anything else; it travels with the request to
     # the poll and to the record.
