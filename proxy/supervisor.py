@@ -190,9 +190,10 @@ class Supervisor:
         assert self._failed is not None
         ready = asyncio.ensure_future(self._all_ready.wait())
         stop = asyncio.ensure_future(self._stop.wait())
+        waits: set[asyncio.Future[Any]] = {ready, stop, self._failed}
         try:
             done, _ = await asyncio.wait(
-                {ready, stop, self._failed},
+                waits,
                 timeout=READY_TIMEOUT_S + 5.0,
                 return_when=asyncio.FIRST_COMPLETED,
             )

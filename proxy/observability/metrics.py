@@ -241,14 +241,14 @@ class GroupMetrics:
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.registry = CollectorRegistry(auto_describe=True)
-        multiprocess.MultiProcessCollector(self.registry, path=directory)
+        multiprocess.MultiProcessCollector(self.registry, path=directory)  # type: ignore[no-untyped-call]
 
     def set_ready(self, ready: bool) -> None:
         """The workers publish ``rocketmq_proxy_ready`` themselves (live maximum)."""
 
     def mark_dead(self, pid: int) -> None:
         """Drop an exited worker's live gauges (its counters and histograms stay)."""
-        multiprocess.mark_process_dead(pid, self.directory)
+        multiprocess.mark_process_dead(pid, self.directory)  # type: ignore[no-untyped-call]
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         if not accept:
