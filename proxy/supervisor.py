@@ -251,7 +251,7 @@ class Supervisor:
             reason = await self._run_once(slot)
             if self.stopping:
                 return
-            if not self.serving:
+            if not self._all_ready.is_set():  # the group never served: give up
                 assert self._failed is not None
                 if not self._failed.done():
                     self._failed.set_result(f"worker {slot.index}: {reason}")
