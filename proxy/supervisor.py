@@ -147,7 +147,12 @@ class Supervisor:
                 )
                 await cluster.start()
                 config.namesrv_addrs = [cluster.namesrv_address]
-            reservation = reserve_port(config.grpc_host, config.grpc_port)
+            try:
+                reservation = reserve_port(config.grpc_host, config.grpc_port)
+            except OSError as exc:
+                log.error("rmq-proxy did not start: gRPC port %s:%s: %s",
+                          config.grpc_host, config.grpc_port, exc)  # fmt: skip
+                return 1
             config.grpc_port = reservation.getsockname()[1]
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)

@@ -252,3 +252,26 @@ async def test_sigterm_drains_every_worker_and_exits_0(tmp_path: Path) -> None:
     finally:
         await asyncio.gather(*(c.close() for c in clients))
         await stop(g)
+
+
+async def test_a_port_taken_by_another_process_fails_the_start_with_exit_1() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "proxy.cli", "--workers", "2", "--namesrv", "127.0.0.1:1",
+            "--grpc-port", str(taken.getsockname()[1]), "--http-port", "0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 1
+    assert out == b""  # no ready line
+    assert b"Address already in use" in err
