@@ -6,21 +6,23 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-deps test test-fast lint format run clean
-.PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics
+.PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics simulate
 
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
 	@echo "                  (STACK_ARGS=--real: real RocketMQ name server and brokers instead of stubs)"
-	@echo "make lint         ruff"
+	@echo "make lint         ruff, mypy (strict on proxy/ and broker_stub/)"
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
+	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
 	@echo "make rocketmq     fetch the real RocketMQ jars (tests/rocketmq/pom.xml) into .cache/rocketmq"
+	@echo "                  and build the Java client driver (tests/rocketmq/java-client)"
 	@echo "make clean        remove the virtualenv and caches"
 
 $(STAMP): pyproject.toml
@@ -38,6 +40,7 @@ system-deps:
 
 test: system-deps $(STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -46,6 +49,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -82,6 +86,12 @@ bench-real: $(BENCH_STAMP) rocketmq
 bench-broker: $(STAMP)
 	$(BIN)/python tests/bench/bench_broker.py
 
+# P proxies x B brokers x K keys x C consumers through the real receive code on simulated
+# time (docs/scale.md, about 5 minutes); the chart needs matplotlib (the bench extra).
+simulate: $(BENCH_STAMP)
+	$(BIN)/python -m tests.sim.simulate --out results/sim $(SIM_ARGS)
+	$(BIN)/python -m tests.sim.plot --results results/sim/results.json --out docs/scale-parked.png
+
 # The Spark job on 10 million generated records, local[2] (generated once into /tmp):
 # one run in a cold JVM, two warm.
 bench-analytics: $(STAMP)
@@ -93,7 +103,7 @@ bench-calibrate: $(BENCH_STAMP) interop-deps
 	$(BIN)/python -m tests.bench.calibrate_client --out results/bench
 
 clean: clean-interop
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info $(RMQ_CACHE)
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info $(RMQ_CACHE)
 	rm -rf $(DASHBOARD_NODE_DIR)/node_modules $(K8S_NODE_DIR)/node_modules
 
 # --- Real Apache RocketMQ 5 (tests/rocketmq): the name server, broker, Apache proxy and
@@ -113,7 +123,23 @@ $(RMQ_STAMP): tests/rocketmq/pom.xml
 		|| { echo "rocketmq: could not fetch the RocketMQ jars from Maven Central (see above); the real-broker tests cannot run without them" >&2; exit 1; }
 	touch $@
 
-rocketmq: $(RMQ_STAMP)
+# The official Java client's interop driver (tests/rocketmq/java-client): built with its own
+# pom into $(RMQ_CACHE)/java-client (jar + lib/), apart from the server jars in lib/ above.
+JAVA_CLIENT_DIR := tests/rocketmq/java-client
+JAVA_CLIENT_OUT := $(RMQ_CACHE)/java-client
+JAVA_CLIENT_STAMP := $(JAVA_CLIENT_OUT)/.built
+
+$(JAVA_CLIENT_STAMP): $(JAVA_CLIENT_DIR)/pom.xml $(wildcard $(JAVA_CLIENT_DIR)/src/main/java/*/*.java)
+	@command -v $(MVN) >/dev/null || { echo "rocketmq-java-client: Maven ($(MVN)) is required" >&2; exit 1; }
+	rm -rf $(JAVA_CLIENT_OUT)
+	$(MVN) -q -B -f $(JAVA_CLIENT_DIR)/pom.xml package -Djava.client.out=$(abspath $(JAVA_CLIENT_OUT)) \
+		|| { echo "rocketmq-java-client: could not build the Java client driver (see above)" >&2; exit 1; }
+	touch $@
+
+.PHONY: rocketmq-java-client
+rocketmq-java-client: $(JAVA_CLIENT_STAMP)
+
+rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP)
 
 # --- Interop harness: the official RocketMQ 5 clients as separate processes (tests/interop) ---
 # The Python client gets its own virtualenv: it bundles generated apache.rocketmq.v2

@@ -39,7 +39,7 @@ class Broker:
         )
         self.server: RemotingServer | None = None
         self._namesrv_clients = [RemotingClient(addr) for addr in config.namesrv_addrs]
-        self._register_task: asyncio.Task | None = None
+        self._register_task: asyncio.Task[None] | None = None
         self._register_now = asyncio.Event()
         self._started = False
 

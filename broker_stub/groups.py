@@ -8,6 +8,7 @@ when CONSUMER_SEND_MSG_BACK moves a message to ``%DLQ%<group>``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -18,7 +19,7 @@ class GroupConfig:
     consume_enable: bool = True
 
     @classmethod
-    def from_json(cls, body: dict, default_retry_max_times: int) -> GroupConfig:
+    def from_json(cls, body: dict[str, Any], default_retry_max_times: int) -> GroupConfig:
         """From a SubscriptionGroupConfig JSON body (missing fields take the defaults)."""
         return cls(
             name=str(body["groupName"]),

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -35,7 +37,11 @@ class BrokerEntry:
     addrs: dict[int, str] = field(default_factory=dict)
     last_seen: dict[int, float] = field(default_factory=dict)  # loop time per broker id
     timeout: dict[int, float] = field(default_factory=dict)
-    queues: dict[str, dict] = field(default_factory=dict)  # topic -> QueueData JSON
+    queues: dict[str, dict[str, str | int]] = field(default_factory=dict)  # topic -> QueueData JSON
+
+
+# What serves one request code (see ``broker_stub.handlers.dispatch``).
+_Handler = Callable[[RemotingCommand, RemotingConnection], RemotingCommand]
 
 
 class NameServer:
@@ -43,8 +49,8 @@ class NameServer:
         self.config = config or NamesrvConfig()
         self.brokers: dict[str, BrokerEntry] = {}
         self.server: RemotingServer | None = None
-        self._scan_task: asyncio.Task | None = None
-        self._handlers = {
+        self._scan_task: asyncio.Task[None] | None = None
+        self._handlers: dict[int, _Handler] = {
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
             RequestCode.BROKER_HEARTBEAT: self.broker_heartbeat,
@@ -150,7 +156,7 @@ class NameServer:
 
     # -- routes ---------------------------------------------------------------------------
 
-    def route(self, topic: str) -> dict | None:
+    def route(self, topic: str) -> dict[str, object] | None:
         """TopicRouteData as RocketMQ encodes it, or None when no broker serves ``topic``."""
         brokers = [e for e in self.brokers.values() if topic in e.queues and 0 in e.addrs]
         if not brokers:
@@ -201,7 +207,7 @@ class NameServer:
         return cmd.make_response(ResponseCode.SUCCESS, body=orjson.dumps({"topicList": topics}))
 
 
-def _queue_data(broker_name: str, conf: dict) -> dict:
+def _queue_data(broker_name: str, conf: dict[str, Any]) -> dict[str, str | int]:
     return {
         "brokerName": broker_name,
         "perm": int(conf.get("perm", 6)),

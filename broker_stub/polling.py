@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.remoting.command import RemotingCommand
+
 PollKey = tuple[str, str, int]  # topic, group, queue id
 
 
@@ -24,7 +26,7 @@ class Waiter:
     """One parked request. Its future carries the eventual response."""
 
     key: PollKey
-    future: asyncio.Future
+    future: asyncio.Future[RemotingCommand]
     deadline: float  # loop time
     on_wake: Callable[[Waiter], None]
     on_timeout: Callable[[Waiter], None]

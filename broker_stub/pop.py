@@ -16,10 +16,11 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_stub.config import BrokerConfig
-from broker_stub.store import MessageStore
+from broker_stub.store import MessageStore, PutResult
 from broker_stub.topics import TopicTable
 from proxy.remoting.filter import TagFilter
 from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_message
@@ -91,6 +92,10 @@ class PopResult:
         return sum(len(q.offsets) for q in self.queues)
 
 
+# group, topic, queue id, start offset, pop time, invisible time
+CheckpointKey = tuple[str, str, int, int, int, int]
+
+
 @dataclass(slots=True, eq=False)
 class Checkpoint:
     group: str
@@ -105,7 +110,7 @@ class Checkpoint:
     timer: asyncio.TimerHandle | None = None
 
     @property
-    def key(self) -> tuple[str, str, int, int, int, int]:
+    def key(self) -> CheckpointKey:
         # The invisible time is part of it: a change of invisible time in the same
         # millisecond as the pop makes a checkpoint of its own, not a merge into the old one.
         return (
@@ -118,7 +123,7 @@ class Checkpoint:
         )
 
 
-def _info_key(group: str, topic: str, info: PopCheckpointInfo) -> tuple:
+def _info_key(group: str, topic: str, info: PopCheckpointInfo) -> CheckpointKey:
     """The key of the checkpoint a handle names (see ``Checkpoint.key``)."""
     return (group, topic, info.queue_id, info.start_offset, info.pop_time, info.invisible_time)
 
@@ -138,12 +143,12 @@ class PopService:
         self.loop = loop
         self.rng = rng or random.Random()
         self._offsets: dict[tuple[str, str, int], int] = {}
-        self._checkpoints: dict[tuple, Checkpoint] = {}
+        self._checkpoints: dict[CheckpointKey, Checkpoint] = {}
         self._revive_counter = 0
         # retry topic -> (group, original topic), so a revival wakes the right waiters
         self.retry_origins: dict[str, tuple[str, str]] = {}
         # Puts a message honouring its delay (the broker's scheduler); set by the broker.
-        self.put = None
+        self.put: Callable[[MessageExt], PutResult] | None = None
 
     @property
     def checkpoint_count(self) -> int:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import base64
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import orjson
 
 from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.handlers import RequestError, dispatch
-from broker_stub.polling import PollingTable, Waiter
+from broker_stub.polling import PollingTable, PollKey, Waiter
 from broker_stub.pop import PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
@@ -294,7 +294,15 @@ class BrokerProcessor:
             lambda: self._pop_full(cmd, result),
         )
 
-    def _park(self, table, key, deadline_ms, on_wake, on_timeout, when_full) -> Reply:
+    def _park(
+        self,
+        table: PollingTable,
+        key: PollKey,
+        deadline_ms: int,
+        on_wake: Callable[[Waiter], None],
+        on_timeout: Callable[[Waiter], None],
+        when_full: Callable[[], RemotingCommand],
+    ) -> Reply:
         future = self.loop.create_future()
         deadline = self.loop.time() + (deadline_ms - now_ms()) / 1000
         waiter = Waiter(key, future, deadline, on_wake, on_timeout)
@@ -545,7 +553,7 @@ class BrokerProcessor:
         }
         return cmd.make_response(OK, body=orjson.dumps({"table": table}))
 
-    def _first_messages(self):
+    def _first_messages(self) -> Iterator[MessageExt | None]:
         for config in self.topics.all():
             for qid in range(config.read_queue_nums):
                 if self.store.max_offset(config.name, qid) > 0:
@@ -592,7 +600,7 @@ class BrokerProcessor:
         return cmd.make_response(OK, body=orjson.dumps(body))
 
 
-def _fastjson_map(entries: list[tuple[dict, dict]]) -> bytes:
+def _fastjson_map(entries: Sequence[tuple[Mapping[str, object], Mapping[str, object]]]) -> bytes:
     """A JSON-like map with object keys, as fastjson writes a ``Map<MessageQueue, ...>``:
     ``{{"brokerName":..,"queueId":0,"topic":..}:{...}}``. Not valid JSON, but what a Java
     admin client parses (and what a RocketMQ broker sends)."""
@@ -606,7 +614,7 @@ def _host(peer: str) -> tuple[str, int]:
     return (host or "127.0.0.1", int(port) if port.isdigit() else 0)
 
 
-def _set_bits(data: bytes):
+def _set_bits(data: bytes) -> Iterator[int]:
     """Indexes of the set bits of a Java ``BitSet.toByteArray()`` (little-endian)."""
     for byte_index, byte in enumerate(data):
         for bit in range(8):

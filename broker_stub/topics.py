@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.remoting.popinfo import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
@@ -47,7 +48,7 @@ class TopicConfig:
     write_queue_nums: int = 4
     perm: int = PERM_READ_WRITE
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "attributes": {},
             "order": False,
@@ -63,7 +64,9 @@ class TopicConfig:
 class TopicTable:
     """The broker's topics. ``on_change`` fires when one is created (to re-register)."""
 
-    def __init__(self, default_queue_nums: int, on_change=None) -> None:
+    def __init__(
+        self, default_queue_nums: int, on_change: Callable[[], None] | None = None
+    ) -> None:
         self.default_queue_nums = default_queue_nums
         self.on_change = on_change
         self._topics: dict[str, TopicConfig] = {

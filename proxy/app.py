@@ -130,7 +130,7 @@ class ProxyApp:
         if self.events is not None:
             await self.events.close()
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         return {
             "proxy_id": self.config.proxy_id,
             "pid": os.getpid(),

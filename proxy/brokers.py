@@ -77,12 +77,18 @@ class TopicRoute:
 
     @property
     def queues(self) -> list[RouteQueue]:
-        """Every queue, brokers in name order. A client names a queue by its position
-        here (QueryRoute lists them so), which says both the broker and its queue."""
+        """Every queue, interleaved across the brokers (queue 0 of each broker in name order,
+        then queue 1, ...). A client names a queue by its position here (QueryRoute lists
+        them so), which says both the broker and its queue. Interleaved because the official
+        clients take queues round-robin: grouped by broker, a SimpleConsumer would name the
+        same broker for as many receives in a row as it has queues, and a coupled poll (which
+        pops only the broker named) would leave the other brokers' messages waiting."""
+        depth = {b.name: max(b.read_queues, b.write_queues) for b in self.brokers}
         return [
             RouteQueue(broker, queue_id)
+            for queue_id in range(max(depth.values(), default=0))
             for broker in self.brokers
-            for queue_id in range(max(broker.read_queues, broker.write_queues))
+            if queue_id < depth[broker.name]
         ]
 
 

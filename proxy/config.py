@@ -12,6 +12,7 @@ import enum
 import os
 import socket
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,11 @@ class ReceiveConfig:
     # Limits.
     max_in_flight: int = 20_000
     max_probes_per_poll: int = 64
+    # NOTIFICATION probes this proxy keeps on one broker at most (0: one per key with a
+    # waiting poll, no limit). Past it, keys take turns of `probe_slice_s` (docs/scale.md:
+    # set it to about 80,000 / proxies, under a broker's limit of 100,000 parked).
+    max_probes_per_broker: int = 0
+    probe_slice_s: float = 5.0
     # Messages popped but not delivered go back with this invisible time.
     nack_invisible_ms: int = 1_000
     # Broker calls that do not wait for messages.
@@ -154,7 +160,7 @@ def default_workers() -> int:
 
 
 def load(
-    path: str | None = None, env: dict[str, str] | None = None, **overrides: Any
+    path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any
 ) -> ProxyConfig:
     """Build the configuration: defaults < TOML file < environment < ``overrides``.
 
@@ -190,7 +196,7 @@ def _apply(target: Any, values: dict[str, Any], source: str) -> None:
         setattr(target, key, value)
 
 
-def _from_env(env: dict[str, str] | os._Environ, prefix: str, cls: type) -> dict[str, Any]:
+def _from_env(env: Mapping[str, str], prefix: str, cls: type) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         raw = env.get(prefix + f.name.upper())

@@ -15,6 +15,7 @@ import logging
 import signal
 import sys
 from datetime import date
+from types import FrameType
 
 from proxy.analytics.durations import check_window, parse_duration
 from proxy.analytics.job import DEFAULT_JOB, JobOptions
@@ -162,7 +163,7 @@ def _log_to_stderr(level: int) -> None:
     if not any(getattr(h, "_rmq_report", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-        handler._rmq_report = True  # type: ignore[attr-defined]
+        handler._rmq_report = True  # type: ignore[attr-defined]  # our marker, read by getattr
         logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
@@ -172,7 +173,7 @@ def _stop_on_signals() -> dict[str, bool]:
     """SIGINT/SIGTERM end a running stream after its current micro-batch."""
     flag = {"requested": False}
 
-    def request(signum, frame) -> None:
+    def request(signum: int, frame: FrameType | None) -> None:
         flag["requested"] = True
 
     signal.signal(signal.SIGINT, request)

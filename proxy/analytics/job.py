@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from proxy.analytics.aggregate import aggregate, output_schema
 from proxy.analytics.model import Summary
@@ -144,7 +145,7 @@ def run_stream(
     summary = Summary(source=opts.events, window_s=opts.window_s)
     try:
         while query.isActive:
-            query.awaitTermination(0.25)
+            query.awaitTermination(0.25)  # type: ignore[arg-type]  # annotated int, takes seconds as a float
             if _collect_progress(query, state) and not opts.once:
                 _report_stream(spark, opts, state, summary, on_batch)
             if should_stop():
@@ -159,7 +160,7 @@ def run_stream(
     return _report_stream(spark, opts, state, summary, None)
 
 
-def _collect_progress(query, state: _StreamState) -> bool:
+def _collect_progress(query: StreamingQuery, state: _StreamState) -> bool:
     """Add the input counters of progress reports not seen yet; True if there were any
     that read data."""
     new = False

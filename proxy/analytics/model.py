@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from proxy.analytics.recommend import Recommendation
 
@@ -35,7 +36,7 @@ class WindowRow:
     wait_p99_ms: int
 
     @classmethod
-    def from_dict(cls, values: dict) -> WindowRow:
+    def from_dict(cls, values: dict[str, Any]) -> WindowRow:
         return cls(**{name: values[name] for name in cls.__slots__})
 
 

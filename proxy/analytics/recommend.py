@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypedDict
 
 from proxy.config import ReceiveConfig
 
@@ -102,12 +103,24 @@ def recommend(
     return [_one(g, t, by_key[(g, t)], target, min_requests) for g, t in sorted(by_key)]
 
 
+class _Base(TypedDict):
+    """The fields every recommendation of a (group, topic) shares."""
+
+    group: str
+    topic: str
+    windows: int
+    requests: int
+    max_rate: float
+    overall_hit_ratio: float
+    target: float
+
+
 def _one(
     group: str, topic: str, points: list[RatePoint], target: float, min_requests: int
 ) -> Recommendation:
     requests = sum(p.requests for p in points)
     hits = sum(p.hits for p in points)
-    base = {
+    base: _Base = {
         "group": group,
         "topic": topic,
         "windows": len(points),

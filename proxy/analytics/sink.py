@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from proxy.analytics.schema import PARTITION_DATE, ROW_KEY
 
@@ -30,12 +31,15 @@ def write_dates(aggregates: DataFrame, out: str) -> None:
 def path_exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` exists, on whatever file system its URI names (via Hadoop)."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set while a context runs
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     return bool(fs.exists(hadoop_path))
 
 
-def read_dates(spark: SparkSession, out: str, schema, dates: list[str] | None) -> DataFrame:
+def read_dates(
+    spark: SparkSession, out: str, schema: StructType, dates: list[str] | None
+) -> DataFrame:
     """The stored aggregates (of ``dates`` if given); empty if nothing is stored yet."""
     if not path_exists(spark, out):
         return spark.createDataFrame([], schema)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from proxy.analytics.model import Summary, Totals, WindowRow
@@ -24,6 +24,13 @@ def _utc(seconds: int | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
+def _only_row(aggregate: DataFrame) -> Row:
+    """The row of an aggregate without grouping: Spark gives one even over no input."""
+    row = aggregate.first()
+    assert row is not None
+    return row
+
+
 def summarize(
     stored: DataFrame,
     summary: Summary,
@@ -36,7 +43,7 @@ def summarize(
     window, or the newest window if none is complete yet."""
     start = F.unix_seconds("window_start")
     end = F.unix_seconds("window_end")
-    bounds = stored.agg(F.min(start).alias("first"), F.max(end).alias("last")).first()
+    bounds = _only_row(stored.agg(F.min(start).alias("first"), F.max(end).alias("last")))
     summary.first_window = _utc(bounds["first"])
     summary.last_window_end = _utc(bounds["last"])
 
@@ -52,12 +59,12 @@ def summarize(
     )
     summary.totals = [Totals(**row.asDict()) for row in totals]
 
-    latest_start = stored.where(end <= F.lit(int(complete_before))).agg(F.max(start)).first()[0]
+    latest_start = _only_row(stored.where(end <= F.lit(int(complete_before))).agg(F.max(start)))[0]
     summary.latest_complete = latest_start is not None
     if latest_start is None:
         # A log younger than window + lateness has no complete window yet: show and push
         # the newest one rather than nothing (it is replaced as it fills up).
-        latest_start = stored.agg(F.max(start)).first()[0]
+        latest_start = _only_row(stored.agg(F.max(start)))[0]
     if latest_start is not None:
         rows = (
             stored.where(start == F.lit(latest_start))

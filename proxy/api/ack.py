@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import time
 
-import grpc
-
 from proxy.api import validation as check
+from proxy.api.context import Context
 from proxy.api.errors import ApiError, Code, ack_error, dead_letter_error, ok
 from proxy.api.handles import parse_receipt_handle
 from proxy.api.v2 import definition_pb2 as pb
@@ -23,7 +22,7 @@ class AckActivity:
         self.max_delivery_attempts = max_delivery_attempts
 
     async def ack_message(
-        self, request: api.AckMessageRequest, context: grpc.aio.ServicerContext
+        self, request: api.AckMessageRequest, context: Context
     ) -> api.AckMessageResponse:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
@@ -58,7 +57,7 @@ class AckActivity:
         return api.AckMessageResponse(status=status, entries=entries)
 
     async def change_invisible_duration(
-        self, request: api.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+        self, request: api.ChangeInvisibleDurationRequest, context: Context
     ) -> api.ChangeInvisibleDurationResponse:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
@@ -77,7 +76,7 @@ class AckActivity:
     async def forward_message_to_dead_letter_queue(
         self,
         request: api.ForwardMessageToDeadLetterQueueRequest,
-        context: grpc.aio.ServicerContext,
+        context: Context,
     ) -> api.ForwardMessageToDeadLetterQueueResponse:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)

@@ -16,7 +16,7 @@ Code = pb.Code
 class ApiError(Exception):
     """Answer the request with ``code`` and ``message`` (a RocketMQ v2 status)."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: Code, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -44,7 +44,7 @@ def route_error(topic: str, exc: Exception) -> ApiError:
     return ApiError(Code.INTERNAL_SERVER_ERROR, f"no route for {topic!r}: {exc}")
 
 
-_SEND_CODES = {
+_SEND_CODES: dict[int, Code] = {
     ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
     ResponseCode.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     ResponseCode.INVALID_PARAMETER: Code.BAD_REQUEST,
@@ -53,7 +53,7 @@ _SEND_CODES = {
 }
 
 # A handle the broker refuses is invalid for the client, whatever the broker's reason.
-_ACK_CODES = {
+_ACK_CODES: dict[int, Code] = {
     ResponseCode.NO_MESSAGE: Code.INVALID_RECEIPT_HANDLE,
     ResponseCode.MESSAGE_ILLEGAL: Code.INVALID_RECEIPT_HANDLE,
     ResponseCode.INVALID_PARAMETER: Code.INVALID_RECEIPT_HANDLE,

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
-
 from proxy.api import validation as check
+from proxy.api.context import Context
 from proxy.api.convert import timestamp, to_api_message
 from proxy.api.errors import ApiError, Code, code_name, ok, route_error
 from proxy.api.v2 import definition_pb2 as pb
@@ -43,9 +42,7 @@ class ReceiveActivity:
         self.recorder = recorder
         self.accepting = True  # off while the proxy shuts down
 
-    async def receive_message(
-        self, request: api.ReceiveMessageRequest, context: grpc.aio.ServicerContext
-    ) -> None:
+    async def receive_message(self, request: api.ReceiveMessageRequest, context: Context) -> None:
         loop = asyncio.get_running_loop()
         rec = ReceiveRecord(
             arrived_at=loop.time(),
@@ -82,7 +79,7 @@ class ReceiveActivity:
     def _translate(
         self,
         request: api.ReceiveMessageRequest,
-        context: grpc.aio.ServicerContext,
+        context: Context,
         rec: ReceiveRecord,
     ) -> ReceiveRequest:
         """The poll the client asked for, within RocketMQ's bounds. Fills in the record as
@@ -130,7 +127,7 @@ class ReceiveActivity:
     async def _write(
         self,
         messages: list[PolledMessage],
-        context: grpc.aio.ServicerContext,
+        context: Context,
         rec: ReceiveRecord,
     ) -> None:
         """Write the answer; hand back, and leave out of the record, every message the

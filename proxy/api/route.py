@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import grpc
-
 from proxy.api import validation as check
+from proxy.api.context import Context
 from proxy.api.errors import ok, route_error
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
@@ -37,7 +36,7 @@ class RouteActivity:
         )
 
     async def query_route(
-        self, request: api.QueryRouteRequest, context: grpc.aio.ServicerContext
+        self, request: api.QueryRouteRequest, context: Context
     ) -> api.QueryRouteResponse:
         topic = check.validate_topic(request.topic.name)
         route = await topic_route(self.pool, topic)
@@ -55,7 +54,7 @@ class RouteActivity:
         return api.QueryRouteResponse(status=ok(), message_queues=queues)
 
     async def query_assignment(
-        self, request: api.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+        self, request: api.QueryAssignmentRequest, context: Context
     ) -> api.QueryAssignmentResponse:
         """Push consumers: one assignment per readable broker, any queue (queue id -1)."""
         topic = check.validate_topic(request.topic.name)
@@ -77,7 +76,7 @@ class RouteActivity:
         return api.QueryAssignmentResponse(status=ok(), assignments=assignments)
 
 
-def _permission(readable: bool, writable: bool) -> int:
+def _permission(readable: bool, writable: bool) -> pb.Permission:
     if readable and writable:
         return pb.Permission.READ_WRITE
     if readable:

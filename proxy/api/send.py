@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import time
 
-import grpc
-
 from proxy.api import validation as check
+from proxy.api.context import Context
 from proxy.api.convert import decoded_body
 from proxy.api.errors import ApiError, Code, code_name, ok, send_error
 from proxy.api.route import topic_route
@@ -34,7 +33,7 @@ class SendActivity:
         self._ids = UniqueIdGenerator()
 
     async def send_message(
-        self, request: api.SendMessageRequest, context: grpc.aio.ServicerContext
+        self, request: api.SendMessageRequest, context: Context
     ) -> api.SendMessageResponse:
         if not request.messages:
             raise ApiError(Code.BAD_REQUEST, "no message to send")

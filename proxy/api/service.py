@@ -17,22 +17,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
-
-import grpc
+from typing import Protocol, TypeVar
 
 from proxy.api import validation as check
 from proxy.api.ack import AckActivity
+from proxy.api.context import Context
 from proxy.api.errors import ApiError, Code, code_name
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
 from proxy.api.session import SessionActivity
+from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.observability.metrics import ProxyMetrics
 
-Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+class _Answer(Protocol):
+    """Every unary response: it carries the status the clients read."""
+
+    @property
+    def status(self) -> pb.Status: ...
+
+
+RequestT = TypeVar("RequestT")
+ResponseT = TypeVar("ResponseT", bound=_Answer)
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -54,8 +63,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.metrics = metrics
 
     async def _unary(
-        self, rpc: str, handler: Handler, request: Any, context: grpc.aio.ServicerContext
-    ) -> Any:
+        self,
+        rpc: str,
+        handler: Callable[[RequestT, Context], Awaitable[ResponseT]],
+        request: RequestT,
+        context: Context,
+    ) -> ResponseT:
         start = time.perf_counter()
         try:
             check.require_client_id(context)
@@ -70,41 +83,59 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- route and session ----------------------------------------------------------------
 
-    async def QueryRoute(self, request, context):
+    async def QueryRoute(
+        self, request: api.QueryRouteRequest, context: Context
+    ) -> api.QueryRouteResponse:
         return await self._unary("QueryRoute", self.route.query_route, request, context)
 
-    async def QueryAssignment(self, request, context):
+    async def QueryAssignment(
+        self, request: api.QueryAssignmentRequest, context: Context
+    ) -> api.QueryAssignmentResponse:
         return await self._unary("QueryAssignment", self.route.query_assignment, request, context)
 
-    async def Heartbeat(self, request, context):
+    async def Heartbeat(
+        self, request: api.HeartbeatRequest, context: Context
+    ) -> api.HeartbeatResponse:
         return await self._unary("Heartbeat", self.session.heartbeat, request, context)
 
-    async def NotifyClientTermination(self, request, context):
+    async def NotifyClientTermination(
+        self, request: api.NotifyClientTerminationRequest, context: Context
+    ) -> api.NotifyClientTerminationResponse:
         return await self._unary(
             "NotifyClientTermination", self.session.notify_client_termination, request, context
         )
 
-    async def Telemetry(self, request_iterator, context) -> AsyncIterator[api.TelemetryCommand]:
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[api.TelemetryCommand], context: Context
+    ) -> AsyncIterator[api.TelemetryCommand]:
         async for command in self.session.telemetry(request_iterator, context):
             yield command
 
     # -- messages -------------------------------------------------------------------------
 
-    async def SendMessage(self, request, context):
+    async def SendMessage(
+        self, request: api.SendMessageRequest, context: Context
+    ) -> api.SendMessageResponse:
         return await self._unary("SendMessage", self.send.send_message, request, context)
 
-    async def ReceiveMessage(self, request, context):
+    async def ReceiveMessage(self, request: api.ReceiveMessageRequest, context: Context) -> None:
         await self.receive.receive_message(request, context)
 
-    async def AckMessage(self, request, context):
+    async def AckMessage(
+        self, request: api.AckMessageRequest, context: Context
+    ) -> api.AckMessageResponse:
         return await self._unary("AckMessage", self.ack.ack_message, request, context)
 
-    async def ChangeInvisibleDuration(self, request, context):
+    async def ChangeInvisibleDuration(
+        self, request: api.ChangeInvisibleDurationRequest, context: Context
+    ) -> api.ChangeInvisibleDurationResponse:
         return await self._unary(
             "ChangeInvisibleDuration", self.ack.change_invisible_duration, request, context
         )
 
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: api.ForwardMessageToDeadLetterQueueRequest, context: Context
+    ) -> api.ForwardMessageToDeadLetterQueueResponse:
         return await self._unary(
             "ForwardMessageToDeadLetterQueue",
             self.ack.forward_message_to_dead_letter_queue,
@@ -114,27 +145,37 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- what this proxy does not serve ---------------------------------------------------
 
-    async def _not_supported(self, rpc: str) -> Any:
+    async def _not_supported(self, rpc: str, answer: Callable[..., ResponseT]) -> ResponseT:
         err = ApiError(Code.NOT_IMPLEMENTED, f"{rpc} is not supported by this proxy")
         self._observe(rpc, err.code, 0.0)
-        return getattr(api, f"{rpc}Response")(status=err.status)
+        return answer(status=err.status)
 
-    async def UpdateOffset(self, request, context):
-        return await self._not_supported("UpdateOffset")
+    async def UpdateOffset(
+        self, request: api.UpdateOffsetRequest, context: Context
+    ) -> api.UpdateOffsetResponse:
+        return await self._not_supported("UpdateOffset", api.UpdateOffsetResponse)
 
-    async def GetOffset(self, request, context):
-        return await self._not_supported("GetOffset")
+    async def GetOffset(
+        self, request: api.GetOffsetRequest, context: Context
+    ) -> api.GetOffsetResponse:
+        return await self._not_supported("GetOffset", api.GetOffsetResponse)
 
-    async def QueryOffset(self, request, context):
-        return await self._not_supported("QueryOffset")
+    async def QueryOffset(
+        self, request: api.QueryOffsetRequest, context: Context
+    ) -> api.QueryOffsetResponse:
+        return await self._not_supported("QueryOffset", api.QueryOffsetResponse)
 
-    async def EndTransaction(self, request, context):
-        return await self._not_supported("EndTransaction")
+    async def EndTransaction(
+        self, request: api.EndTransactionRequest, context: Context
+    ) -> api.EndTransactionResponse:
+        return await self._not_supported("EndTransaction", api.EndTransactionResponse)
 
-    async def RecallMessage(self, request, context):
-        return await self._not_supported("RecallMessage")
+    async def RecallMessage(
+        self, request: api.RecallMessageRequest, context: Context
+    ) -> api.RecallMessageResponse:
+        return await self._not_supported("RecallMessage", api.RecallMessageResponse)
 
-    async def PullMessage(self, request, context):
+    async def PullMessage(self, request: api.PullMessageRequest, context: Context) -> None:
         err = ApiError(Code.NOT_IMPLEMENTED, "PullMessage is not supported by this proxy")
         await context.write(api.PullMessageResponse(status=err.status))
 

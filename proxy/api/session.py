@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import grpc
-
 from proxy.api import validation as check
+from proxy.api.context import Context
 from proxy.api.errors import ApiError, ok
 from proxy.api.settings import answer_settings
 from proxy.api.v2 import service_pb2 as api
@@ -21,19 +20,19 @@ class SessionActivity:
         self.config = config
 
     async def heartbeat(
-        self, request: api.HeartbeatRequest, context: grpc.aio.ServicerContext
+        self, request: api.HeartbeatRequest, context: Context
     ) -> api.HeartbeatResponse:
         return api.HeartbeatResponse(status=ok())
 
     async def notify_client_termination(
-        self, request: api.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
+        self, request: api.NotifyClientTerminationRequest, context: Context
     ) -> api.NotifyClientTerminationResponse:
         return api.NotifyClientTerminationResponse(status=ok())
 
     async def telemetry(
         self,
         commands: AsyncIterator[api.TelemetryCommand],
-        context: grpc.aio.ServicerContext,
+        context: Context,
     ) -> AsyncIterator[api.TelemetryCommand]:
         """Answer each Settings the client writes with the completed settings, status OK."""
         try:

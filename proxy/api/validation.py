@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from proxy.api.context import Context
 from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.filter import FilterExpressionError, TagFilter
@@ -73,7 +74,7 @@ RESERVED_PROPERTIES = {
 }
 
 
-def require_client_id(context: grpc.aio.ServicerContext) -> str:
+def require_client_id(context: Context) -> str:
     """Every RPC names its client in the metadata; the clients always send it."""
     for key, value in context.invocation_metadata() or ():
         if key == CLIENT_ID_HEADER and isinstance(value, str) and value.strip():
@@ -146,7 +147,7 @@ def validate_tag(tag: str) -> str:
     return tag
 
 
-def validate_keys(keys) -> list[str]:
+def validate_keys(keys: Sequence[str]) -> list[str]:
     for key in keys:
         if not key.strip() or has_control_chars(key):
             raise ApiError(

@@ -212,7 +212,7 @@ class EventLog:
                 if item is _STOP:
                     stopping = True
                     break
-                self._append(item)  # type: ignore[arg-type]
+                self._append(item)  # type: ignore[arg-type]  # an event once it is not _STOP
                 n += 1
                 if n >= _BATCH:
                     break

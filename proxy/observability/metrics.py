@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import metadata
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 # Client waits run from ~1 ms (short-polling hit) to the 20 s maximum long poll plus the
 # client's own slack, so the buckets go up to 30 s.
@@ -257,7 +259,16 @@ class GroupMetrics:
         return encoder(self.registry), content_type
 
 
-def _child(cache: dict, metric, key: tuple, make_labels: Callable[[], tuple] | None = None):
+KeyT = TypeVar("KeyT", bound=tuple[object, ...])
+MetricT = TypeVar("MetricT", bound=MetricWrapperBase)
+
+
+def _child(
+    cache: dict[KeyT, MetricT],
+    metric: MetricT,
+    key: KeyT,
+    make_labels: Callable[[], tuple[str, ...]] | None = None,
+) -> MetricT:
     """The labelled child of ``metric`` for ``key``, created once: ``labels()`` takes a
     lock and hashes strings, and these calls run on every request. The key is the label
     values unless ``make_labels`` turns it into them (called only on the first use)."""

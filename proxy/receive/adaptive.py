@@ -82,7 +82,7 @@ class AdaptiveSwitch:
         entry = self._keys.get((group, topic))
         return entry.mode if entry is not None else PollMode.NOTIFY
 
-    def snapshot(self, now: float) -> list[dict]:
+    def snapshot(self, now: float) -> list[dict[str, str | float]]:
         """Mode and rate of every (group, topic) seen within the window."""
         return [
             {"group": g, "topic": t, "mode": e.mode.value, "rate": round(e.window.rate(now), 3)}

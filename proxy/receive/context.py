@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.processor.consumer import Popped
@@ -47,8 +48,8 @@ class PollContext:
         self._first_index = first_broker_index
         # One plain future at a time carries every wait of the poll; an idle poll is held
         # by thousands, so no task, queue or event per poll.
-        self._waiter: asyncio.Future | None = None
-        self._has_msg: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._has_msg: asyncio.Future[None] | None = None
 
     # -- time -----------------------------------------------------------------------------
 
@@ -80,7 +81,7 @@ class PollContext:
         finally:
             self._has_msg = None
 
-    async def wait_done(self, future: asyncio.Future, limit_s: float) -> bool:
+    async def wait_done(self, future: asyncio.Future[Any], limit_s: float) -> bool:
         """Wait until ``future`` is done, ``limit_s`` passes or the poll stops; True if done.
         The future itself is left alone (a pop goes on and hands back what it brings)."""
         if future.done() or self.stopped or limit_s <= 0:
@@ -174,7 +175,9 @@ class PollContext:
         return [PolledMessage(broker.name, req.group, m) for m in result.messages]
 
 
-def _hand_back_done(call: asyncio.Future, hand_back, reason: str) -> None:
+def _hand_back_done(
+    call: asyncio.Future[PopResult], hand_back: Callable[[PopResult, str], None], reason: str
+) -> None:
     if call.cancelled() or call.exception() is not None:
         return
     hand_back(call.result(), reason)

@@ -12,6 +12,7 @@ import itertools
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from proxy.brokers import BrokerPool
 from proxy.config import PollMode, ReceiveConfig, ReceiveMode
@@ -41,8 +42,10 @@ class ReceiveEngine:
         pool: BrokerPool,
         consumer: ConsumerProcessor,
         metrics: ProxyMetrics,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self.clock = clock  # the adaptive switch's time (the fleet simulator's is simulated)
         self.pool = pool
         self.consumer = consumer
         self.metrics = metrics
@@ -51,6 +54,8 @@ class ReceiveEngine:
             max_poll_ms=config.max_polling_ms,
             broker_timeout_s=config.broker_timeout_s,
             on_result=metrics.notification,
+            max_per_broker=config.max_probes_per_broker,
+            slice_s=config.probe_slice_s,
         )
         self.misses = MissMemory()
         self.switch = AdaptiveSwitch(
@@ -69,7 +74,7 @@ class ReceiveEngine:
         """The mode of one new request of (group, topic), counting it (adaptive)."""
         if self.config.mode is not ReceiveMode.ADAPTIVE:
             return self.config.mode.initial_poll_mode
-        mode, switched = self.switch.choose(group, topic, time.monotonic())
+        mode, switched = self.switch.choose(group, topic, self.clock())
         if switched:
             log.info("%s/%s switched to %s polling", group, topic, mode)
             self.metrics.mode_switch(group, topic, mode)
@@ -144,7 +149,7 @@ class ReceiveEngine:
             "probe_watchers": self.hub.watchers,
             "probes_sent": self.hub.probes_sent,
             "nacked": self.consumer.nacked,
-            "adaptive": self.switch.snapshot(time.monotonic()),
+            "adaptive": self.switch.snapshot(self.clock()),
         }
 
     def stop_polls(self) -> None:

@@ -10,6 +10,14 @@ then probes again for the others; a broker with a backlog answers the next probe
 Sharing keeps broker-side parked requests at (brokers x keys) instead of (brokers x polls),
 and no probe is left parked on behalf of a poll that has already finished while another
 poll of this proxy waits on the same key.
+
+With ``max_per_broker`` set, the hub keeps at most that many probes per broker. A key
+that finds them all taken waits in the broker's queue; while any key waits, a probe is
+parked for at most ``slice_s`` and then gives its place to the first waiting key and goes
+to the back of the queue (fair rotation). A broker holds at most P x max_per_broker
+probes from a fleet of P proxies, however many keys they serve. A key not probed by this
+proxy for a while is, with many proxies, almost always probed by another one that has a
+consumer of the same group waiting (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -54,8 +62,10 @@ class Watch:
 @dataclass(eq=False, slots=True)
 class _Key:
     watchers: deque[Watch] = field(default_factory=deque)
-    probe: asyncio.Task | None = None
+    probe: asyncio.Task[None] | None = None
     consumed: asyncio.Event = field(default_factory=asyncio.Event)
+    queued: bool = False  # waiting in its broker's queue for a probe slot
+    probes: int = 0  # sent by the running probe loop
 
 
 class ProbeHub:
@@ -67,8 +77,14 @@ class ProbeHub:
         broker_timeout_s: float = 3.0,
         error_backoff_s: float = 1.0,
         on_result: Callable[[str, str], None] | None = None,  # (broker, true/false/error)
+        max_per_broker: int = 0,  # probes per broker at most (0: no limit)
+        slice_s: float = 5.0,  # a probe's time while other keys wait for its place
     ) -> None:
         self.pool = pool
+        self.max_per_broker = max_per_broker
+        self.slice_s = slice_s
+        self._holding: dict[str, int] = {}  # broker -> probe loops running
+        self._queue: dict[str, deque[tuple[ProbeKey, _Key]]] = {}  # broker -> waiting keys
         self.max_poll_ms = max_poll_ms
         self.broker_timeout_s = broker_timeout_s
         self.error_backoff_s = error_backoff_s
@@ -99,8 +115,11 @@ class ProbeHub:
         if state is None:
             state = self._keys[key] = _Key()
         state.watchers.append(watch)
-        if state.probe is None:
-            self._start_probe(key, state)
+        if state.probe is None and not state.queued:
+            if self._slot_free(key[0]):
+                self._start_probe(key, state)
+            else:
+                self._enqueue(key, state)
         return watch
 
     def release(self, watch: Watch) -> None:
@@ -114,8 +133,8 @@ class ProbeHub:
                     state.watchers.remove(watch)
             else:  # NOTIFIED: its pop is over (or will not happen); probe for the others
                 state.consumed.set()
-            if not state.watchers and state.probe is None:
-                del self._keys[watch.key]
+            if not state.watchers and state.probe is None and self._keys.get(watch.key) is state:
+                del self._keys[watch.key]  # a queued entry of it is skipped when its turn comes
         watch.state = WatchState.RELEASED
 
     async def close(self) -> None:
@@ -123,6 +142,7 @@ class ProbeHub:
         for timer in self._restarts:
             timer.cancel()
         self._restarts.clear()
+        self._queue.clear()
         probes = [k.probe for k in self._keys.values() if k.probe is not None]
         for probe in probes:
             probe.cancel()
@@ -134,7 +154,42 @@ class ProbeHub:
     def _start_probe(self, key: ProbeKey, state: _Key) -> None:
         task = asyncio.ensure_future(self._probe_loop(key, state))
         state.probe = task
+        self._holding[key[0]] = self._holding.get(key[0], 0) + 1
         task.add_done_callback(functools.partial(self._probe_done, key, state))
+
+    # -- probe slots per broker (max_per_broker) --------------------------------------------
+
+    def _slot_free(self, broker: str) -> bool:
+        return not self.max_per_broker or self._holding.get(broker, 0) < self.max_per_broker
+
+    def _enqueue(self, key: ProbeKey, state: _Key) -> None:
+        state.queued = True
+        self._queue.setdefault(key[0], deque()).append((key, state))
+
+    def _others_wait(self, broker: str) -> bool:
+        return bool(self.max_per_broker and self._queue.get(broker))
+
+    def _slot_freed(self, broker: str) -> None:
+        """A probe of ``broker`` ended: its place goes to the first key still watched."""
+        held = self._holding.get(broker, 1) - 1
+        if held:
+            self._holding[broker] = held
+        else:
+            self._holding.pop(broker, None)
+        queue = self._queue.get(broker)
+        now = asyncio.get_running_loop().time()
+        while queue and self._slot_free(broker) and not self._closed:
+            key, state = queue.popleft()
+            state.queued = False
+            self._drop_expired(state, now)
+            if self._keys.get(key) is not state or state.probe is not None:
+                continue
+            if state.watchers:
+                self._start_probe(key, state)
+            else:
+                del self._keys[key]
+        if queue is not None and not queue:
+            del self._queue[broker]
 
     def _probe_done(self, key: ProbeKey, state: _Key, task: asyncio.Task[None]) -> None:
         """A probe loop that raised (a defect, not a broker error: those it handles) is
@@ -160,10 +215,14 @@ class ProbeHub:
     async def _probe_loop(self, key: ProbeKey, state: _Key) -> None:
         broker, group, topic = key
         loop = asyncio.get_running_loop()
+        rotate = False  # give the place to a waiting key and queue again
         try:
             while True:
                 self._drop_expired(state, loop.time())
                 if not state.watchers:
+                    return
+                if self._others_wait(broker) and state.probes:
+                    rotate = True
                     return
                 client = self.pool.broker(broker)
                 if client is None:
@@ -172,6 +231,9 @@ class ProbeHub:
                 if longest < MIN_PROBE_S:
                     return  # these polls answer in a moment; a probe could not help them
                 poll_ms = min(int(longest * 1000), self.max_poll_ms)
+                if self._others_wait(broker):
+                    poll_ms = min(poll_ms, int(self.slice_s * 1000))
+                state.probes += 1
                 state.watchers[0].on_probe_sent()
                 self.probes_sent += 1
                 try:
@@ -195,8 +257,12 @@ class ProbeHub:
                     await self._notify_one(state, broker)
         finally:
             state.probe = None
-            if not state.watchers and self._keys.get(key) is state:
+            state.probes = 0
+            if rotate and not self._closed:
+                self._enqueue(key, state)
+            elif not state.watchers and self._keys.get(key) is state:
                 del self._keys[key]
+            self._slot_freed(broker)
 
     async def _notify_one(self, state: _Key, broker: str) -> None:
         """Tell the oldest watcher; wait until it has popped before probing again."""

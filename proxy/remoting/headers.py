@@ -51,7 +51,7 @@ class Header:
 
     def encode(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for f, _ in _fields(type(self)):
+        for f, _ in _fields(type(self)):  # type: ignore[arg-type]  # a class is hashable: mypy#11470
             value = getattr(self, f.name)
             if value is None:
                 continue
@@ -66,7 +66,7 @@ class Header:
         if cls.ALIASES:
             raw = {cls.ALIASES.get(k, k): v for k, v in raw.items()}
         values: dict[str, Any] = {}
-        for f, kind in _fields(cls):
+        for f, kind in _fields(cls):  # type: ignore[arg-type]  # a class is hashable: mypy#11470
             name = f.metadata["wire"]
             text = raw.get(name)
             if text is None or text == "":

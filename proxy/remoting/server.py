@@ -31,7 +31,7 @@ class RemotingServer:
         self._processor = processor
         self._max_frame = max_frame
         self._server: asyncio.Server | None = None
-        self._pending: dict[RemotingConnection, set[asyncio.Future]] = {}
+        self._pending: dict[RemotingConnection, set[asyncio.Future[RemotingCommand | None]]] = {}
         self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -78,7 +78,10 @@ class RemotingServer:
         future.add_done_callback(lambda f: self._finish(conn, cmd, f))
 
     def _finish(
-        self, conn: RemotingConnection, cmd: RemotingCommand, future: asyncio.Future
+        self,
+        conn: RemotingConnection,
+        cmd: RemotingCommand,
+        future: asyncio.Future[RemotingCommand | None],
     ) -> None:
         pending = self._pending.get(conn)
         if pending is not None:
@@ -86,6 +89,7 @@ class RemotingServer:
         if future.cancelled():
             return
         exc = future.exception()
+        reply: RemotingCommand | None
         if exc is not None:
             log.error("request code %s failed", cmd.code, exc_info=exc)
             reply = cmd.make_response(

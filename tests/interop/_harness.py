@@ -2,7 +2,8 @@
 
 Everything here is a separate process on 127.0.0.1 with a free port, started and stopped by
 pid with bounded waits. The official clients run in their own runtimes (``.venv-interop`` for
-Python, ``tests/interop/node`` for Node.js), installed by ``make interop-deps``.
+Python, ``tests/interop/node`` for Node.js, both from ``make interop-deps``; a JVM with
+``.cache/rocketmq/java-client`` for Java, from ``make rocketmq``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ PYTHON_DRIVER = INTEROP_DIR / "python_client.py"
 NODE_DIR = INTEROP_DIR / "node"
 NODE_DRIVER = NODE_DIR / "client.mjs"
 NODE_CLIENT_PACKAGE = NODE_DIR / "node_modules" / "rocketmq-client-nodejs"
-LANGS = ("python", "node")
+#: Built by ``make rocketmq`` from tests/rocketmq/java-client (its own pom), apart from the
+#: server jars in .cache/rocketmq/lib: the two classpaths never mix.
+JAVA_CLIENT_DIR = REPO / ".cache" / "rocketmq" / "java-client"
+JAVA_CLIENT_JAR = JAVA_CLIENT_DIR / "interop-java-client.jar"
+JAVA_CLIENT_MAIN = "interop.JavaClient"
+# A short-lived client JVM: C1 only and the serial collector start fastest on 2 cores.
+JAVA_CLIENT_OPTS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+LANGS = ("python", "node", "java")
 
 # The one line `rmq-proxy` prints on stdout once it serves.
 READY_LINE = re.compile(r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)\s*$")
@@ -44,26 +52,29 @@ def tail(path: Path, limit: int = LOG_TAIL) -> str:
     return text[-limit:]
 
 
-def proxy_executable() -> Path:
-    """RMQ_INTEROP_PROXY if set (another build of the proxy), else the venv's console script."""
+def proxy_command() -> tuple[list[str], dict[str, str]]:
+    """The command (and environment) that runs the proxy under test.
+
+    RMQ_INTEROP_PROXY=/path/to/rmq-proxy tests another build. Otherwise ``python -m proxy.cli``
+    with THIS checkout first on PYTHONPATH: the venv's ``rmq-proxy`` console script may be an
+    editable install of another checkout (a git worktree shares the venv of main), and the
+    tests must exercise the code they sit beside.
+    """
+    env = dict(os.environ)
     override = os.environ.get("RMQ_INTEROP_PROXY")
     if override:
-        return Path(override)
-    beside = Path(sys.executable).parent / "rmq-proxy"
-    if beside.exists():
-        return beside
-    found = shutil.which("rmq-proxy")
-    if found:
-        return Path(found)
-    raise AssertionError(
-        f"rmq-proxy is not installed (looked in {beside.parent} and on PATH): "
-        "run `make venv` once the proxy's console script exists"
-    )
+        return [override], env
+    if not (REPO / "proxy" / "cli.py").exists():
+        raise AssertionError(f"no proxy/cli.py under {REPO}")
+    paths = [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return [sys.executable, "-m", "proxy.cli"], env
 
 
 @dataclass
 class ProxyProcess:
-    """A running ``rmq-proxy --embedded-brokers 3``; ``stop()`` ends it by pid."""
+    """A running ``rmq-proxy`` (embedded broker stubs, or ``--namesrv`` of a real cluster);
+    ``stop()`` ends it by pid."""
 
     grpc: str
     http: str
@@ -103,27 +114,23 @@ def start_proxy(
     topics: tuple[str, ...],
     mode: str | None = None,
     brokers: int = 3,
+    namesrv: str | None = None,
 ) -> ProxyProcess:
-    """Start ``rmq-proxy`` on free ports and wait (bounded) for its ready line."""
+    """Start ``rmq-proxy`` on free ports and wait (bounded) for its ready line: with
+    ``brokers`` embedded broker stubs, or in front of the name server ``namesrv``."""
     workdir.mkdir(parents=True, exist_ok=True)
     stdout_log = workdir / "rmq-proxy.stdout.log"
     stderr_log = workdir / "rmq-proxy.stderr.log"
-    cmd = [
-        str(proxy_executable()),
-        "--embedded-brokers",
-        str(brokers),
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-    ]
+    cmd, env = proxy_command()
+    backend = ["--namesrv", namesrv] if namesrv else ["--embedded-brokers", str(brokers)]
+    cmd += [*backend, "--grpc-port", "0", "--http-port", "0"]
     for topic in topics:
         cmd += ["--topic", topic]
     if mode:
         cmd += ["--mode", mode]
     with open(stderr_log, "wb") as err:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=workdir
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=workdir, env=env
         )
     ready = threading.Event()
     found: list[re.Match] = []
@@ -159,7 +166,17 @@ def start_proxy(
     return ProxyProcess(grpc, http, namesrv, proc.pid, stdout_log, stderr_log, proc, reader)
 
 
-def driver_command(lang: str) -> list[str]:
+def java_binary() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise AssertionError("no `java` on PATH and no JAVA_HOME: a JDK 17 is needed")
+    return found
+
+
+def driver_command(lang: str, home: Path) -> list[str]:
     if lang == "python":
         if not INTEROP_PYTHON.exists():
             raise AssertionError(f"{INTEROP_PYTHON} is missing: run `make interop-deps`")
@@ -171,16 +188,25 @@ def driver_command(lang: str) -> list[str]:
         if not NODE_CLIENT_PACKAGE.exists():
             raise AssertionError(f"{NODE_CLIENT_PACKAGE} is missing: run `make interop-deps`")
         return [node, str(NODE_DRIVER)]
+    if lang == "java":
+        if not JAVA_CLIENT_JAR.exists() or not any((JAVA_CLIENT_DIR / "lib").glob("*.jar")):
+            raise AssertionError(f"{JAVA_CLIENT_JAR} is missing: run `make rocketmq`")
+        classpath = f"{JAVA_CLIENT_JAR}{os.pathsep}{JAVA_CLIENT_DIR / 'lib'}/*"
+        # user.home comes from the password database, not $HOME: the client logs under it.
+        opts = [*JAVA_CLIENT_OPTS, f"-Duser.home={home}"]
+        return [java_binary(), *opts, "-cp", classpath, JAVA_CLIENT_MAIN]
     raise ValueError(f"unknown client language {lang!r}")
 
 
 def client_log(lang: str, home: Path) -> str:
-    """The client's own log: the Python client writes a file under HOME, the Node driver
-    sends its client's log to stderr."""
-    if lang == "python":
-        log = tail(home / "logs" / "rocketmq_python" / "rocketmq_client.log")
-        return f"--- python client log (tail) ---\n{log}" if log else ""
-    return ""
+    """The client's own log: the Python and Java clients write a file under HOME, the Node
+    driver sends its client's log to stderr."""
+    path = {
+        "python": home / "logs" / "rocketmq_python" / "rocketmq_client.log",
+        "java": home / "logs" / "rocketmq" / "rocketmq-client.log",
+    }.get(lang)
+    log = tail(path) if path else ""
+    return f"--- {lang} client log (tail) ---\n{log}" if log else ""
 
 
 def run_driver(
@@ -192,7 +218,7 @@ def run_driver(
     # The official client must not see the project's own apache.rocketmq.v2 modules.
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONHOME", None)
-    cmd = driver_command(lang) + args
+    cmd = driver_command(lang, home) + args
     try:
         return subprocess.run(
             cmd,
@@ -225,6 +251,10 @@ def run_client(lang: str, *args: str | int, timeout: float, home: Path) -> dict:
     started = time.monotonic()
     done = run_driver(lang, argv, timeout=timeout, home=home)
     elapsed = time.monotonic() - started
+    rounds = re.search(r'"receives":\s*(\d+),\s*"empty_receives":\s*(\d+)', done.stdout)
+    detail = f", {rounds[1]} receives, {rounds[2]} empty" if rounds else ""
+    # Shown by pytest -rA and on failure: which run took how long.
+    print(f"{lang} {argv[0]} {elapsed:.1f}s (exit {done.returncode}{detail})")
     if done.returncode != 0:
         raise AssertionError(
             f"{lang} client failed (exit {done.returncode}, {elapsed:.1f}s): {' '.join(argv)}\n"
@@ -244,3 +274,42 @@ def sleep_until(deadline: float) -> None:
     remaining = deadline - time.monotonic()
     if remaining > 0:
         time.sleep(remaining)
+
+
+def create_topic_on_stubs(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0) -> None:
+    """UPDATE_AND_CREATE_TOPIC on every broker the (stub) name server lists, then wait until
+    the topic's route names them all: the same admin requests a real cluster is sent
+    (``RealCluster.create_topic``), for the proxy's embedded broker stubs."""
+    from proxy.remoting.codes import RequestCode, ResponseCode
+    from proxy.remoting.command import RemotingCommand
+    from tests.rocketmq.launcher import admin_call
+
+    info = admin_call(namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
+    if info.code != ResponseCode.SUCCESS or not info.body:
+        raise AssertionError(f"cluster info from {namesrv}: code {info.code} {info.remark}")
+    table = json.loads(info.body)["brokerAddrTable"]
+    masters = {name: entry["brokerAddrs"]["0"] for name, entry in table.items()}
+    if not masters:
+        raise AssertionError(f"the name server {namesrv} lists no broker")
+    for name, address in masters.items():
+        fields = {
+            "topic": topic,
+            "readQueueNums": str(queues),
+            "writeQueueNums": str(queues),
+            "perm": "6",
+        }
+        done = admin_call(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+        if done.code != ResponseCode.SUCCESS:
+            raise AssertionError(f"creating {topic} on {name}: code {done.code} {done.remark}")
+    deadline = time.monotonic() + timeout
+    while True:
+        route = admin_call(
+            namesrv, RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        )
+        if route.code == ResponseCode.SUCCESS and all(
+            f'"{name}"' in route.body.decode(errors="replace") for name in masters
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the route of {topic} does not list {sorted(masters)}")
+        time.sleep(0.05)

@@ -1,15 +1,17 @@
 """What the interop tests prove, written once for every official client.
 
-``test_official_python.py`` and ``test_official_node.py`` run these with their own client.
-Each takes ``run`` (the ``run_client`` fixture: language, arguments, timeout) and a running
-proxy, and uses a consumer group of its own.
+``test_official_clients.py`` runs each with the Python, Node and Java clients at once
+(``for_each_client``). Each takes ``run`` (the ``run_client`` fixture: language, arguments,
+timeout), a running proxy and a topic of its own, and uses a consumer group of its own.
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from tests.interop._harness import ProxyProcess, sleep_until
 
@@ -177,3 +179,63 @@ def redelivery_without_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str)
     assert by_id == {i: [1, 2] for i in ids}, f"attempts per id: {by_id}"
     sleep_until(received_by + INVISIBLE_SECONDS + MARGIN_SECONDS)
     assert_nothing_left(run, lang, proxy, topic, group)
+
+
+def for_each_client(
+    langs: tuple[str, ...],
+    scenarios: Callable[..., None] | tuple[Callable[..., None], ...],
+    run: Run,
+    proxy: ProxyProcess,
+    *,
+    topic: Callable[[str], str],
+) -> None:
+    """Run every scenario with every client, all at the same time, each pair on a fresh
+    topic (``topic(prefix)`` creates it). The scenarios mostly wait (long polls, invisible
+    times), so running them side by side keeps the matrix short; every failure is
+    reported under its client's and scenario's name."""
+    if callable(scenarios):
+        scenarios = (scenarios,)
+    cases = {
+        f"{lang}/{fn.__name__}": (fn, lang, topic(f"interop-{lang}"))
+        for fn in scenarios
+        for lang in langs
+    }
+    took: dict[str, float] = {}
+
+    def one(name: str) -> None:
+        fn, lang, case_topic = cases[name]
+        started = time.monotonic()
+        try:
+            fn(run, lang, proxy, case_topic)
+        finally:
+            took[name] = time.monotonic() - started
+
+    failures = []
+    with ThreadPoolExecutor(max_workers=len(cases), thread_name_prefix="client") as pool:
+        futures = {name: pool.submit(one, name) for name in cases}
+        for name, future in futures.items():
+            exc = future.exception()
+            if exc is not None:
+                where = "".join(traceback.format_tb(exc.__traceback__)[-2:])
+                failures.append(f"=== {name} ({cases[name][2]}) ===\n{exc}\n{where}")
+    # Shown with the test's output (pytest -rA, or on failure): which client set the pace.
+    print(", ".join(f"{name} {took.get(name, 0):.1f}s" for name in cases))
+    if failures:
+        raise AssertionError(
+            f"{len(failures)} of {len(cases)} clients failed:\n" + "\n".join(failures)
+        )
+
+
+#: Who produces for whom in ``cross_client``: every client consumes another's messages.
+PRODUCER_FOR = {"python": "java", "node": "python", "java": "node"}
+
+
+def cross_client(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
+    """``lang`` receives and acks what another official client sent (PRODUCER_FOR): ids,
+    bodies, tag and key survive the trip from one client's encoding to another's."""
+    producer = PRODUCER_FOR[lang]
+    key = unique("key")
+    ids, prefix = produce(run, producer, proxy, topic, 5, "--tag", "TagX", "--keys", key)
+    group = unique(f"interop-{producer}-to-{lang}")
+    out = consume(run, lang, proxy, topic, group, "--expect", 5, "--max-rounds", 6, "--ack")
+    assert_delivered_once(out, ids, prefix, topic, tag="TagX", keys=[key])

@@ -1,37 +1,142 @@
 """Fixtures for the interop tests: the proxy as a process, and the official clients' drivers.
 
-``proxy`` starts ``rmq-proxy --embedded-brokers 3`` on free loopback ports for one test and
-stops it by pid afterwards (SIGTERM, then SIGKILL after 10 s, which fails the test). Set
-RMQ_INTEROP_MODE=notify|coupled|slicing|adaptive to run the suite against one receive mode,
-and RMQ_INTEROP_PROXY=/path/to/rmq-proxy to test another build than the venv's.
+A test parametrized with ``target`` (see ``targets()``) gets ``proxy``: a running
+``rmq-proxy`` in one receive mode in front of one backend,
+
+- ``stubs``: ``--embedded-brokers 3`` (the project's own broker stubs, in the proxy process);
+- ``real``: ``--namesrv`` of the session's real Apache RocketMQ 5 cluster (``real_cluster``,
+  a name server and two brokers; marker ``real``; never skipped: missing jars fail loudly).
+
+One proxy per (backend, mode) is started the first time a test needs it and kept for the
+session; all are stopped by pid at the end (SIGTERM, then SIGKILL after 10 s, which fails the
+run). Tests share a proxy but never a topic or a group: ``new_topic(prefix)`` creates a fresh
+topic on every broker of the backend before a client asks for its route.
+
+RMQ_INTEROP_MODE=notify|coupled|slicing|adaptive picks the mode in which every scenario runs
+(default adaptive; the receive scenarios run in every mode regardless), and
+RMQ_INTEROP_PROXY=/path/to/rmq-proxy tests another build than this checkout's.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pytest
 
+from tests.interop._harness import ProxyProcess, create_topic_on_stubs, start_proxy
 from tests.interop._harness import run_client as _run_client
-from tests.interop._harness import start_proxy
 
-TOPICS = ("interop-py", "interop-node")
+MODES = ("notify", "coupled", "slicing", "adaptive")
+BACKENDS = ("stubs", "real")
+DEFAULT_MODE = os.environ.get("RMQ_INTEROP_MODE") or "adaptive"
+if DEFAULT_MODE not in MODES:
+    raise pytest.UsageError(f"RMQ_INTEROP_MODE={DEFAULT_MODE!r} is not one of {MODES}")
+
+
+def targets(modes: tuple[str, ...] = MODES) -> list:
+    """``target`` parameters: every backend in each of ``modes``; real ones marked ``real``."""
+    params = []
+    for backend in BACKENDS:
+        marks = [pytest.mark.real] if backend == "real" else []
+        for mode in modes:
+            params.append(pytest.param((backend, mode), marks=marks, id=f"{backend}-{mode}"))
+    return params
+
+
+@dataclass
+class ProxyPool:
+    """The session's proxies, one per (backend, mode), started on first use."""
+
+    root: object  # a pathlib.Path from tmp_path_factory
+    running: dict[tuple[str, str], ProxyProcess] = field(default_factory=dict)
+
+    def get(self, backend: str, mode: str, namesrv: str | None) -> ProxyProcess:
+        key = (backend, mode)
+        proxy = self.running.get(key)
+        if proxy is not None and proxy.proc.poll() is not None:
+            raise AssertionError(
+                f"the {backend}/{mode} proxy (pid {proxy.pid}) exited with code "
+                f"{proxy.proc.returncode} during the session\n{proxy.logs()}"
+            )
+        if proxy is None:
+            workdir = self.root / f"proxy-{backend}-{mode}"
+            if backend == "stubs":
+                proxy = start_proxy(workdir, (), mode=mode, brokers=3)
+            else:
+                proxy = start_proxy(workdir, (), mode=mode, namesrv=namesrv)
+            self.running[key] = proxy
+        return proxy
+
+    def stop_all(self) -> list[str]:
+        complaints = []
+        for (backend, mode), proxy in self.running.items():
+            complaint = proxy.stop()
+            if complaint:
+                complaints.append(f"{backend}/{mode}: {complaint}\n{proxy.logs()}")
+        self.running.clear()
+        return complaints
+
+
+@pytest.fixture(scope="session")
+def proxy_pool(tmp_path_factory):
+    pool = ProxyPool(tmp_path_factory.mktemp("interop-proxies"))
+    try:
+        yield pool
+    finally:
+        complaints = pool.stop_all()
+    assert not complaints, "\n".join(complaints)
+
+
+@dataclass
+class Target:
+    backend: str
+    mode: str
+    proxy: ProxyProcess
+    create_topic: Callable[[str], None]
+
+    def new_topic(self, prefix: str) -> str:
+        topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        self.create_topic(topic)
+        return topic
 
 
 @pytest.fixture
-def proxy(tmp_path):
-    """A running proxy with 3 embedded broker stubs; every topic in TOPICS on every broker."""
-    running = start_proxy(tmp_path / "proxy", TOPICS, mode=os.environ.get("RMQ_INTEROP_MODE"))
-    try:
-        yield running
-    finally:
-        complaint = running.stop()
-    assert complaint is None, f"{complaint}\n{running.logs()}"
+def target(request, proxy_pool) -> Target:
+    """The (backend, mode) proxy of this test's parameter, and a way to make fresh topics."""
+    backend, mode = request.param
+    if backend == "real":
+        cluster = request.getfixturevalue("real_cluster")
+        proxy = proxy_pool.get(backend, mode, cluster.namesrv_address)
+        create = cluster.create_topic
+    else:
+        proxy = proxy_pool.get(backend, mode, None)
+        create = functools.partial(create_topic_on_stubs, proxy.namesrv)
+    return Target(backend, mode, proxy, create)
+
+
+@pytest.fixture
+def proxy(target) -> ProxyProcess:
+    return target.proxy
+
+
+@pytest.fixture
+def new_topic(target) -> Callable[[str], str]:
+    return target.new_topic
 
 
 @pytest.fixture
 def run_client(tmp_path):
-    """``run_client(lang, *args, timeout=...)`` -> the driver's JSON; HOME is a temp dir, so
-    the clients' logs stay there."""
-    return functools.partial(_run_client, home=tmp_path / "home")
+    """``run_client(lang, *args, timeout=...)`` -> the driver's JSON; HOME is a fresh temp dir
+    per run (runs overlap), so each client's log stays apart and is shown if it fails."""
+    runs = itertools.count(1)
+
+    def run(lang: str, *args, timeout: float) -> dict:
+        home = tmp_path / f"home-{next(runs)}-{lang}-{args[0] if args else ''}"
+        return _run_client(lang, *args, timeout=timeout, home=home)
+
+    return run

@@ -1,36 +1,53 @@
-"""The official clients against rmq-proxy: rocketmq-python-client 5.1.2 and
-rocketmq-client-nodejs 1.0.8, each as a separate process, the same scenarios for both."""
+"""The official clients through rmq-proxy: rocketmq-python-client 5.1.2, rocketmq-client-nodejs
+1.0.8 and rocketmq-client-java 5.2.0, each as a separate process, the same scenarios for all
+three at once, in front of the project's broker stubs and of real Apache RocketMQ 5.5.0
+brokers, in every receive mode.
+
+Every scenario runs in RMQ_INTEROP_MODE (default adaptive) on both backends; the two that
+exercise receiving, acking and changing the invisible time run in every mode. Within a test
+the three clients (and scenarios) run side by side, each on its own topic and group, so the
+long polls and invisible-time waits overlap: the matrix takes minutes, not a quarter hour.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.interop import _scenarios as scenario
+from tests.interop._harness import LANGS
+from tests.interop.conftest import DEFAULT_MODE, MODES, targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]
 
-CLIENTS = [
-    pytest.param("python", "interop-py", id="python"),
-    pytest.param("node", "interop-node", id="node"),
-]
+EVERY_MODE = targets(MODES)
+DEFAULT_ONLY = targets((DEFAULT_MODE,))
 
 
-@pytest.mark.parametrize(("lang", "topic"), CLIENTS)
-def test_start_only(proxy, run_client, lang, topic):
-    scenario.start_only(run_client, lang, proxy, topic)
+@pytest.mark.parametrize("target", DEFAULT_ONLY, indirect=True)
+def test_start_only(proxy, new_topic, run_client):
+    scenario.for_each_client(LANGS, scenario.start_only, run_client, proxy, topic=new_topic)
 
 
-@pytest.mark.parametrize(("lang", "topic"), CLIENTS)
-def test_produce_receive_ack(proxy, run_client, lang, topic):
-    scenario.produce_receive_ack(run_client, lang, proxy, topic)
-
-
-@pytest.mark.parametrize(("lang", "topic"), CLIENTS)
-def test_change_invisible_duration_then_ack(proxy, run_client, lang, topic):
-    scenario.change_invisible_then_ack(run_client, lang, proxy, topic)
+@pytest.mark.parametrize("target", EVERY_MODE, indirect=True)
+def test_receive_ack_and_change_invisible_duration(proxy, new_topic, run_client):
+    """Both receive scenarios, every client, side by side (the waits overlap)."""
+    scenario.for_each_client(
+        LANGS,
+        (scenario.produce_receive_ack, scenario.change_invisible_then_ack),
+        run_client,
+        proxy,
+        topic=new_topic,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("lang", "topic"), CLIENTS)
-def test_redelivery_without_ack(proxy, run_client, lang, topic):
-    scenario.redelivery_without_ack(run_client, lang, proxy, topic)
+@pytest.mark.parametrize("target", DEFAULT_ONLY, indirect=True)
+def test_redelivery_without_ack(proxy, new_topic, run_client):
+    scenario.for_each_client(
+        LANGS, scenario.redelivery_without_ack, run_client, proxy, topic=new_topic
+    )
+
+
+@pytest.mark.parametrize("target", DEFAULT_ONLY, indirect=True)
+def test_each_client_receives_another_clients_messages(proxy, new_topic, run_client):
+    scenario.for_each_client(LANGS, scenario.cross_client, run_client, proxy, topic=new_topic)
