@@ -5,6 +5,7 @@ configuration list; ``proxy.cli`` composes embedded broker stubs in front of it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import grpc
@@ -30,8 +31,11 @@ log = logging.getLogger(__name__)
 
 
 class ProxyApp:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, *, reuse_port: bool = False) -> None:
+        """``reuse_port``: bind the gRPC port with SO_REUSEPORT, sharing it with the other
+        workers of a ``--workers N`` group (the kernel spreads connections over them)."""
         self.config = config
+        self.reuse_port = reuse_port
         self.metrics = ProxyMetrics()
         self.events: EventLog | None = None
         self.ready = False
@@ -64,6 +68,7 @@ class ProxyApp:
                 # MESSAGE_BODY_TOO_LARGE instead of gRPC's own error.
                 ("grpc.max_receive_message_length", 4 * config.max_body_bytes + (1 << 20)),
                 ("grpc.max_send_message_length", 4 * config.max_body_bytes + (1 << 20)),
+                *([("grpc.so_reuseport", 1)] if self.reuse_port else []),
             ]
         )
         config.grpc_port = self.grpc_server.add_insecure_port(
@@ -128,6 +133,7 @@ class ProxyApp:
     def status(self) -> dict[str, object]:
         return {
             "proxy_id": self.config.proxy_id,
+            "pid": os.getpid(),
             "ready": self.ready,
             "uptime_s": round(time.time() - self.started_at, 1),
             "grpc": f"{self.config.grpc_host}:{self.config.grpc_port}",

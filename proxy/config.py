@@ -105,6 +105,13 @@ class ProxyConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     event_log_dir: str | None = None
     shutdown_grace_s: float = 25.0
+    # Worker processes serving the gRPC port together (SO_REUSEPORT) under one supervisor;
+    # 1 = one process, no supervisor; 0 = default_workers() (one per usable core, at most
+    # MAX_DEFAULT_WORKERS). docs/operations.md, "Workers".
+    workers: int = 0
+    # With workers > 1: prometheus-client's multiprocess directory (PROMETHEUS_MULTIPROC_DIR)
+    # where every worker writes its samples; unset = a fresh temporary directory per run.
+    metrics_dir: str | None = None
     # --embedded-brokers N: a name server and N broker stubs in this process.
     embedded_brokers: int = 0
     topics: list[str] = field(default_factory=list)  # created on embedded brokers
@@ -114,6 +121,42 @@ class ProxyConfig:
         self.receive.validate()
         if self.embedded_brokers < 0:
             raise ValueError("embedded_brokers must not be negative")
+        if self.workers < 0:
+            raise ValueError("workers must not be negative (0 = one per core, capped)")
+
+    def worker_count(self) -> int:
+        """The number of worker processes to run: ``workers``, or the default for 0."""
+        return self.workers or default_workers()
+
+
+# Beyond a few cores, more pods (or hosts) beat more workers per pod: every worker keeps its
+# own connections and parked NOTIFICATION probes on every broker and its own route cache,
+# so N workers multiply broker-side state by N; and a Kubernetes pod is sized for a core or
+# two. docs/operations.md, "Workers".
+MAX_DEFAULT_WORKERS = 4
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity, lowered by a cgroup v2 CPU quota
+    (``cpu.max``, what a container's CPU limit becomes), at least 1. ``os.cpu_count()``
+    alone would count every core of a Kubernetes node."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def default_workers() -> int:
+    """One worker per usable core, at most ``MAX_DEFAULT_WORKERS``."""
+    return min(usable_cores(), MAX_DEFAULT_WORKERS)
 
 
 def load(

@@ -7,13 +7,21 @@ so tests and embedded set-ups can run several side by side.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
-from proxy.observability.metrics import ProxyMetrics
+
+class MetricsSource(Protocol):
+    """What /metrics serves: a proxy's ``ProxyMetrics``, or a worker group's
+    ``GroupMetrics``."""
+
+    def set_ready(self, ready: bool) -> None: ...
+
+    def render(self, accept: str = "") -> tuple[bytes, str]: ...
 
 
 class OpsServer:
@@ -21,8 +29,8 @@ class OpsServer:
 
     def __init__(
         self,
-        metrics: ProxyMetrics,
-        status: Callable[[], dict[str, Any]],
+        metrics: MetricsSource,
+        status: Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]],
         ready: Callable[[], bool],
     ) -> None:
         self._metrics = metrics
@@ -76,5 +84,8 @@ class OpsServer:
         return web.Response(status=503, text="not ready")
 
     async def _handle_status(self, _request: web.Request) -> web.Response:
-        body = orjson.dumps(self._status(), option=orjson.OPT_NON_STR_KEYS)
+        status = self._status()
+        if inspect.isawaitable(status):
+            status = await status
+        body = orjson.dumps(status, option=orjson.OPT_NON_STR_KEYS)
         return web.Response(body=body, content_type="application/json")
