@@ -7,6 +7,7 @@ so tests and embedded set-ups can run several side by side.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +25,11 @@ class OpsServer:
         metrics: ProxyMetrics,
         status: Callable[[], dict[str, Any]],
         ready: Callable[[], bool],
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: serve HTTPS (``[security] tls_ops``)."""
         self._metrics = metrics
+        self._ssl_context = ssl_context
         self._status = status
         self._ready = ready
         self._runner: web.AppRunner | None = None
@@ -42,7 +46,7 @@ class OpsServer:
         # Scrapes and probes every few seconds would flood the log: access logs off.
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=self._ssl_context)
         try:
             await site.start()
         except BaseException:
