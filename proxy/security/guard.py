@@ -120,7 +120,7 @@ class Guard:
         try:
             return self._check(rpc, request, metadata)
         except Denied as denied:
-            self._denied.labels(rpc, denied.reason).inc()
+            self._denied.labels(_snake(rpc), denied.reason).inc()
             raise
 
     def _check(self, rpc: str, request: Any, metadata: Iterable[tuple[str, Any]] | None) -> User:
@@ -155,3 +155,8 @@ class Guard:
                     f"user {user.access_key!r} may not {access.describe()}",
                 )
         return user
+
+
+def _snake(name: str) -> str:
+    """``SendMessage`` -> ``send_message``, as the RPC latency metric names RPCs."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")

@@ -5,13 +5,13 @@ TOML (or JSON with the same shape)::
     [[users]]
     access_key = "orders-app"
     secret_key = "..."                       # or secret_key_env = "ORDERS_APP_SECRET"
-    publish = ["orders", "orders.*"]         # topics it may send to
-    subscribe = [{ group = "billing", topic = "orders" }, { group = "audit.*", topic = "*" }]
-    deny_publish = ["orders.internal"]       # deny wins over allow
-    deny_subscribe = [{ group = "*", topic = "orders.internal" }]
+    publish = ["orders", "orders-*"]         # topics it may send to
+    subscribe = [{ group = "billing", topic = "orders" }, { group = "audit-*", topic = "*" }]
+    deny_publish = ["orders-internal"]       # deny wins over allow
+    deny_subscribe = [{ group = "*", topic = "orders-internal" }]
     super_user = false                       # true: every topic and group
 
-A name pattern is a name (exact), a prefix ending in ``*`` (``orders.*``), or ``*`` alone
+A name pattern is a name (exact), a prefix ending in ``*`` (``orders-*``), or ``*`` alone
 (anything); a ``*`` anywhere else is refused when the file is read.
 """
 
