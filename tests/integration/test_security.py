@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import ssl
+from pathlib import Path
 
 import aiohttp
 import grpc
@@ -144,7 +145,7 @@ async def test_each_bad_credential_gets_unauthorized_and_others_keep_working(
         "unknown_user": clients(proxy, ca, access_key="mallory", secret_key="x"),
         "stale": clients(
             proxy, ca, access_key="alice", secret_key=SECRET, date_time="20200101T000000Z"
-        ),  # fmt: skip
+        ),
     }
     alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
     for reason, client in bad.items():
@@ -194,10 +195,8 @@ async def test_secrets_never_in_status_metrics_or_event_log(secure_proxy, client
     await proxy.stop()  # flushes the event log
     status = json.dumps(proxy.status())
     text = await asyncio.to_thread(lambda: proxy.metrics.render()[0].decode())
-    logs = "".join(
-        open(os.path.join(root, f)).read()
-        for root, _, files in os.walk(tmp_path / "events")
-        for f in files
+    logs = await asyncio.to_thread(
+        lambda: "".join(p.read_text() for p in (tmp_path / "events").rglob("*") if p.is_file())
     )
     assert logs, "the event log recorded the receives"
     for secret in (SECRET, "bob-secret", "broker-secret-xyz"):
@@ -225,8 +224,7 @@ async def test_certificate_reload_on_file_change(secure_proxy, clients, ca, tmp_
     alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
     assert (await alice.query_route("orders")).status.code == pb.Code.OK
     # A broken file keeps the pair in use and says so.
-    with open(tls.key_file, "w") as f:
-        f.write("not a key")
+    await asyncio.to_thread(Path(tls.key_file).write_text, "not a key")
     for _ in range(100):
         if tls.status()["last_error"]:
             break

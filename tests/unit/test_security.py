@@ -14,7 +14,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.config import load
 from proxy.remoting.command import RemotingCommand
 from proxy.security import signing
-from proxy.security.guard import RESOURCES, Denied, DenialKind, Guard
+from proxy.security.guard import RESOURCES, DenialKind, Denied, Guard
 from proxy.security.users import Pattern, UserFileError, UserStore
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -149,9 +149,8 @@ def test_user_file_errors_never_echo_secrets(tmp_path):
     with pytest.raises(UserFileError) as err:
         UserStore.load(bad)
     assert "s3cr3t" not in str(err.value)
-    bad.write_text(
-        '[[users]]\naccess_key = "a"\nsecret_key = "x"\n[[users]]\naccess_key = "a"\nsecret_key = "y"\n'
-    )
+    twice = '[[users]]\naccess_key = "a"\nsecret_key = "x"\n'
+    bad.write_text(twice + twice)
     with pytest.raises(UserFileError, match="twice"):
         UserStore.load(bad)
     bad.write_text('[[users]]\naccess_key = "a"\nsecret_key_env = "NOPE"\n')
