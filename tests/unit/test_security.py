@@ -243,3 +243,17 @@ def test_security_config_from_toml_and_environment(tmp_path):
     path.write_text("[security]\nnope = 1\n")
     with pytest.raises(ValueError, match="unknown setting"):
         load(str(path), env={})
+
+
+def test_the_example_files_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "deploy" / "security"
+    names = ("ORDERS_SERVICE_SECRET", "BILLING_SECRET", "AUDITOR_SECRET", "OPS_ADMIN_SECRET")
+    secrets = dict.fromkeys(names, "s")
+    users = UserStore.load(root / "users.example.toml", env=secrets)
+    assert users.get("billing").permissions.may_subscribe("billing-eu", "orders-eu")
+    assert not users.get("auditor").permissions.may_subscribe("audit", "payroll")
+    config = load(str(root / "proxy-secure.example.toml"),
+                  env={"RMQ_PROXY_SECURITY_BROKER_SECRET_KEY": "s"})  # fmt: skip
+    assert config.security.tls and config.security.authentication
