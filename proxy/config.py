@@ -1,8 +1,9 @@
 """Proxy configuration: defaults, then a TOML file, then environment, then flags.
 
-The TOML file has top-level keys for ``ProxyConfig`` and a ``[receive]`` table for
-``ReceiveConfig``. Environment variables ``RMQ_PROXY_<KEY>`` and
-``RMQ_PROXY_RECEIVE_<KEY>`` override it (``RMQ_PROXY_RECEIVE_MODE=coupled``).
+The TOML file has top-level keys for ``ProxyConfig``, a ``[receive]`` table for
+``ReceiveConfig`` and a ``[security]`` table for ``SecurityConfig``. Environment variables
+``RMQ_PROXY_<KEY>``, ``RMQ_PROXY_RECEIVE_<KEY>`` and ``RMQ_PROXY_SECURITY_<KEY>`` override it
+(``RMQ_PROXY_RECEIVE_MODE=coupled``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from proxy.security.config import SecurityConfig
+
+_TABLES = ("receive", "security")
 
 
 class PollMode(enum.StrEnum):
@@ -116,9 +121,11 @@ class ProxyConfig:
     embedded_brokers: int = 0
     topics: list[str] = field(default_factory=list)  # created on embedded brokers
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:
         self.receive.validate()
+        self.security.validate()
         if self.embedded_brokers < 0:
             raise ValueError("embedded_brokers must not be negative")
         if self.workers < 0:
@@ -171,11 +178,13 @@ def load(
     if path:
         with open(path, "rb") as f:
             data = tomllib.load(f)
-        _apply(config, {k: v for k, v in data.items() if k != "receive"}, source=path)
+        _apply(config, {k: v for k, v in data.items() if k not in _TABLES}, source=path)
         _apply(config.receive, data.get("receive", {}), source=f"{path} [receive]")
+        _apply(config.security, data.get("security", {}), source=f"{path} [security]")
     env = os.environ if env is None else env
     _apply(config, _from_env(env, "RMQ_PROXY_", ProxyConfig), source="environment")
     _apply(config.receive, _from_env(env, "RMQ_PROXY_RECEIVE_", ReceiveConfig), "environment")
+    _apply(config.security, _from_env(env, "RMQ_PROXY_SECURITY_", SecurityConfig), "environment")
     top = {k: v for k, v in overrides.items() if v is not None and not k.startswith("receive_")}
     receive = {
         k.removeprefix("receive_"): v
@@ -191,7 +200,7 @@ def load(
 def _apply(target: Any, values: dict[str, Any], source: str) -> None:
     names = {f.name: f for f in dataclasses.fields(target)}
     for key, value in values.items():
-        if key not in names or key == "receive":
+        if key not in names or key in _TABLES:
             raise ValueError(f"{source}: unknown setting {key!r}")
         setattr(target, key, value)
 
@@ -200,7 +209,7 @@ def _from_env(env: Mapping[str, str], prefix: str, cls: type) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         raw = env.get(prefix + f.name.upper())
-        if raw is None or f.name == "receive":
+        if raw is None or f.name in _TABLES:
             continue
         values[f.name] = _parse(raw, f.type)
     return values

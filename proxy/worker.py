@@ -26,6 +26,7 @@ from typing import Any
 
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig, ReceiveConfig
+from proxy.security.config import SecurityConfig
 
 log = logging.getLogger("proxy.worker")
 
@@ -40,9 +41,12 @@ def config_to_json(config: ProxyConfig) -> bytes:
 
 
 def config_from_json(raw: bytes | str) -> ProxyConfig:
+    """The supervisor's configuration (on the worker's stdin, so no secret is ever in a
+    process's arguments or environment)."""
     data: dict[str, Any] = json.loads(raw)
     receive = ReceiveConfig(**data.pop("receive"))
-    config = ProxyConfig(**data, receive=receive)
+    security = SecurityConfig(**data.pop("security"))
+    config = ProxyConfig(**data, receive=receive, security=security)
     config.validate()
     return config
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -32,8 +33,11 @@ class OpsServer:
         metrics: MetricsSource,
         status: Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]],
         ready: Callable[[], bool],
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: serve HTTPS (``[security] tls_ops``)."""
         self._metrics = metrics
+        self._ssl_context = ssl_context
         self._status = status
         self._ready = ready
         self._runner: web.AppRunner | None = None
@@ -50,7 +54,7 @@ class OpsServer:
         # Scrapes and probes every few seconds would flood the log: access logs off.
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=self._ssl_context)
         try:
             await site.start()
         except BaseException:

@@ -11,7 +11,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from proxy.remoting.client import RemotingClient, RemotingError, RemotingTimeoutError
+from proxy.remoting.client import (
+    RemotingClient,
+    RemotingError,
+    RemotingTimeoutError,
+    RequestHook,
+)
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import (
@@ -106,10 +111,11 @@ class BrokerClient:
         address: str,
         client: RemotingClient | None = None,
         observer: CallObserver | None = None,
+        request_hook: RequestHook | None = None,
     ) -> None:
         self.name = name
         self.address = address
-        self.remoting = client or RemotingClient(address)
+        self.remoting = client or RemotingClient(address, request_hook=request_hook)
         self.observer = observer
         # Cleared when the broker answers BATCH_ACK_MESSAGE with "not supported".
         self.batch_ack_supported = True
