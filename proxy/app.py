@@ -5,6 +5,7 @@ configuration list; ``proxy.cli`` composes embedded broker stubs in front of it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import grpc
@@ -27,13 +28,17 @@ from proxy.processor.consumer import ConsumerProcessor
 from proxy.processor.producer import ProducerProcessor
 from proxy.processor.renewal import HandleRenewer
 from proxy.receive.engine import ReceiveEngine
+from proxy.security.runtime import SecurityRuntime
 
 log = logging.getLogger(__name__)
 
 
 class ProxyApp:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, *, reuse_port: bool = False) -> None:
+        """``reuse_port``: bind the gRPC port with SO_REUSEPORT, sharing it with the other
+        workers of a ``--workers N`` group (the kernel spreads connections over them)."""
         self.config = config
+        self.reuse_port = reuse_port
         self.metrics = ProxyMetrics()
         self.events: EventLog | None = None
         self.ready = False
@@ -45,11 +50,15 @@ class ProxyApp:
         if config.event_log_dir:
             self.events = EventLog(config.event_log_dir, config.proxy_id)
             self.events.start()
+        # TLS, client authentication and broker signing: all off unless configured.
+        self.security = SecurityRuntime(config.security, self.metrics.registry)
+        await self.security.start()
         self.pool = BrokerPool(
             config.namesrv_addrs,
             config.route_ttl_s,
             observer=self._observe_broker_call,
             timeout_s=config.receive.broker_timeout_s,
+            request_hook=self.security.signer,
         )
         rc = config.receive
         self.consumer = ConsumerProcessor(
@@ -74,11 +83,15 @@ class ProxyApp:
                 # MESSAGE_BODY_TOO_LARGE instead of gRPC's own error.
                 ("grpc.max_receive_message_length", 4 * config.max_body_bytes + (1 << 20)),
                 ("grpc.max_send_message_length", 4 * config.max_body_bytes + (1 << 20)),
+                *([("grpc.so_reuseport", 1)] if self.reuse_port else []),
             ]
         )
-        config.grpc_port = self.grpc_server.add_insecure_port(
-            f"{config.grpc_host}:{config.grpc_port}"
-        )
+        listen = f"{config.grpc_host}:{config.grpc_port}"
+        if self.security.tls is not None:
+            credentials = self.security.tls.grpc_credentials()
+            config.grpc_port = self.grpc_server.add_secure_port(listen, credentials)
+        else:
+            config.grpc_port = self.grpc_server.add_insecure_port(listen)
         advertise = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
         self.receive = ReceiveActivity(
             rc,
@@ -95,10 +108,16 @@ class ProxyApp:
             receive=self.receive,
             ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer),
             metrics=self.metrics,
+            guard=self.security.guard,
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.grpc_server)
         await self.grpc_server.start()
-        self.ops = OpsServer(self.metrics, status=self.status, ready=lambda: self.ready)
+        self.ops = OpsServer(
+            self.metrics,
+            status=self.status,
+            ready=lambda: self.ready,
+            ssl_context=self.security.ops_ssl_context(),
+        )
         config.http_port = await self.ops.start(config.http_host, config.http_port)
         self.metrics.set_long_poll_limit(config.receive.max_in_flight)
         self.ready = True
@@ -135,12 +154,20 @@ class ProxyApp:
         await self.consumer.close()
         await self.pool.close()
         await self.ops.stop()
+        await self.security.close()
         if self.events is not None:
             await self.events.close()
 
     def status(self) -> dict[str, object]:
+        status = self._status()
+        if self.security.enabled:
+            status["security"] = self.security.status()
+        return status
+
+    def _status(self) -> dict[str, object]:
         return {
             "proxy_id": self.config.proxy_id,
+            "pid": os.getpid(),
             "ready": self.ready,
             "uptime_s": round(time.time() - self.started_at, 1),
             "grpc": f"{self.config.grpc_host}:{self.config.grpc_port}",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 
 from proxy.remoting.broker_client import BrokerClient, CallObserver
-from proxy.remoting.client import RemotingClient, RemotingError
+from proxy.remoting.client import RemotingClient, RemotingError, RequestHook
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 
@@ -123,10 +123,13 @@ class BrokerPool:
         route_ttl_s: float = 30.0,
         observer: CallObserver | None = None,
         timeout_s: float = 3.0,
+        request_hook: RequestHook | None = None,
     ) -> None:
+        """``request_hook`` signs every request to brokers and name servers (ACL)."""
         if not namesrv_addrs:
             raise ValueError("at least one name server address is needed")
-        self._namesrvs = [RemotingClient(addr) for addr in namesrv_addrs]
+        self._request_hook = request_hook
+        self._namesrvs = [RemotingClient(addr, request_hook=request_hook) for addr in namesrv_addrs]
         self._namesrv_turn = itertools.cycle(range(len(self._namesrvs)))
         self._ttl = route_ttl_s
         self._timeout = timeout_s
@@ -178,7 +181,12 @@ class BrokerPool:
             if client is not None:
                 # The broker moved; calls in flight on the old client may still finish.
                 self._retired.append(client)
-            client = BrokerClient(broker.name, broker.address, observer=self._observer)
+            client = BrokerClient(
+                broker.name,
+                broker.address,
+                observer=self._observer,
+                request_hook=self._request_hook,
+            )
             self._brokers[broker.name] = client
         return client
 

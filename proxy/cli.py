@@ -3,6 +3,10 @@
 This is the composition root: with ``--embedded-brokers N`` it starts a name server and N
 broker stubs in this process and puts the proxy in front of them. Nothing else in
 ``proxy`` knows the stubs exist; ``broker_stub`` uses only ``proxy.remoting``.
+
+With more than one worker (``--workers N``, or the default on a machine with several
+cores) this process becomes the supervisor of ``proxy.supervisor`` instead, which runs the
+stubs itself and N worker processes (``proxy.worker``) on one gRPC port.
 """
 
 from __future__ import annotations
@@ -14,13 +18,25 @@ import signal
 import sys
 
 from proxy.app import ProxyApp
-from proxy.config import ProxyConfig, ReceiveMode, load
+from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
 
 log = logging.getLogger("proxy")
 
 
-async def serve(config: ProxyConfig) -> None:
-    """Run until SIGTERM or SIGINT, with embedded broker stubs if the config asks."""
+async def serve(config: ProxyConfig, log_level: str = "info") -> int:
+    """Run until SIGTERM or SIGINT, with embedded broker stubs if the config asks, as one
+    process or as a supervisor of workers; the exit code."""
+    workers = config.worker_count()
+    if workers > 1:
+        from proxy.supervisor import Supervisor
+
+        return await Supervisor(config, workers, log_level).run()
+    await serve_single(config)
+    return 0
+
+
+async def serve_single(config: ProxyConfig) -> None:
+    """One process: the proxy (and the embedded stubs) in this event loop."""
     cluster = None
     if config.embedded_brokers:
         from broker_stub import BrokerConfig, StubCluster
@@ -80,6 +96,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--max-in-flight", type=int, help="maximum long polls in flight")
     p.add_argument("--event-log-dir", help="write the polling event log here")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes serving the gRPC port together (SO_REUSEPORT) under a "
+        "supervisor that restarts them and serves the ops port for all; 1 = one process, no "
+        f"supervisor; default one per usable core, at most {MAX_DEFAULT_WORKERS}",
+    )
+    p.add_argument(
+        "--metrics-dir",
+        help="with workers > 1: the directory where workers write their metrics "
+        "(PROMETHEUS_MULTIPROC_DIR; emptied at start; default a temporary directory)",
+    )
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -102,15 +130,19 @@ def main(argv: list[str] | None = None) -> None:
             event_log_dir=args.event_log_dir,
             receive_mode=args.mode,
             receive_max_in_flight=args.max_in_flight,
+            workers=args.workers,
+            metrics_dir=args.metrics_dir,
         )
     except (OSError, ValueError) as exc:
         p.error(str(exc))
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(config))
+        code = asyncio.run(serve(config, args.log_level))
     else:
-        uvloop.run(serve(config))
+        code = uvloop.run(serve(config, args.log_level))
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

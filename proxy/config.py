@@ -1,8 +1,9 @@
 """Proxy configuration: defaults, then a TOML file, then environment, then flags.
 
-The TOML file has top-level keys for ``ProxyConfig`` and a ``[receive]`` table for
-``ReceiveConfig``. Environment variables ``RMQ_PROXY_<KEY>`` and
-``RMQ_PROXY_RECEIVE_<KEY>`` override it (``RMQ_PROXY_RECEIVE_MODE=coupled``).
+The TOML file has top-level keys for ``ProxyConfig``, a ``[receive]`` table for
+``ReceiveConfig`` and a ``[security]`` table for ``SecurityConfig``. Environment variables
+``RMQ_PROXY_<KEY>``, ``RMQ_PROXY_RECEIVE_<KEY>`` and ``RMQ_PROXY_SECURITY_<KEY>`` override it
+(``RMQ_PROXY_RECEIVE_MODE=coupled``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from proxy.security.config import SecurityConfig
+
+_TABLES = ("receive", "security")
 
 
 class PollMode(enum.StrEnum):
@@ -115,15 +120,60 @@ class ProxyConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     event_log_dir: str | None = None
     shutdown_grace_s: float = 25.0
+    # Worker processes serving the gRPC port together (SO_REUSEPORT) under one supervisor;
+    # 1 = one process, no supervisor; 0 = default_workers() (one per usable core, at most
+    # MAX_DEFAULT_WORKERS). docs/operations.md, "Workers".
+    workers: int = 0
+    # With workers > 1: prometheus-client's multiprocess directory (PROMETHEUS_MULTIPROC_DIR)
+    # where every worker writes its samples; unset = a fresh temporary directory per run.
+    metrics_dir: str | None = None
     # --embedded-brokers N: a name server and N broker stubs in this process.
     embedded_brokers: int = 0
     topics: list[str] = field(default_factory=list)  # created on embedded brokers
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:
         self.receive.validate()
+        self.security.validate()
         if self.embedded_brokers < 0:
             raise ValueError("embedded_brokers must not be negative")
+        if self.workers < 0:
+            raise ValueError("workers must not be negative (0 = one per core, capped)")
+
+    def worker_count(self) -> int:
+        """The number of worker processes to run: ``workers``, or the default for 0."""
+        return self.workers or default_workers()
+
+
+# Beyond a few cores, more pods (or hosts) beat more workers per pod: every worker keeps its
+# own connections and parked NOTIFICATION probes on every broker and its own route cache,
+# so N workers multiply broker-side state by N; and a Kubernetes pod is sized for a core or
+# two. docs/operations.md, "Workers".
+MAX_DEFAULT_WORKERS = 4
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity, lowered by a cgroup v2 CPU quota
+    (``cpu.max``, what a container's CPU limit becomes), at least 1. ``os.cpu_count()``
+    alone would count every core of a Kubernetes node."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def default_workers() -> int:
+    """One worker per usable core, at most ``MAX_DEFAULT_WORKERS``."""
+    return min(usable_cores(), MAX_DEFAULT_WORKERS)
 
 
 def load(
@@ -138,11 +188,13 @@ def load(
     if path:
         with open(path, "rb") as f:
             data = tomllib.load(f)
-        _apply(config, {k: v for k, v in data.items() if k != "receive"}, source=path)
+        _apply(config, {k: v for k, v in data.items() if k not in _TABLES}, source=path)
         _apply(config.receive, data.get("receive", {}), source=f"{path} [receive]")
+        _apply(config.security, data.get("security", {}), source=f"{path} [security]")
     env = os.environ if env is None else env
     _apply(config, _from_env(env, "RMQ_PROXY_", ProxyConfig), source="environment")
     _apply(config.receive, _from_env(env, "RMQ_PROXY_RECEIVE_", ReceiveConfig), "environment")
+    _apply(config.security, _from_env(env, "RMQ_PROXY_SECURITY_", SecurityConfig), "environment")
     top = {k: v for k, v in overrides.items() if v is not None and not k.startswith("receive_")}
     receive = {
         k.removeprefix("receive_"): v
@@ -158,7 +210,7 @@ def load(
 def _apply(target: Any, values: dict[str, Any], source: str) -> None:
     names = {f.name: f for f in dataclasses.fields(target)}
     for key, value in values.items():
-        if key not in names or key == "receive":
+        if key not in names or key in _TABLES:
             raise ValueError(f"{source}: unknown setting {key!r}")
         setattr(target, key, value)
 
@@ -167,7 +219,7 @@ def _from_env(env: Mapping[str, str], prefix: str, cls: type) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         raw = env.get(prefix + f.name.upper())
-        if raw is None or f.name == "receive":
+        if raw is None or f.name in _TABLES:
             continue
         values[f.name] = _parse(raw, f.type)
     return values

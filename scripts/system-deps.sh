@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the test suite runs for real: Prometheus and promtool, the Pushgateway,
-# docker-compose (only to parse the compose file; no engine is needed) and a Java runtime
-# for PySpark. Idempotent: it installs only what is missing, so repeated `make test` runs
+# docker-compose (only to parse the compose file; no engine is needed), a JDK (for PySpark,
+# real RocketMQ and the official Java client's driver) and Maven (to fetch RocketMQ's jars
+# from Maven Central). Idempotent: it installs only what is missing, so repeated `make test` runs
 # do not touch apt.
 set -euo pipefail
 
@@ -10,7 +11,9 @@ declare -A want=(
   [promtool]=prometheus
   [prometheus-pushgateway]=prometheus-pushgateway
   [docker-compose]=docker-compose
-  [java]=default-jre-headless
+  [java]=default-jdk-headless
+  [javac]=default-jdk-headless
+  [mvn]=maven
 )
 
 missing=()

@@ -33,8 +33,17 @@ class Received:
 
 
 class LeanClient:
-    def __init__(self, endpoint: str, client_id: str | None = "lean-client") -> None:
-        self.channel = grpc.aio.insecure_channel(endpoint)
+    def __init__(
+        self,
+        endpoint: str,
+        client_id: str | None = "lean-client",
+        *,
+        own_connection: bool = False,
+    ) -> None:
+        """``own_connection``: a TCP connection of this client's own (gRPC otherwise shares
+        one among channels of the process with the same target and options)."""
+        options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
+        self.channel = grpc.aio.insecure_channel(endpoint, options=options)
         self.stub = service_pb2_grpc.MessagingServiceStub(self.channel)
         self.metadata = (("x-mq-client-id", client_id),) if client_id else ()
 

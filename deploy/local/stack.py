@@ -223,6 +223,10 @@ class Stack:
             argv += ["--grpc-host", HOST, "--grpc-port", str(grpc_port)]
             argv += ["--http-host", HOST, "--http-port", str(http_port)]
             argv += ["--event-log-dir", str(self.run / "events")]
+            # One process per proxy: two proxies side by side are the point here, and
+            # their event logs keep the names proxy-1, proxy-2 (a worker group's are
+            # <id>-w<k>).
+            argv += ["--workers", "1"]
             self.proxies.append(self._child(name, argv, PROXY_STOP_TIMEOUT_S))
         for proxy in self.proxies:
             ready = proxy.wait_for_log(r"^rmq-proxy ready grpc=(\S+) http=(\S+)", READY_TIMEOUT_S)

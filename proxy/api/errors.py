@@ -9,6 +9,7 @@ from proxy.processor.consumer import UnknownBroker
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
+from proxy.security.guard import DenialKind, Denied
 
 Code = pb.Code
 
@@ -42,6 +43,15 @@ def route_error(topic: str, exc: Exception) -> ApiError:
     if isinstance(exc, TopicNotFound):
         return ApiError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} not found")
     return ApiError(Code.INTERNAL_SERVER_ERROR, f"no route for {topic!r}: {exc}")
+
+
+def denied_error(denied: Denied) -> ApiError:
+    """A request the guard refused: bad or missing credentials are UNAUTHORIZED (the
+    clients raise UnauthorizedException), a resource the user may not use is FORBIDDEN
+    (ForbiddenException)."""
+    if denied.kind is DenialKind.UNAUTHENTICATED:
+        return ApiError(Code.UNAUTHORIZED, denied.message)
+    return ApiError(Code.FORBIDDEN, denied.message)
 
 
 _SEND_CODES: dict[int, Code] = {

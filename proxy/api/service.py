@@ -8,9 +8,10 @@
 | ReceiveMessage | ``receive.ReceiveActivity`` |
 | AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue | ``ack.AckActivity`` |
 
-Every unary RPC goes through ``_unary``: the client-id check, an ``ApiError`` turned into
-the response's status (the clients read that, not the gRPC status), and the latency
-sample. ReceiveMessage and Telemetry are streams and do the same themselves.
+Every unary RPC goes through ``_unary``: the guard (authentication and authorization, when
+security is on), the client-id check, an ``ApiError`` turned into the response's status
+(the clients read that, not the gRPC status), and the latency sample. ReceiveMessage and
+Telemetry are streams: ``_guard`` checks them here, the activities do the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Protocol, TypeVar
 from proxy.api import validation as check
 from proxy.api.ack import AckActivity
 from proxy.api.context import Context
-from proxy.api.errors import ApiError, Code, code_name
+from proxy.api.errors import ApiError, Code, code_name, denied_error
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
@@ -31,6 +32,7 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.observability.metrics import ProxyMetrics
+from proxy.security.guard import Denied, Guard
 
 
 class _Answer(Protocol):
@@ -54,7 +56,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         receive: ReceiveActivity,
         ack: AckActivity,
         metrics: ProxyMetrics,
+        guard: Guard | None = None,
     ) -> None:
+        self.guard = guard
         self.route = route
         self.session = session
         self.send = send
@@ -71,12 +75,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> ResponseT:
         start = time.perf_counter()
         try:
+            self._guard(rpc, request, context)
             check.require_client_id(context)
             response = await handler(request, context)
         except ApiError as err:
             response = getattr(api, f"{rpc}Response")(status=err.status)
         self._observe(rpc, response.status.code, time.perf_counter() - start)
         return response
+
+    def _guard(self, rpc: str, request: object, context: Context) -> None:
+        """Raise the ApiError of a request the guard refuses (nothing without security)."""
+        if self.guard is None:
+            return
+        try:
+            self.guard.check(rpc, request, context.invocation_metadata())
+        except Denied as denied:
+            raise denied_error(denied) from None
 
     def _observe(self, rpc: str, code: int, seconds: float) -> None:
         self.metrics.rpc("grpc", _snake(rpc), code_name(code), seconds)
@@ -108,6 +122,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(
         self, request_iterator: AsyncIterator[api.TelemetryCommand], context: Context
     ) -> AsyncIterator[api.TelemetryCommand]:
+        try:
+            self._guard("Telemetry", None, context)
+        except ApiError as err:
+            yield api.TelemetryCommand(status=err.status)
+            return
         async for command in self.session.telemetry(request_iterator, context):
             yield command
 
@@ -119,6 +138,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return await self._unary("SendMessage", self.send.send_message, request, context)
 
     async def ReceiveMessage(self, request: api.ReceiveMessageRequest, context: Context) -> None:
+        try:
+            self._guard("ReceiveMessage", request, context)
+        except ApiError as err:
+            self._observe("ReceiveMessage", err.code, 0.0)
+            await context.write(api.ReceiveMessageResponse(status=err.status))
+            return
         await self.receive.receive_message(request, context)
 
     async def AckMessage(

@@ -4,6 +4,12 @@ Each ``ProxyMetrics`` owns its own ``CollectorRegistry`` (never the process-glob
 test, or a process hosting several proxies, can make as many as it likes without
 "Duplicated timeseries" errors.
 
+With ``rmq-proxy --workers N`` every worker process is started with
+``PROMETHEUS_MULTIPROC_DIR`` set, so prometheus-client keeps each sample in a memory-mapped
+file there, and the supervisor's ``GroupMetrics`` renders the whole process group from that
+directory: counters and histograms summed over the workers (a dead worker's files stay, so
+they never go backwards), each gauge by its ``multiprocess_mode`` (ignored in one process).
+
 The recording methods run on every request, so each caches its labelled children in a dict
 keyed by the label tuple: after the first call for a label set, a call is one dict lookup
 plus the sample update, instead of ``labels()``'s validation and its registry-lock lookup.
@@ -15,7 +21,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -84,6 +90,7 @@ class ProxyMetrics:
             "Client long polls currently parked on the proxy.",
             ["mode"],
             registry=r,
+            multiprocess_mode="livesum",
         )
         self._mode_switches = Counter(
             "rocketmq_proxy_mode_switches",
@@ -107,13 +114,17 @@ class ProxyMetrics:
             "rocketmq_proxy_long_polls_limit",
             "Configured maximum of client long polls in flight.",
             registry=r,
+            multiprocess_mode="livesum",  # each worker has its own limit
         )
         self._ready = Gauge(
-            "rocketmq_proxy_ready", "1 while the proxy is ready to serve, else 0.", registry=r
+            "rocketmq_proxy_ready",
+            "1 while the proxy is ready to serve, else 0.",
+            registry=r,
+            multiprocess_mode="livemax",  # the group serves while any worker does
         )
         self._build_info = Gauge(
             "rocketmq_proxy_build_info", "Always 1; the label carries the version.", ["version"],
-            registry=r,
+            registry=r, multiprocess_mode="livemax",
         )  # fmt: skip
         self._build_info.labels(version or _package_version()).set(1)
 
@@ -219,6 +230,29 @@ class ProxyMetrics:
         ``accept`` is the scraper's Accept header: Prometheus asks for OpenMetrics and gets
         it; anything else gets the classic text format 0.0.4, which every scraper reads.
         """
+        if not accept:
+            return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+class GroupMetrics:
+    """The metrics of a process group (``--workers N``): what every worker wrote to the
+    multiprocess directory, merged at each scrape. Served by the supervisor."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.registry = CollectorRegistry(auto_describe=True)
+        multiprocess.MultiProcessCollector(self.registry, path=directory)  # type: ignore[no-untyped-call]
+
+    def set_ready(self, ready: bool) -> None:
+        """The workers publish ``rocketmq_proxy_ready`` themselves (live maximum)."""
+
+    def mark_dead(self, pid: int) -> None:
+        """Drop an exited worker's live gauges (its counters and histograms stay)."""
+        multiprocess.mark_process_dead(pid, self.directory)  # type: ignore[no-untyped-call]
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
         if not accept:
             return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
         encoder, content_type = choose_encoder(accept)

@@ -7,13 +7,22 @@ so tests and embedded set-ups can run several side by side.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import inspect
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
-from proxy.observability.metrics import ProxyMetrics
+
+class MetricsSource(Protocol):
+    """What /metrics serves: a proxy's ``ProxyMetrics``, or a worker group's
+    ``GroupMetrics``."""
+
+    def set_ready(self, ready: bool) -> None: ...
+
+    def render(self, accept: str = "") -> tuple[bytes, str]: ...
 
 
 class OpsServer:
@@ -21,11 +30,14 @@ class OpsServer:
 
     def __init__(
         self,
-        metrics: ProxyMetrics,
-        status: Callable[[], dict[str, Any]],
+        metrics: MetricsSource,
+        status: Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]],
         ready: Callable[[], bool],
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: serve HTTPS (``[security] tls_ops``)."""
         self._metrics = metrics
+        self._ssl_context = ssl_context
         self._status = status
         self._ready = ready
         self._runner: web.AppRunner | None = None
@@ -42,7 +54,7 @@ class OpsServer:
         # Scrapes and probes every few seconds would flood the log: access logs off.
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=self._ssl_context)
         try:
             await site.start()
         except BaseException:
@@ -76,5 +88,8 @@ class OpsServer:
         return web.Response(status=503, text="not ready")
 
     async def _handle_status(self, _request: web.Request) -> web.Response:
-        body = orjson.dumps(self._status(), option=orjson.OPT_NON_STR_KEYS)
+        status = self._status()
+        if inspect.isawaitable(status):
+            status = await status
+        body = orjson.dumps(status, option=orjson.OPT_NON_STR_KEYS)
         return web.Response(body=body, content_type="application/json")

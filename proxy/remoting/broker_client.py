@@ -14,7 +14,12 @@ from typing import Any
 
 import orjson
 
-from proxy.remoting.client import RemotingClient, RemotingError, RemotingTimeoutError
+from proxy.remoting.client import (
+    RemotingClient,
+    RemotingError,
+    RemotingTimeoutError,
+    RequestHook,
+)
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import (
@@ -110,10 +115,11 @@ class BrokerClient:
         address: str,
         client: RemotingClient | None = None,
         observer: CallObserver | None = None,
+        request_hook: RequestHook | None = None,
     ) -> None:
         self.name = name
         self.address = address
-        self.remoting = client or RemotingClient(address)
+        self.remoting = client or RemotingClient(address, request_hook=request_hook)
         self.observer = observer
         # Cleared when the broker answers BATCH_ACK_MESSAGE with "not supported".
         self.batch_ack_supported = True

@@ -4,6 +4,8 @@
 - A lost connection fails its requests at once; the next request reconnects.
 - After a failed connect the peer is skipped for a back-off period (doubling up to a cap),
   so a broker that is down costs callers nothing but a fast error.
+- A ``request_hook`` sees every request just before it is sent (the broker ACL signature,
+  ``proxy.security.signing.RemotingSigner``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from proxy.remoting.connection import RemotingConnection
 log = logging.getLogger(__name__)
 
 _opaques = itertools.count(1)
+
+# Called with every request just before it is sent; may add fields (a signature).
+RequestHook = Callable[[RemotingCommand], None]
 
 
 class RemotingError(Exception):
@@ -52,8 +57,10 @@ class RemotingClient:
         backoff_initial: float = 0.2,
         backoff_max: float = 5.0,
         max_frame: int = DEFAULT_MAX_FRAME,
+        request_hook: RequestHook | None = None,
     ) -> None:
         self.address = address
+        self.request_hook = request_hook
         self._host, self._port = split_address(address)
         self._connect_timeout = connect_timeout
         self._backoff_initial = backoff_initial
@@ -88,6 +95,8 @@ class RemotingClient:
         deadline = loop.time() + timeout
         conn = await self._connection(deadline)
         opaque = request.opaque = next(_opaques)
+        if self.request_hook is not None:
+            self.request_hook(request)
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[opaque] = future
         timer = loop.call_at(deadline, self._expire, opaque, timeout, on_late)
@@ -105,6 +114,8 @@ class RemotingClient:
         conn = await self._connection(loop.time() + timeout)
         request.opaque = next(_opaques)
         request.flag |= FLAG_ONEWAY
+        if self.request_hook is not None:
+            self.request_hook(request)
         if not conn.send(request):
             raise RemotingConnectError(f"connection to {self.address} is closed")
 

@@ -108,10 +108,12 @@ async def run(args: argparse.Namespace) -> dict:
     if "overhead" in wanted and "notify" not in modes:
         raise SystemExit("the overhead scenario needs the notify mode")
     started = time.monotonic()
-    system = await System(brokers=args.brokers, modes=modes, backend=args.backend).start()
+    system = await System(
+        brokers=args.brokers, modes=modes, backend=args.backend, workers=args.workers
+    ).start()
     results["system_start_s"] = round(time.monotonic() - started, 1)
     backend = f"{args.brokers} {'real RocketMQ' if args.backend == 'real' else 'stub'} brokers"
-    print(f"{backend} and {len(modes)} proxies ready in {results['system_start_s']} s; "
+    print(f"{backend} and {len(system.proxies)} proxies ready in {results['system_start_s']} s; "
           f"load average {load_average()}", flush=True)  # fmt: skip
     try:
         if "sparse" in wanted:
@@ -181,6 +183,9 @@ async def run(args: argparse.Namespace) -> dict:
                 f"({o['proxy_share_of_direct']:.0%})",
                 flush=True,
             )
+            for path, rate in o["msgs_per_s"].items():
+                print(f"  {path}: {rate} msg/s, receive p50 {o['receive_ms_p50'][path]} ms, "
+                      f"p99 {o['receive_ms_p99'][path]} ms", flush=True)  # fmt: skip
             for path, spent in o["cpu_ms_per_1000"].items():
                 parts = ", ".join(f"{who} {ms_}" for who, ms_ in spent.items())
                 print(f"  CPU ms per 1,000 messages, {path} path: {parts}", flush=True)
@@ -271,6 +276,13 @@ def main() -> None:
         "--fanin-polls", type=lambda s: [int(x) for x in s.split(",")], default=[2000, 5000]
     )
     p.add_argument("--overhead-messages", type=int, default=20_000)
+    p.add_argument(
+        "--workers",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=(1,),
+        help="worker counts (rmq-proxy --workers) of each mode's proxy, e.g. 1,2: a proxy "
+        "per count, side by side; the overhead scenario runs a path per notify proxy",
+    )
     p.add_argument(
         "--profile",
         action="store_true",

@@ -37,9 +37,19 @@ class Process:
         return self.proc.pid
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds of the process and its live descendants (a proxy's workers)."""
+        total, pids = 0.0, [self.pid]
+        while pids:
+            pid = pids.pop()
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    pids += [int(child) for child in f.read().split()]
+            except FileNotFoundError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.pid}/status") as f:
@@ -73,9 +83,16 @@ async def _spawn(name: str, module: str, func: str, *args: str) -> Process:
     return process
 
 
+def proxy_label(mode: str, workers: int) -> str:
+    """A proxy's name in ``System.proxies`` and the results: the mode, with ``-w<N>`` for
+    a proxy of N > 1 workers (``rmq-proxy --workers N``)."""
+    return mode if workers == 1 else f"{mode}-w{workers}"
+
+
 class System:
     """Name server + ``brokers`` brokers (stubs, or real ones with ``backend="real"``) +
-    a proxy per mode."""
+    a proxy per mode, and per worker count in ``workers`` (default one single-process
+    proxy per mode); ``modes`` lists the proxies' labels (``proxy_label``)."""
 
     def __init__(
         self,
@@ -83,11 +100,13 @@ class System:
         modes=MODES,
         proxy_args: dict | None = None,
         backend: str = "stub",
+        workers: tuple[int, ...] = (1,),
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}")
         self.broker_count = brokers
-        self.modes = modes
+        self.proxy_specs = {proxy_label(m, n): (m, n) for m in modes for n in workers}
+        self.modes = tuple(self.proxy_specs)
         self.proxy_args = proxy_args or {}
         self.backend = backend
         self.cluster = None  # the launcher's RealCluster on the real backend
@@ -102,10 +121,10 @@ class System:
                 namesrv = await self._start_real()
             else:
                 namesrv = await self._start_stubs()
-            for mode in self.modes:
+            for label, (mode, workers) in self.proxy_specs.items():
                 extra = [str(a) for a in self.proxy_args.get(mode, [])]
-                self.proxies[mode] = await _spawn(
-                    f"proxy-{mode}",
+                self.proxies[label] = await _spawn(
+                    f"proxy-{label}",
                     "proxy.cli",
                     "main",
                     "--namesrv",
@@ -117,7 +136,9 @@ class System:
                     "--mode",
                     mode,
                     "--proxy-id",
-                    f"bench-{mode}",
+                    f"bench-{label}",
+                    "--workers",
+                    str(workers),
                     "--log-level",
                     "warning",
                     *extra,

@@ -315,6 +315,8 @@ async def _in_flight(proxy) -> int:
         http.get(f"http://{proxy.address['http']}/v1/status") as response,
     ):
         status = await response.json()
+    if "workers" in status:  # a supervisor: the sum over its workers
+        return sum(sum(w["status"]["receive"]["in_flight"].values()) for w in status["workers"])
     return sum(status["receive"]["in_flight"].values())
 
 
@@ -394,14 +396,22 @@ async def _fill(system: System, topic: str, messages: int) -> None:
     await asyncio.gather(*(fill(c) for c in system.broker_clients))
 
 
+def _path_proxy(path: str) -> str:
+    """The proxy a path of the overhead scenario goes through: "proxy" the notify proxy,
+    "proxy-w<N>" the notify proxy of N workers (``bench_proxy --workers``)."""
+    return "notify" + path.removeprefix("proxy")
+
+
 async def _consume(
     system: System, path: str, topic: str, group: str, total: int, workers: int
-) -> float:
+) -> tuple[float, list[float]]:
     """Pop and ack ``total`` messages with ``workers`` in parallel; return messages/s,
     timed to the moment the last message is acked (workers still parked in a long poll
-    then are cancelled, not waited for)."""
+    then are cancelled, not waited for), and the latency of every receive (pop on the
+    direct path) that returned messages."""
     consumed = 0
     all_done = asyncio.Event()
+    latencies: list[float] = []
 
     def count(n: int) -> None:
         nonlocal consumed
@@ -410,11 +420,17 @@ async def _consume(
             all_done.set()
 
     async def via_proxy(i: int) -> None:
-        client = LeanClient(system.proxies["notify"].address["grpc"], f"over-{i}")
+        # A connection per worker task, as separate consumers have: a proxy of several
+        # workers gets them spread over its workers by the kernel.
+        client = LeanClient(
+            system.proxies[_path_proxy(path)].address["grpc"], f"over-{i}", own_connection=True
+        )
         try:
             while consumed < total:
+                t0 = time.perf_counter()
                 result = await client.receive(group, topic, await_ms=5000, batch=32)
                 if result.messages:
+                    latencies.append(time.perf_counter() - t0)
                     await client.ack(group, topic, result.messages)
                     count(len(result.messages))
         finally:
@@ -423,16 +439,18 @@ async def _consume(
     async def direct(i: int) -> None:
         broker = system.broker_clients[i % len(system.broker_clients)]
         while consumed < total:
+            t0 = time.perf_counter()
             result = await broker.pop(group, topic, max_nums=32, invisible_ms=30_000)
             if not result.messages:
                 broker = system.broker_clients[(i := i + 1) % len(system.broker_clients)]
                 continue
+            latencies.append(time.perf_counter() - t0)
             await asyncio.gather(
                 *(broker.ack(group, topic, m.properties["POP_CK"]) for m in result.messages)
             )
             count(len(result.messages))
 
-    worker = via_proxy if path == "proxy" else direct
+    worker = direct if path == "direct" else via_proxy
     start = time.perf_counter()
     tasks = [asyncio.ensure_future(worker(i)) for i in range(workers)]
     try:
@@ -442,7 +460,7 @@ async def _consume(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return consumed / elapsed
+    return consumed / elapsed, latencies
 
 
 @contextlib.asynccontextmanager
@@ -474,10 +492,11 @@ async def _profiled(pid: int, out: str | None):
                 await spy.wait()
 
 
-def _cpu_seconds(system: System) -> dict[str, float]:
-    """CPU seconds so far of the notify proxy, all brokers, and this load generator."""
+def _cpu_seconds(system: System, proxy: str = "notify") -> dict[str, float]:
+    """CPU seconds so far of a notify proxy (with its workers), all brokers, and this
+    load generator."""
     return {
-        "proxy": system.proxies["notify"].cpu_seconds(),
+        "proxy": system.proxies[proxy].cpu_seconds(),
         "brokers": sum(b.cpu_seconds() for b in system.brokers),
         "load_generator": time.process_time(),
     }
@@ -488,13 +507,20 @@ async def overhead(
 ) -> dict:
     """Pop+ack throughput through the proxy (notify mode) against straight to the brokers,
     and the CPU each process spent per 1,000 messages on each path. With ``profile`` (a
-    directory), py-spy samples the proxy during the proxy path's last round."""
-    rates: dict[str, list[float]] = {"proxy": [], "direct": []}
-    cpu: dict[str, dict[str, float]] = {"proxy": {}, "direct": {}}
+    directory), py-spy samples the proxy during the proxy path's last round. With notify
+    proxies of several workers in ``system`` (``notify-w<N>``), their paths ``proxy-w<N>``
+    run in the same interleaved rounds."""
+    paths = ["proxy", "direct"] + [
+        "proxy" + label.removeprefix("notify") for label in system.modes
+        if label.startswith("notify-w")
+    ]  # fmt: skip
+    rates: dict[str, list[float]] = {path: [] for path in paths}
+    cpu: dict[str, dict[str, float]] = {path: {} for path in paths}
+    latencies: dict[str, list[float]] = {path: [] for path in paths}
     per_request = 32 * len(system.broker_clients)
     total = messages // per_request * per_request
     for round_no in range(rounds):
-        for path in random.sample(["proxy", "direct"], 2):
+        for path in random.sample(paths, len(paths)):
             topic, group = f"over-{path}-{round_no}", f"over-{path}"
             await system.create_topic(topic)
             await _fill(system, topic, total)
@@ -502,9 +528,12 @@ async def overhead(
             if profile and path == "proxy" and round_no == rounds - 1:
                 profile_to = f"{profile}/proxy-overhead.speedscope.json"
             async with _profiled(system.proxies["notify"].pid, profile_to):
-                before = _cpu_seconds(system)
-                rates[path].append(await _consume(system, path, topic, group, total, workers))
-                after = _cpu_seconds(system)
+                proxy = "notify" if path == "direct" else _path_proxy(path)
+                before = _cpu_seconds(system, proxy)
+                rate, waits = await _consume(system, path, topic, group, total, workers)
+                after = _cpu_seconds(system, proxy)
+                rates[path].append(rate)
+                latencies[path] += waits
             for who, seconds in after.items():
                 spent = (seconds - before[who]) * 1e6 / total  # ms per 1,000 messages
                 cpu[path][who] = cpu[path].get(who, 0.0) + spent / rounds
@@ -516,5 +545,8 @@ async def overhead(
         "cpu_ms_per_1000": {
             path: {who: round(ms_, 1) for who, ms_ in spent.items()} for path, spent in cpu.items()
         },
+        "msgs_per_s": {path: round(statistics.median(r)) for path, r in rates.items()},
+        "receive_ms_p50": {path: ms(percentile(w, 0.5)) for path, w in latencies.items()},
+        "receive_ms_p99": {path: ms(percentile(w, 0.99)) for path, w in latencies.items()},
         "rounds": rates,
     }

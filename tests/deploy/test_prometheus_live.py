@@ -227,6 +227,7 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
                 str(BIN / "rmq-proxy"), "--embedded-brokers", "2", "--topic", TOPIC,
                 "--grpc-port", "0", "--http-port", "0", "--proxy-id", PROXY_ID,
                 "--mode", "adaptive", "--event-log-dir", str(events), "--log-level", "warning",
+                "--workers", "1",  # the dashboards' Proxy variable is PROXY_ID, not PROXY_ID-w<k>
             ],
             run,
             env=PROXY_ENV,

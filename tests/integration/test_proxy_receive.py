@@ -29,6 +29,10 @@ T, G = "T", "G"
 DELIVERY_BOUND_S = {"stub": 0.5, "real": 1.0}
 # A message handed back becomes visible again in this time, not its 30 s invisible time.
 HAND_BACK_BOUND_S = {"stub": 3.0, "real": 10.0}
+# A late message found by a later 100 ms slice, well before the 3 s poll ends. A slice on
+# a real broker is a POP parked there, answered by its 20 ms expiry scan and a round trip:
+# the late delivery took 1.4 s on real brokers at load 10 (under 1 s on the stubs).
+SLICE_BOUND_S = {"stub": 1.0, "real": 2.0}
 
 
 async def parked(app, mode: str) -> None:
@@ -85,7 +89,7 @@ async def test_slicing_finds_it_on_a_later_slice(backend, lean):
     app = await backend.start(mode="slicing", slice_ms=100, slice_quota=20)
     result, after_send, _ = await receive_with_late_send(backend, app, lean, "slicing", 3000)
     assert [m.body for m in result.messages] == [b"late"]
-    assert after_send < 1.0  # within a few slices, not the whole poll
+    assert after_send < SLICE_BOUND_S[backend.kind]  # a few slices, not the whole poll
 
 
 @pytest.mark.parametrize("mode", ["notify", "coupled", "slicing", "adaptive"])

@@ -116,6 +116,7 @@ def start_proxy(
     mode: str | None = None,
     brokers: int = 3,
     namesrv: str | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> ProxyProcess:
     """Start ``rmq-proxy`` on free ports and wait (bounded) for its ready line: with
     ``brokers`` embedded broker stubs, or in front of the name server ``namesrv``."""
@@ -132,6 +133,7 @@ def start_proxy(
         cmd += ["--topic", topic]
     if mode:
         cmd += ["--mode", mode]
+    cmd += list(extra_args)
     with open(stderr_log, "wb") as err:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=workdir, env=env
@@ -214,11 +216,12 @@ def client_log(lang: str, home: Path) -> str:
 
 
 def run_driver(
-    lang: str, args: list[str], *, timeout: float, home: Path
+    lang: str, args: list[str], *, timeout: float, home: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run a driver to completion; on timeout ``subprocess.run`` kills it (by pid) and waits."""
+    """Run a driver to completion; on timeout ``subprocess.run`` kills it (by pid) and waits.
+    ``env`` adds variables (credentials, TLS) to the driver's environment."""
     home.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, HOME=str(home))
+    env = dict(os.environ, **(env or {}), HOME=str(home))
     # The official client must not see the project's own apache.rocketmq.v2 modules.
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONHOME", None)
@@ -243,7 +246,9 @@ def run_driver(
         ) from None
 
 
-def run_client(lang: str, *args: str | int, timeout: float, home: Path) -> dict:
+def run_client(
+    lang: str, *args: str | int, timeout: float, home: Path, env: dict[str, str] | None = None
+) -> dict:
     """Run ``produce`` / ``consume`` with the official ``lang`` client; return its JSON.
 
     The driver is given a deadline a little shorter than ``timeout`` so that it gives up
@@ -253,7 +258,7 @@ def run_client(lang: str, *args: str | int, timeout: float, home: Path) -> dict:
     if "--deadline-seconds" not in argv:
         argv += ["--deadline-seconds", str(max(timeout - 5.0, 1.0))]
     started = time.monotonic()
-    done = run_driver(lang, argv, timeout=timeout, home=home)
+    done = run_driver(lang, argv, timeout=timeout, home=home, env=env)
     elapsed = time.monotonic() - started
     rounds = re.search(r'"receives":\s*(\d+),\s*"empty_receives":\s*(\d+)', done.stdout)
     detail = f", {rounds[1]} receives, {rounds[2]} empty" if rounds else ""

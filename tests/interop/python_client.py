@@ -30,6 +30,10 @@ body) are reported in "errors" instead, so the caller sees what did arrive.
 
 The client logs to ~/logs/rocketmq_python/rocketmq_client.log: set HOME to move it.
 
+Security (tests/interop/test_security_clients.py): RMQ_INTEROP_ACCESS_KEY and
+RMQ_INTEROP_SECRET_KEY give the client credentials, RMQ_INTEROP_TLS=1 turns TLS on; the
+client trusts the CA named by gRPC's own GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
+
 What this client (5.1.2) requires of the server, read from its source:
 - Endpoints: ``ClientConfiguration("127.0.0.1:<port>")`` gives scheme IPv4; every queue in a
   QueryRoute answer must carry ``broker.endpoints`` with a scheme (IPv4 for an IP address; an
@@ -174,13 +178,30 @@ def route_endpoints(client, topic: str) -> list[str]:
     return endpoints
 
 
+def client_configuration(endpoint: str):
+    """The client's configuration, with credentials from the environment if given."""
+    from rocketmq import ClientConfiguration, Credentials
+
+    credentials = Credentials(
+        os.environ.get("RMQ_INTEROP_ACCESS_KEY", ""), os.environ.get("RMQ_INTEROP_SECRET_KEY", "")
+    )
+    return ClientConfiguration(endpoint, credentials, request_timeout=REQUEST_TIMEOUT_SECONDS)
+
+
+def tls_enabled() -> bool:
+    return os.environ.get("RMQ_INTEROP_TLS") == "1"
+
+
 def simple_consumer(endpoint: str, group: str, topic: str, expression: str, await_seconds: int):
     """A started SimpleConsumer of ``topic``; the caller shuts it down."""
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import FilterExpression, SimpleConsumer
 
-    config = ClientConfiguration(endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS)
     consumer = SimpleConsumer(
-        config, group, {topic: FilterExpression(expression)}, await_duration=await_seconds
+        client_configuration(endpoint),
+        group,
+        {topic: FilterExpression(expression)},
+        await_duration=await_seconds,
+        tls_enable=tls_enabled(),
     )
     consumer.startup()
     return consumer
@@ -195,12 +216,11 @@ def wait_for_settings(consumer, timeout: float = 10) -> None:
 
 
 def produce(args: argparse.Namespace) -> dict:
-    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+    from rocketmq import Message, Producer
 
-    config = ClientConfiguration(
-        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
+    producer = Producer(
+        client_configuration(args.endpoint), topics=(args.topic,), tls_enable=tls_enabled()
     )
-    producer = Producer(config, topics=(args.topic,))
     producer.startup()
     try:
         route_endpoints(producer, args.topic)

@@ -1,0 +1,165 @@
+"""The proxy's security as one thing to start and stop: TLS credentials, the guard and its
+user file, the broker signer, and the task that reloads files.
+
+Files are re-read off the event loop (``asyncio.to_thread``) when a cheap ``stat`` on a
+timer (``reload_interval_s``) sees them change, or at once on SIGHUP. A file that cannot be
+used on reload leaves the previous version in force (logged, counted, in ``/v1/status``);
+at start it is fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import ssl
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, Counter
+
+from proxy.security.config import SecurityConfig
+from proxy.security.guard import Guard
+from proxy.security.signing import RemotingSigner
+from proxy.security.tls import ServerTls
+from proxy.security.users import UserFileError, UserStore
+
+log = logging.getLogger(__name__)
+
+
+def _stamp(path: str) -> tuple[int, int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0, 0)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class SecurityRuntime:
+    def __init__(self, config: SecurityConfig, registry: CollectorRegistry) -> None:
+        self.config = config
+        self._registry = registry
+        self.tls: ServerTls | None = None
+        self.guard: Guard | None = None
+        self.signer: RemotingSigner | None = None
+        if config.broker_access_key and config.broker_secret_key:
+            self.signer = RemotingSigner(config.broker_access_key, config.broker_secret_key)
+        self._users_stamp = (0, 0, 0)
+        self._users_loaded_at = 0.0
+        self._users_error: str | None = None
+        self._reloads = Counter(
+            "rocketmq_proxy_security_reloads",
+            "Certificate and user file reloads, by outcome.",
+            ["what", "result"],
+            registry=registry,
+        )
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._sighup = False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.config.tls or self.config.authentication or self.signer)
+
+    async def start(self) -> None:
+        """Read the certificate and the user file (off the loop); a bad one is fatal."""
+        config = self.config
+        if config.tls_cert_file and config.tls_key_file:
+            self.tls = await asyncio.to_thread(
+                ServerTls, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file
+            )
+        if config.users_file:
+            self._users_stamp = _stamp(config.users_file)
+            users = await asyncio.to_thread(UserStore.load, config.users_file)
+            self._users_loaded_at = time.time()
+            self.guard = Guard(
+                users,
+                self._registry,
+                authorization=config.authorization,
+                clock_skew_s=config.clock_skew_s,
+            )
+        if self.tls is not None or self.guard is not None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._watch(), name="security-reload"
+            )
+            self._listen_sighup()
+
+    def ops_ssl_context(self) -> ssl.SSLContext | None:
+        return self.tls.ops_context() if self.tls is not None and self.config.tls_ops else None
+
+    def reload_now(self) -> None:
+        """Check every file at once (SIGHUP does this)."""
+        self._wake.set()
+
+    def _listen_sighup(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.reload_now)
+            self._sighup = True
+
+    async def _watch(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.reload_interval_s)
+            forced = self._wake.is_set()
+            self._wake.clear()
+            await self.reload(forced)
+
+    async def reload(self, forced: bool = False) -> None:
+        """Reload what changed (everything when ``forced``)."""
+        if self.tls is not None and (forced or self.tls.changed()):
+            ok = await asyncio.to_thread(self.tls.reload)
+            self._reloads.labels("tls", "ok" if ok else "error").inc()
+            if ok:
+                log.info("TLS certificate reloaded (sha256 %s)", self.tls.status()["cert_sha256"])
+            else:
+                log.error("TLS reload failed, the previous certificate stays: %s",
+                          self.tls.last_error)  # fmt: skip
+        path = self.config.users_file
+        if self.guard is not None and path:
+            stamp = _stamp(path)
+            if forced or stamp != self._users_stamp:
+                self._users_stamp = stamp
+                try:
+                    users = await asyncio.to_thread(UserStore.load, path)
+                except UserFileError as exc:
+                    self._users_error = str(exc)
+                    self._reloads.labels("users", "error").inc()
+                    log.error("user file reload failed, the previous users stay: %s", exc)
+                    return
+                self.guard.users = users
+                self._users_loaded_at = time.time()
+                self._users_error = None
+                self._reloads.labels("users", "ok").inc()
+                log.info("user file reloaded: %d users", len(users))
+
+    async def close(self) -> None:
+        if self._sighup:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            self._sighup = False
+        if self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def status(self) -> dict[str, object]:
+        """What /v1/status shows: which protections are on, never a secret."""
+        return {
+            "tls": self.tls.status() if self.tls is not None else None,
+            "ops_tls": bool(self.config.tls_ops and self.tls is not None),
+            "authentication": self.guard is not None,
+            "authorization": bool(self.guard is not None and self.guard.authorization),
+            "users": None
+            if self.guard is None
+            else {
+                "count": len(self.guard.users),
+                "loaded_at": round(self._users_loaded_at, 3),
+                "last_error": self._users_error,
+            },
+            "broker_signing": self.signer is not None,
+        }

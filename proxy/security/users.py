@@ -1,0 +1,171 @@
+"""The operator's user file: who may connect (access key, secret key) and what each may do.
+
+TOML (or JSON with the same shape)::
+
+    [[users]]
+    access_key = "orders-app"
+    secret_key = "..."                       # or secret_key_env = "ORDERS_APP_SECRET"
+    publish = ["orders", "orders-*"]         # topics it may send to
+    subscribe = [{ group = "billing", topic = "orders" }, { group = "audit-*", topic = "*" }]
+    deny_publish = ["orders-internal"]       # deny wins over allow
+    deny_subscribe = [{ group = "*", topic = "orders-internal" }]
+    super_user = false                       # true: every topic and group
+
+A name pattern is a name (exact), a prefix ending in ``*`` (``orders-*``), or ``*`` alone
+(anything); a ``*`` anywhere else is refused when the file is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class UserFileError(ValueError):
+    """The user file cannot be used (the message never carries a secret)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    text: str
+
+    def __post_init__(self) -> None:
+        if not self.text or "*" in self.text[:-1]:
+            raise UserFileError(
+                f"pattern {self.text!r}: use a name, a prefix ending in '*', or '*'"
+            )
+
+    @property
+    def is_any(self) -> bool:
+        return self.text == "*"
+
+    def matches(self, name: str) -> bool:
+        if self.text.endswith("*"):
+            return name.startswith(self.text[:-1])
+        return name == self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    publish: tuple[Pattern, ...] = ()
+    subscribe: tuple[tuple[Pattern, Pattern], ...] = ()  # (group, topic)
+    deny_publish: tuple[Pattern, ...] = ()
+    deny_subscribe: tuple[tuple[Pattern, Pattern], ...] = ()
+    everything: bool = False  # a super user
+
+    def may_publish(self, topic: str) -> bool:
+        if any(p.matches(topic) for p in self.deny_publish):
+            return False
+        return self.everything or any(p.matches(topic) for p in self.publish)
+
+    def may_subscribe(self, group: str, topic: str) -> bool:
+        if any(g.matches(group) and t.matches(topic) for g, t in self.deny_subscribe):
+            return False
+        return self.everything or any(
+            g.matches(group) and t.matches(topic) for g, t in self.subscribe
+        )
+
+    def may_see(self, topic: str) -> bool:
+        """Whether the topic's route may be shown: the user may publish to it, or subscribe
+        to it in some group (unless every group is denied it)."""
+        if self.may_publish(topic):
+            return True
+        if any(g.is_any and t.matches(topic) for g, t in self.deny_subscribe):
+            return False
+        return self.everything or any(t.matches(topic) for _, t in self.subscribe)
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    access_key: str
+    secret_key: str = field(repr=False)
+    permissions: Permissions = field(default_factory=Permissions)
+
+
+class UserStore:
+    """The users of one version of the file, by access key."""
+
+    def __init__(self, users: Iterable[User] = ()) -> None:
+        self._users: dict[str, User] = {}
+        for user in users:
+            if user.access_key in self._users:
+                raise UserFileError(f"access key {user.access_key!r} appears twice")
+            self._users[user.access_key] = user
+
+    def __len__(self) -> int:
+        return len(self._users)
+
+    def get(self, access_key: str) -> User | None:
+        return self._users.get(access_key)
+
+    @classmethod
+    def load(cls, path: str | Path, env: Mapping[str, str] | None = None) -> UserStore:
+        """Read and check the file (blocking: call it off the event loop)."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+            data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode())
+        except (OSError, ValueError) as exc:
+            # TOML and JSON errors quote the line: never echo it, it may hold a secret.
+            kind = type(exc).__name__
+            raise UserFileError(f"{path}: cannot read the user file ({kind})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("users"), list):
+            raise UserFileError(f"{path}: expected a list of [[users]]")
+        env = os.environ if env is None else env
+        return cls(_user(entry, i, env) for i, entry in enumerate(data["users"]))
+
+
+_USER_KEYS = {
+    "access_key", "secret_key", "secret_key_env", "publish", "subscribe",
+    "deny_publish", "deny_subscribe", "super_user",
+}  # fmt: skip
+
+
+def _user(entry: Any, index: int, env: Mapping[str, str]) -> User:
+    where = f"users[{index}]"
+    if not isinstance(entry, dict):
+        raise UserFileError(f"{where}: expected a table")
+    unknown = set(entry) - _USER_KEYS
+    if unknown:
+        raise UserFileError(f"{where}: unknown keys {sorted(unknown)}")
+    access_key = entry.get("access_key")
+    if not isinstance(access_key, str) or not access_key:
+        raise UserFileError(f"{where}: access_key is required")
+    where = f"user {access_key!r}"
+    secret = entry.get("secret_key")
+    if "secret_key_env" in entry:
+        secret = env.get(str(entry["secret_key_env"]))
+        if secret is None:
+            raise UserFileError(f"{where}: ${entry['secret_key_env']} is not set")
+    if not isinstance(secret, str) or not secret:
+        raise UserFileError(f"{where}: secret_key (or secret_key_env) is required")
+    permissions = Permissions(
+        publish=_patterns(entry.get("publish", []), where),
+        subscribe=_pairs(entry.get("subscribe", []), where),
+        deny_publish=_patterns(entry.get("deny_publish", []), where),
+        deny_subscribe=_pairs(entry.get("deny_subscribe", []), where),
+        everything=bool(entry.get("super_user", False)),
+    )
+    return User(access_key, secret, permissions)
+
+
+def _patterns(values: Any, where: str) -> tuple[Pattern, ...]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise UserFileError(f"{where}: expected a list of topic names or patterns")
+    return tuple(Pattern(v) for v in values)
+
+
+def _pairs(values: Any, where: str) -> tuple[tuple[Pattern, Pattern], ...]:
+    if not isinstance(values, list):
+        raise UserFileError(f"{where}: expected a list of {{ group, topic }}")
+    pairs = []
+    for v in values:
+        if not isinstance(v, dict) or set(v) != {"group", "topic"}:
+            raise UserFileError(f"{where}: each subscription is {{ group = ..., topic = ... }}")
+        pairs.append((Pattern(str(v["group"])), Pattern(str(v["topic"]))))
+    return tuple(pairs)

@@ -1,0 +1,277 @@
+"""``rmq-proxy --workers 2`` as real processes on loopback: one gRPC port served by both
+workers, the group's /metrics, a killed worker restarted, statelessness across workers, and
+a graceful SIGTERM. Every process is stopped by pid, every wait is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.api.v2 import definition_pb2 as pb
+from tests.lean_client import LeanClient
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Group:
+    proc: asyncio.subprocess.Process
+    grpc: str
+    http: str
+
+    async def get(self, path: str, address: str | None = None) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+            http.get(f"http://{address or self.http}{path}") as response,
+        ):
+            return response.status, await response.text()
+
+    async def status(self) -> dict[str, Any]:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+            http.get(f"http://{self.http}/v1/status") as response,
+        ):
+            result: dict[str, Any] = await response.json()
+            return result
+
+
+async def start_group(*args: str) -> Group:
+    """``rmq-proxy --workers 2`` of this worktree, with 2 embedded brokers, on free ports."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "proxy.cli", "--workers", "2", "--embedded-brokers", "2",
+        "--grpc-port", "0", "--http-port", "0", "--topic", "T", "--log-level", "warning",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    words = line.decode().split()
+    assert words[:2] == ["rmq-proxy", "ready"], line
+    fields = dict(w.split("=", 1) for w in words[2:])
+    return Group(proc, fields["grpc"], fields["http"])
+
+
+@pytest.fixture
+async def group(tmp_path: Path) -> AsyncIterator[Group]:
+    g = await start_group("--event-log-dir", str(tmp_path / "events"))
+    try:
+        yield g
+    finally:
+        await stop(g)
+
+
+async def stop(g: Group) -> None:
+    if g.proc.returncode is None:
+        g.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(g.proc.wait(), 30)
+        except TimeoutError:
+            g.proc.kill()
+            await g.proc.wait()
+
+
+def samples(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples called ``name`` whose labels include ``labels``."""
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+ROUTES = {"protocol_type": "grpc", "request_code": "query_route"}
+
+
+async def routes_served(g: Group, worker_http: str | None = None) -> float:
+    """QueryRoute calls counted (histogram count) by the group, or by one worker."""
+    _, text = await g.get("/metrics", worker_http)
+    return samples(text, "rocketmq_proxy_rpc_latency_seconds_count", **ROUTES)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_two_workers_serve_one_port_and_metrics_sum(group: Group) -> None:
+    status = await group.status()
+    workers = status["workers"]
+    assert [w["index"] for w in workers] == [0, 1]
+    assert all(w["ready"] and w["status"]["grpc"] == group.grpc for w in workers)
+    assert len({w["pid"] for w in workers}) == 2
+    assert (await group.get("/readyz"))[0] == 200
+
+    # 16 clients, each on a connection of its own: the kernel spreads them over both.
+    clients = [LeanClient(group.grpc, f"c{i}", own_connection=True) for i in range(16)]
+    try:
+        for c in clients:
+            route = await c.query_route("T")
+            assert route.status.code == pb.Code.OK
+            sent = await c.send("T", b"x")
+            assert sent.status.code == pb.Code.OK
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+    per_worker = [await routes_served(group, w["http"]) for w in workers]
+    assert all(n > 0 for n in per_worker), per_worker  # connections landed on both
+    assert sum(per_worker) == 16
+    # One scrape of the group: the counter and the histogram summed over the workers.
+    _, text = await group.get("/metrics")
+    assert samples(text, "rocketmq_proxy_rpc_latency_seconds_count", **ROUTES) == 16
+    assert samples(text, "rocketmq_proxy_send_messages_total", topic="T") == 16
+    assert samples(text, "rocketmq_proxy_ready") == 1
+    assert samples(text, "rocketmq_proxy_long_polls_limit") == 2 * 20_000  # livesum
+
+
+async def test_a_message_sent_through_one_worker_is_acked_through_another(
+    group: Group,
+) -> None:
+    # Find a client on each worker: a QueryRoute shows up in one worker's own counter.
+    workers = (await group.status())["workers"]
+    on: dict[int, LeanClient] = {}
+    spare: list[LeanClient] = []
+    try:
+        for i in range(40):
+            if len(on) == 2:
+                break
+            client = LeanClient(group.grpc, f"s{i}", own_connection=True)
+            before = [await routes_served(group, w["http"]) for w in workers]
+            await client.query_route("T")
+            after = [await routes_served(group, w["http"]) for w in workers]
+            k = next(k for k in (0, 1) if after[k] > before[k])
+            if k in on:
+                spare.append(client)
+            else:
+                on[k] = client
+        assert len(on) == 2, "40 connections, all on one worker"
+        sender, receiver = on[0], on[1]
+        assert (await sender.send("T", b"across")).status.code == pb.Code.OK
+        got = await receiver.receive("G", "T", await_ms=5000)
+        assert got.status == pb.Code.OK and [m.body for m in got.messages] == [b"across"]
+        # The receipt handle worker 1 made is acked through worker 0.
+        acked = await sender.ack("G", "T", got.messages)
+        assert acked.status.code == pb.Code.OK
+        assert [e.status.code for e in acked.entries] == [pb.Code.OK]
+    finally:
+        await asyncio.gather(*(c.close() for c in [*on.values(), *spare]))
+
+
+async def test_a_killed_worker_is_restarted_and_the_port_keeps_serving(group: Group) -> None:
+    client = LeanClient(group.grpc, "before", own_connection=True)
+    try:
+        assert (await client.query_route("T")).status.code == pb.Code.OK
+    finally:
+        await client.close()
+    counted = await routes_served(group)
+    victim = (await group.status())["workers"][0]
+    os.kill(victim["pid"], signal.SIGKILL)
+    # Once the supervisor has reaped it (connections still in a dying listener's accept
+    # queue are reset, as with any SO_REUSEPORT group), new ones go to the worker left.
+    deadline = time.monotonic() + 10
+    while (await group.status())["workers"][0]["pid"] == victim["pid"]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    for i in range(4):
+        c = LeanClient(group.grpc, f"during-{i}", own_connection=True)
+        try:
+            route = await c.query_route("T")
+            assert route.status.code == pb.Code.OK
+        finally:
+            await c.close()
+    deadline = time.monotonic() + 30
+    while True:
+        w = (await group.status())["workers"][0]
+        if w["ready"] and w["pid"] not in (None, victim["pid"]):
+            break
+        assert time.monotonic() < deadline, w
+        await asyncio.sleep(0.2)
+    assert w["restarts"] == 1 and w["last_exit"] == -signal.SIGKILL
+    assert (await group.get("/readyz"))[0] == 200
+    # The dead worker's samples stay: the group's counter never goes backwards.
+    assert await routes_served(group) >= counted + 4
+    c = LeanClient(group.grpc, "after", own_connection=True)
+    try:
+        assert (await c.query_route("T")).status.code == pb.Code.OK
+    finally:
+        await c.close()
+
+
+async def test_sigterm_drains_every_worker_and_exits_0(tmp_path: Path) -> None:
+    events = tmp_path / "events"
+    g = await start_group("--event-log-dir", str(events), "--mode", "notify", "--proxy-id", "p")
+    clients = [LeanClient(g.grpc, f"c{i}", own_connection=True) for i in range(8)]
+    try:
+        worker_pids = [w["pid"] for w in (await g.status())["workers"]]
+        # Polls parked on both workers (8 connections; all on one has odds 2^-7).
+        polls = [asyncio.ensure_future(c.receive("G", "T", await_ms=15_000)) for c in clients]
+        deadline = time.monotonic() + 10
+        while True:
+            workers = (await g.status())["workers"]
+            parked = [sum(w["status"]["receive"]["in_flight"].values()) for w in workers]
+            if sum(parked) == len(polls):
+                break
+            assert time.monotonic() < deadline, parked
+            await asyncio.sleep(0.1)
+        assert all(n > 0 for n in parked), parked
+        started = time.perf_counter()
+        g.proc.send_signal(signal.SIGTERM)
+        results = await asyncio.wait_for(asyncio.gather(*polls), 10)
+        assert [r.status for r in results] == [pb.Code.MESSAGE_NOT_FOUND] * len(polls)
+        assert time.perf_counter() - started < 5  # answered at once, not after 15 s
+        assert await asyncio.wait_for(g.proc.wait(), 30) == 0
+        assert not any(alive(pid) for pid in worker_pids)
+        assert g.proc.stdout is not None
+        rest = (await g.proc.stdout.read()).decode()
+        assert "rmq-proxy ready" not in rest  # the ready line came once
+        # One event-log stream per worker, the Spark job's layout.
+        streams = sorted(p.name for p in events.iterdir())
+        assert streams == ["proxy=p-w0", "proxy=p-w1"]
+        for stream in streams:
+            assert list((events / stream).glob("date=*/part-*.jsonl")), stream
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+        await stop(g)
+
+
+async def test_a_port_taken_by_another_process_fails_the_start_with_exit_1() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "proxy.cli", "--workers", "2", "--namesrv", "127.0.0.1:1",
+            "--grpc-port", str(taken.getsockname()[1]), "--http-port", "0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 1
+    assert out == b""  # no ready line
+    assert b"Address already in use" in err

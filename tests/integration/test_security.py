@@ -1,0 +1,284 @@
+"""The proxy with security on, in front of broker stubs: TLS (with reload and client
+certificates), authentication and authorization of every RPC, what is counted and what is
+never shown."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import ssl
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+
+from broker_stub import BrokerConfig, StubCluster
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.config import ProxyConfig, ReceiveConfig
+from proxy.security.config import SecurityConfig
+from tests.conftest import ProxyOnStubs
+from tests.secure_client import SecureLeanClient
+from tests.tls_ca import make_ca
+
+SECRET = "alice-secret-value"
+USERS = f"""
+[[users]]
+access_key = "alice"
+secret_key = "{SECRET}"
+publish = ["orders"]
+subscribe = [{{ group = "billing", topic = "orders" }}]
+
+[[users]]
+access_key = "bob"
+secret_key = "bob-secret"
+publish = ["audit-*"]
+subscribe = [{{ group = "audit-readers", topic = "audit-*" }}]
+"""
+
+
+@pytest.fixture
+def ca(tmp_path):
+    return make_ca(tmp_path / "ca")
+
+
+@pytest.fixture
+async def secure_proxy(tmp_path, ca):
+    """A proxy with TLS and users in front of one broker stub; ``secure_proxy(**security)``."""
+    running: list[ProxyOnStubs] = []
+
+    async def start(**security):
+        cert, key = ca.issue("server")
+        users = tmp_path / "users.toml"
+        users.write_text(USERS)
+        settings = {"tls_cert_file": str(cert), "tls_key_file": str(key),
+                    "users_file": str(users), **security}  # fmt: skip
+        cluster = StubCluster(1, template=BrokerConfig(topics=["orders", "audit-eu", "hidden"]))
+        await cluster.start()
+        config = ProxyConfig(
+            grpc_port=0,
+            http_port=0,
+            namesrv_addrs=[cluster.namesrv_address],
+            event_log_dir=str(tmp_path / "events"),
+            receive=ReceiveConfig(mode="notify", min_polling_ms=200),
+            security=SecurityConfig(**settings),
+        )
+        proxy = ProxyOnStubs(config, cluster)
+        running.append(proxy)
+        await proxy.start()
+        return proxy
+
+    yield start
+    for proxy in reversed(running):
+        await proxy.stop()
+
+
+@pytest.fixture
+async def clients():
+    made: list[SecureLeanClient] = []
+
+    def connect(proxy, ca, **kw):
+        client = SecureLeanClient(f"127.0.0.1:{proxy.config.grpc_port}", ca=ca.ca_cert, **kw)
+        made.append(client)
+        return client
+
+    yield connect
+    for client in made:
+        await client.close()
+
+
+async def _metrics(proxy, ssl_context=None) -> str:
+    scheme = "https" if ssl_context else "http"
+    async with aiohttp.ClientSession() as session:
+        url = f"{scheme}://127.0.0.1:{proxy.config.http_port}/metrics"
+        async with session.get(url, ssl=ssl_context or False) as response:
+            return await response.text()
+
+
+def _denied(text: str, rpc: str, reason: str) -> float:
+    for line in text.splitlines():
+        if line.startswith("rocketmq_proxy_auth_denied_total{") and (
+            f'rpc="{rpc}"' in line and f'reason="{reason}"' in line
+        ):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_right_credentials_over_tls_send_receive_ack(secure_proxy, clients, ca):
+    proxy = await secure_proxy()
+    alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
+    assert (await alice.query_route("orders")).status.code == pb.Code.OK
+    sent = await alice.send("orders", b"hello")
+    assert sent.status.code == pb.Code.OK, sent.status.message
+    got = await alice.receive("billing", "orders", await_ms=2_000)
+    assert got.status == pb.Code.OK and [m.body for m in got.messages] == [b"hello"]
+    assert (await alice.ack("billing", "orders", got.messages)).status.code == pb.Code.OK
+
+
+async def test_plaintext_client_cannot_talk_to_a_tls_port(secure_proxy, clients, ca):
+    proxy = await secure_proxy()
+    plain = SecureLeanClient(
+        f"127.0.0.1:{proxy.config.grpc_port}", access_key="alice", secret_key=SECRET
+    )
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await plain.stub.QueryRoute(
+                api.QueryRouteRequest(topic=pb.Resource(name="orders")),
+                metadata=plain.metadata,
+                timeout=3,
+            )
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await plain.close()
+
+
+async def test_each_bad_credential_gets_unauthorized_and_others_keep_working(
+    secure_proxy, clients, ca
+):
+    proxy = await secure_proxy()
+    bad = {
+        "missing": clients(proxy, ca),
+        "bad_signature": clients(proxy, ca, access_key="alice", secret_key="wrong"),
+        "unknown_user": clients(proxy, ca, access_key="mallory", secret_key="x"),
+        "stale": clients(
+            proxy, ca, access_key="alice", secret_key=SECRET, date_time="20200101T000000Z"
+        ),
+    }
+    alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
+    for reason, client in bad.items():
+        sent = await client.send("orders", b"nope")
+        assert sent.status.code == pb.Code.UNAUTHORIZED, (reason, sent.status.message)
+        got = await client.receive("billing", "orders", await_ms=1_000)
+        assert got.status == pb.Code.UNAUTHORIZED, reason
+        assert got.stream == ["status"]
+        # A refused client does not disturb a good one.
+        assert (await alice.send("orders", reason.encode())).status.code == pb.Code.OK
+    text = await _metrics(proxy)
+    for reason in bad:
+        assert _denied(text, "send_message", reason) == 1.0, reason
+        assert _denied(text, "receive_message", reason) == 1.0, reason
+    got = await alice.receive("billing", "orders", await_ms=2_000)
+    assert sorted(m.body for m in got.messages) == sorted(r.encode() for r in bad)
+
+
+async def test_authorization_forbids_and_route_does_not_leak(secure_proxy, clients, ca):
+    proxy = await secure_proxy()
+    alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
+    bob = clients(proxy, ca, access_key="bob", secret_key="bob-secret")
+    assert (await alice.send("audit-eu", b"x")).status.code == pb.Code.FORBIDDEN
+    assert (await bob.send("audit-eu", b"x")).status.code == pb.Code.OK
+    assert (await bob.receive("billing", "orders", await_ms=500)).status == pb.Code.FORBIDDEN
+    assert (await alice.receive("audit-readers", "audit-eu", await_ms=500)).status == (
+        pb.Code.FORBIDDEN
+    )
+    # A topic the user may not see: the same answer whether it exists or not.
+    hidden = await alice.query_route("hidden")
+    missing = await alice.query_route("no-such-topic")
+    assert hidden.status.code == missing.status.code == pb.Code.FORBIDDEN
+    assert not hidden.message_queues
+    assert "hidden" in hidden.status.message and "exist" not in hidden.status.message
+    text = await _metrics(proxy)
+    assert _denied(text, "send_message", "forbidden") == 1.0
+    assert _denied(text, "query_route", "forbidden") == 2.0
+
+
+async def test_secrets_never_in_status_metrics_or_event_log(secure_proxy, clients, ca, tmp_path):
+    proxy = await secure_proxy(broker_access_key="proxy", broker_secret_key="broker-secret-xyz")
+    alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
+    intruder = clients(proxy, ca, access_key="alice", secret_key="guess-" + SECRET)
+    await alice.send("orders", b"m")
+    await alice.receive("billing", "orders", await_ms=1_000)
+    await intruder.receive("billing", "orders", await_ms=500)
+    await proxy.stop()  # flushes the event log
+    status = json.dumps(proxy.status())
+    text = await asyncio.to_thread(lambda: proxy.metrics.render()[0].decode())
+    logs = await asyncio.to_thread(
+        lambda: "".join(p.read_text() for p in (tmp_path / "events").rglob("*") if p.is_file())
+    )
+    assert logs, "the event log recorded the receives"
+    for secret in (SECRET, "bob-secret", "broker-secret-xyz"):
+        assert secret not in status and secret not in text and secret not in logs
+    assert '"authentication": true' in status and '"broker_signing": true' in status
+
+
+async def test_certificate_reload_on_file_change(secure_proxy, clients, ca, tmp_path):
+    proxy = await secure_proxy(reload_interval_s=0.1)
+    tls = proxy.security.tls
+    before = tls.status()["cert_sha256"]
+    new_cert, new_key = ca.issue("server2")
+    # Replace the files as an operator (or cert-manager) does: write, then rename over.
+    for src, dst in ((new_key, tls.key_file), (new_cert, tls.cert_file)):
+        os.replace(src, dst)
+    for _ in range(100):
+        if tls.status()["cert_sha256"] != before:
+            break
+        await asyncio.sleep(0.05)
+    after = tls.status()["cert_sha256"]
+    assert after != before and tls.status()["reloads"] >= 1
+    # A new connection is served the new certificate.
+    pem = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", proxy.config.grpc_port))
+    assert hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest() == after
+    alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
+    assert (await alice.query_route("orders")).status.code == pb.Code.OK
+    # A broken file keeps the pair in use and says so.
+    await asyncio.to_thread(Path(tls.key_file).write_text, "not a key")
+    for _ in range(100):
+        if tls.status()["last_error"]:
+            break
+        await asyncio.sleep(0.05)
+    assert tls.status()["last_error"] and tls.status()["cert_sha256"] == after
+
+
+async def test_user_file_reload(secure_proxy, clients, ca, tmp_path):
+    proxy = await secure_proxy(reload_interval_s=0.1)
+    carol = clients(proxy, ca, access_key="carol", secret_key="carol-secret")
+    assert (await carol.send("orders", b"x")).status.code == pb.Code.UNAUTHORIZED
+    users = tmp_path / "users.toml"
+    users.write_text(USERS + '\n[[users]]\naccess_key = "carol"\nsecret_key = "carol-secret"\n'
+                     'publish = ["orders"]\n')  # fmt: skip
+    proxy.security.reload_now()  # what SIGHUP does
+    for _ in range(100):
+        if (await carol.send("orders", b"x")).status.code == pb.Code.OK:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the new user was never accepted")
+    users.write_text("[[users]\nbroken")
+    proxy.security.reload_now()
+    for _ in range(100):
+        if proxy.status()["security"]["users"]["last_error"]:
+            break
+        await asyncio.sleep(0.05)
+    assert proxy.status()["security"]["users"]["last_error"]
+    assert (await carol.send("orders", b"y")).status.code == pb.Code.OK  # previous users stay
+
+
+async def test_client_certificates_and_ops_tls(secure_proxy, clients, ca):
+    proxy = await secure_proxy(tls_client_ca_file=str(ca.ca_cert), tls_ops=True)
+    no_cert = clients(proxy, ca, access_key="alice", secret_key=SECRET)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await no_cert.stub.QueryRoute(
+            api.QueryRouteRequest(topic=pb.Resource(name="orders")),
+            metadata=no_cert.metadata,
+            timeout=3,
+        )
+    client_cert = ca.issue("client", server=False, cn="alice")
+    with_cert = clients(proxy, ca, access_key="alice", secret_key=SECRET, client_cert=client_cert)
+    assert (await with_cert.query_route("orders")).status.code == pb.Code.OK
+    context = ssl.create_default_context(cafile=str(ca.ca_cert))
+    context.load_cert_chain(str(client_cert[0]), str(client_cert[1]))
+    text = await _metrics(proxy, context)
+    assert "rocketmq_proxy_ready 1.0" in text
+    with pytest.raises(aiohttp.ClientError):
+        await _metrics(proxy)  # plain HTTP to the TLS ops port
+
+
+async def test_security_off_by_default(start_proxy, lean):
+    proxy = await start_proxy(topics=("T",))
+    client = lean(proxy)
+    assert (await client.send("T", b"x")).status.code == pb.Code.OK
+    assert "security" not in proxy.status()
+    assert proxy.security.guard is None and proxy.security.tls is None

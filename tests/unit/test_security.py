@@ -1,0 +1,259 @@
+"""proxy.security without a server: signatures, the user file, permissions, the guard."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.config import load
+from proxy.remoting.command import RemotingCommand
+from proxy.security import signing
+from proxy.security.guard import RESOURCES, DenialKind, Denied, Guard
+from proxy.security.users import Pattern, UserFileError, UserStore
+
+NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+DT = "20231114T221320Z"
+
+USERS = """
+[[users]]
+access_key = "alice"
+secret_key = "alice-secret"
+publish = ["orders", "orders-*"]
+deny_publish = ["orders-internal"]
+subscribe = [{ group = "billing", topic = "orders" }, { group = "audit-*", topic = "*" }]
+deny_subscribe = [{ group = "*", topic = "secret" }]
+
+[[users]]
+access_key = "root"
+secret_key_env = "ROOT_SECRET"
+super_user = true
+deny_publish = ["frozen"]
+"""
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "users.toml"
+    path.write_text(USERS)
+    return UserStore.load(path, env={"ROOT_SECRET": "root-secret"})
+
+
+def metadata(ak="alice", sk="alice-secret", dt=DT):
+    return [
+        ("x-mq-client-id", "c"),
+        ("x-mq-date-time", dt),
+        ("authorization", signing.authorization_header(ak, sk, dt)),
+    ]
+
+
+def test_client_signature_is_hmac_sha1_of_the_date_time_in_hex():
+    header = signing.authorization_header("ak", "sk", DT)
+    expected = hmac.new(b"sk", DT.encode(), hashlib.sha1).hexdigest()
+    assert (
+        header
+        == f"MQv2-HMAC-SHA1 Credential=ak, SignedHeaders=x-mq-date-time, Signature={expected}"
+    )
+
+
+def test_parse_accepts_upper_case_hex_and_credential_scope():
+    sig_hex = hmac.new(b"sk", DT.encode(), hashlib.sha1).hexdigest().upper()  # Node client
+    header = (
+        f"MQv2-HMAC-SHA1 Credential=ak/extra, SignedHeaders=x-mq-date-time, Signature={sig_hex}"
+    )
+    sig = signing.parse(header, DT)
+    assert sig.access_key == "ak"
+    assert signing.verify(sig, "sk")
+    assert not signing.verify(sig, "other")
+
+
+@pytest.mark.parametrize(
+    ("header", "date_time", "reason"),
+    [
+        (None, DT, "missing"),
+        ("", DT, "missing"),
+        # The Python client without credentials: an empty access key.
+        ("MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature=ab", DT, "missing"),
+        ("Basic dXNlcjpwYXNz", DT, "malformed"),
+        ("MQv2-HMAC-SHA1 Credential=ak, Signature=zz", DT, "malformed"),
+        ("MQv2-HMAC-SHA1 Credential=ak", DT, "malformed"),
+        ("MQv2-HMAC-SHA1 Credential=ak, junk, Signature=ab", DT, "malformed"),
+        ("MQv2-HMAC-SHA1 Credential=ak, Signature=abcd", None, "malformed"),
+    ],
+)
+def test_parse_refuses(header, date_time, reason):
+    with pytest.raises(signing.SignatureError) as err:
+        signing.parse(header, date_time)
+    assert err.value.reason == reason
+
+
+def test_freshness_window():
+    signing.check_fresh(DT, NOW + 899, 900)
+    signing.check_fresh(DT, NOW - 899, 900)
+    for now in (NOW + 901, NOW - 901):
+        with pytest.raises(signing.SignatureError) as err:
+            signing.check_fresh(DT, now, 900)
+        assert err.value.reason == "stale"
+    with pytest.raises(signing.SignatureError) as err:
+        signing.check_fresh("2023-11-14 22:13:20", NOW, 900)
+    assert err.value.reason == "malformed"
+
+
+def test_remoting_signature_covers_sorted_field_values_and_body():
+    cmd = RemotingCommand(10, {"topic": "T", "b": "2", "a": "1"}, b"BODY")
+    signing.RemotingSigner("proxy", "sk")(cmd)
+    assert cmd.fields["AccessKey"] == "proxy"
+    # Values in the order of their names (AccessKey, a, b, topic), then the body.
+    content = b"proxy" + b"1" + b"2" + b"T" + b"BODY"
+    expected = base64.b64encode(hmac.new(b"sk", content, hashlib.sha1).digest()).decode()
+    assert cmd.fields["Signature"] == expected
+    # Signing again (a retried command) replaces the signature instead of signing it.
+    signing.RemotingSigner("proxy", "sk")(cmd)
+    assert cmd.fields["Signature"] == expected
+    assert "sk" not in repr(signing.RemotingSigner("proxy", "sk"))
+
+
+def test_patterns():
+    assert Pattern("orders").matches("orders") and not Pattern("orders").matches("orders2")
+    assert Pattern("orders-*").matches("orders-eu") and not Pattern("orders-*").matches("order")
+    assert Pattern("*").matches("anything")
+    for bad in ("", "or*ders", "*orders"):
+        with pytest.raises(UserFileError):
+            Pattern(bad)
+
+
+def test_permissions_deny_wins(store):
+    alice = store.get("alice").permissions
+    assert alice.may_publish("orders") and alice.may_publish("orders-eu")
+    assert not alice.may_publish("orders-internal")  # denied though orders-* allows
+    assert not alice.may_publish("payments")
+    assert alice.may_subscribe("billing", "orders")
+    assert not alice.may_subscribe("billing", "orders-eu")
+    assert alice.may_subscribe("audit-x", "payments")
+    assert not alice.may_subscribe("audit-x", "secret")  # denied for every group
+    assert alice.may_see("orders-eu") and alice.may_see("payments")
+    assert not alice.may_see("secret")
+    root = store.get("root").permissions
+    assert root.may_publish("anything") and root.may_subscribe("g", "t")
+    assert not root.may_publish("frozen")
+
+
+def test_user_file_errors_never_echo_secrets(tmp_path):
+    bad = tmp_path / "users.toml"
+    bad.write_text('[[users]]\naccess_key = "a"\nsecret_key = "s3cr3t-value\n')  # broken TOML
+    with pytest.raises(UserFileError) as err:
+        UserStore.load(bad)
+    assert "s3cr3t" not in str(err.value)
+    twice = '[[users]]\naccess_key = "a"\nsecret_key = "x"\n'
+    bad.write_text(twice + twice)
+    with pytest.raises(UserFileError, match="twice"):
+        UserStore.load(bad)
+    bad.write_text('[[users]]\naccess_key = "a"\nsecret_key_env = "NOPE"\n')
+    with pytest.raises(UserFileError, match="NOPE"):
+        UserStore.load(bad, env={})
+    as_json = tmp_path / "users.json"
+    as_json.write_text('{"users": [{"access_key": "j", "secret_key": "k", "publish": ["*"]}]}')
+    assert UserStore.load(as_json).get("j").permissions.may_publish("x")
+    assert "secret_key" not in repr(UserStore.load(as_json).get("j"))
+
+
+def _guard(store, **kw):
+    return Guard(store, CollectorRegistry(), clock=lambda: NOW, **kw)
+
+
+def _denied(guard, rpc, request, md):
+    with pytest.raises(Denied) as err:
+        guard.check(rpc, request, md)
+    return err.value
+
+
+def test_guard_authentication_reasons(store):
+    guard = _guard(store)
+    req = api.HeartbeatRequest()
+    assert guard.check("Heartbeat", req, metadata()).access_key == "alice"
+    cases = {
+        "missing": [("x-mq-client-id", "c")],
+        "bad_signature": metadata(sk="wrong"),
+        "unknown_user": metadata(ak="mallory"),
+        "stale": metadata(dt="20231114T200000Z"),
+        "malformed": [("x-mq-date-time", DT), ("authorization", "MQv2-HMAC-SHA1 nonsense")],
+    }
+    for reason, md in cases.items():
+        denied = _denied(guard, "Heartbeat", req, md)
+        assert (denied.kind, denied.reason) == (DenialKind.UNAUTHENTICATED, reason)
+    # Unknown user and wrong secret read the same to the client.
+    assert _denied(guard, "Heartbeat", req, metadata(ak="x")).message == "invalid credentials"
+    assert _denied(guard, "Heartbeat", req, metadata(sk="x")).message == "invalid credentials"
+
+
+def test_guard_authorization_per_rpc(store):
+    guard = _guard(store)
+    topic = pb.Resource(name="orders")
+    send = api.SendMessageRequest(
+        messages=[pb.Message(topic=topic), pb.Message(topic=pb.Resource(name="payments"))]
+    )
+    denied = _denied(guard, "SendMessage", send, metadata())
+    assert (denied.kind, denied.reason) == (DenialKind.FORBIDDEN, "forbidden")
+    assert "payments" in denied.message
+    ok = api.SendMessageRequest(messages=[pb.Message(topic=topic)])
+    guard.check("SendMessage", ok, metadata())
+    receive = api.ReceiveMessageRequest(
+        group=pb.Resource(name="billing"), message_queue=pb.MessageQueue(topic=topic)
+    )
+    guard.check("ReceiveMessage", receive, metadata())
+    receive.group.name = "other"
+    assert _denied(guard, "ReceiveMessage", receive, metadata()).kind is DenialKind.FORBIDDEN
+    ack = api.AckMessageRequest(group=pb.Resource(name="other"), topic=topic)
+    assert _denied(guard, "AckMessage", ack, metadata()).kind is DenialKind.FORBIDDEN
+    route = api.QueryRouteRequest(topic=pb.Resource(name="secret"))
+    assert _denied(guard, "QueryRoute", route, metadata()).kind is DenialKind.FORBIDDEN
+    # An RPC the guard does not know is refused, not waved through.
+    assert _denied(guard, "SomethingNew", None, metadata()).kind is DenialKind.FORBIDDEN
+    # Authentication only: the same send passes.
+    _guard(store, authorization=False).check("SendMessage", send, metadata())
+
+
+def test_every_served_rpc_has_resources():
+    from proxy.api.service import MessagingService
+
+    served = {"QueryRoute", "QueryAssignment", "Heartbeat", "NotifyClientTermination", "Telemetry",
+              "SendMessage", "ReceiveMessage", "AckMessage", "ChangeInvisibleDuration",
+              "ForwardMessageToDeadLetterQueue"}  # fmt: skip
+    assert served <= set(RESOURCES)
+    assert all(hasattr(MessagingService, rpc) for rpc in served)
+
+
+def test_security_config_from_toml_and_environment(tmp_path):
+    path = tmp_path / "proxy.toml"
+    path.write_text('[security]\nusers_file = "/etc/users.toml"\nclock_skew_s = 60.0\n')
+    config = load(str(path), env={"RMQ_PROXY_SECURITY_BROKER_ACCESS_KEY": "p",
+                                   "RMQ_PROXY_SECURITY_BROKER_SECRET_KEY": "hidden"})  # fmt: skip
+    assert config.security.users_file == "/etc/users.toml"
+    assert config.security.clock_skew_s == 60.0
+    assert config.security.broker_secret_key == "hidden"
+    assert "hidden" not in repr(config)
+    assert load(env={}).security.tls is False
+    with pytest.raises(ValueError, match="go together"):
+        load(env={"RMQ_PROXY_SECURITY_TLS_CERT_FILE": "/x.pem"})
+    path.write_text("[security]\nnope = 1\n")
+    with pytest.raises(ValueError, match="unknown setting"):
+        load(str(path), env={})
+
+
+def test_the_example_files_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "deploy" / "security"
+    names = ("ORDERS_SERVICE_SECRET", "BILLING_SECRET", "AUDITOR_SECRET", "OPS_ADMIN_SECRET")
+    secrets = dict.fromkeys(names, "s")
+    users = UserStore.load(root / "users.example.toml", env=secrets)
+    assert users.get("billing").permissions.may_subscribe("billing-eu", "orders-eu")
+    assert not users.get("auditor").permissions.may_subscribe("audit", "payroll")
+    config = load(str(root / "proxy-secure.example.toml"),
+                  env={"RMQ_PROXY_SECURITY_BROKER_SECRET_KEY": "s"})  # fmt: skip
+    assert config.security.tls and config.security.authentication
