@@ -17,7 +17,7 @@ from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.handlers import RequestError, dispatch
 from broker_stub.polling import PollingTable, PollKey, Waiter
-from broker_stub.pop import PopRequest, PopResult, PopService, now_ms
+from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import TopicConfig, TopicTable, group_name_error, topic_name_error
@@ -31,6 +31,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
     CreateTopicHeader,
+    GroupHeader,
     NotificationHeader,
     NotificationResponseHeader,
     OffsetResponseHeader,
@@ -113,6 +114,7 @@ class BrokerProcessor:
             GET_BROKER_RUNTIME_INFO: self.runtime_info,
             GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
         }
         self.started_ms = now_ms()
 
@@ -252,8 +254,6 @@ class BrokerProcessor:
             raise RequestError(BAD, f"invisibleTime {invisible_time} must be positive")
         if poll_time < 0:
             raise RequestError(BAD, f"pollTime {poll_time} must not be negative")
-        if h.order:
-            raise RequestError(BAD, "orderly pop is not supported by broker_stub")
         config = self._topic(topic)
         self._read_queue(config, queue_id)
         self._group(group)
@@ -273,17 +273,23 @@ class BrokerProcessor:
             tag_filter,
             h.init_mode,
         )
-        result = self.pop.pop(request)
+
+        def pop() -> PopResult:
+            if h.order:
+                return self.pop.pop_orderly(request, h.attempt_id)
+            return self.pop.pop(request)
+
+        result = pop()
         if result.message_count or poll_time <= 0:
             return self._pop_response(cmd, result)
 
         def on_wake(waiter: Waiter) -> None:
-            again = self.pop.pop(request)
+            again = pop()
             if again.message_count or not self.pops.park(waiter):
                 waiter.future.set_result(self._pop_response(cmd, again))
 
         def on_timeout(waiter: Waiter) -> None:
-            waiter.future.set_result(self._pop_response(cmd, self.pop.pop(request)))
+            waiter.future.set_result(self._pop_response(cmd, pop()))
 
         return self._park(
             self.pops,
@@ -330,7 +336,10 @@ class BrokerProcessor:
                     for q in result.queues
                 ]
             ),
-        ).encode()  # orderCountInfo: only for orderly pops, which the stub does not serve
+            order_count_info=";".join(result.order_count_info) or None
+            if result.order_count_info is not None
+            else None,
+        ).encode()
         if not result.queues:
             return cmd.make_response(ResponseCode.POLLING_TIMEOUT, fields, remark=NO_MESSAGE_REMARK)
         body = b"".join(record for q in result.queues for record in q.records)
@@ -364,8 +373,24 @@ class BrokerProcessor:
                 ResponseCode.NO_MESSAGE,
                 f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{low}~{high}",
             )
-        self.pop.ack(info, group, topic, offset)
+        if info.revive_qid == POP_ORDER_REVIVE_QUEUE:
+            self._ack_orderly(group, topic, queue_id, offset, info.pop_time)
+        else:
+            self.pop.ack(info, group, topic, offset)
         return cmd.make_response(OK)
+
+    def _ack_orderly(
+        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int
+    ) -> None:
+        done = self.pop.ack_orderly(group, topic, queue_id, offset, pop_time)
+        if done is None:
+            raise RequestError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"offset is illegal, key:{topic}@{group}@{queue_id}, commit:{offset}",
+            )
+        if done:  # the queue is free: a parked orderly pop or probe may take it now
+            self.pops.wake(topic, queue_id, group)
+            self.notifications.wake(topic, queue_id, group)
 
     def change_invisible_time(
         self, cmd: RemotingCommand, conn: RemotingConnection
@@ -378,6 +403,14 @@ class BrokerProcessor:
         low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         if not low <= offset < high:
             raise RequestError(ResponseCode.NO_MESSAGE, f"offset {offset} outside {low}~{high}")
+        if info.revive_qid == POP_ORDER_REVIVE_QUEUE:
+            changed = self.pop.change_orderly(
+                group, topic, queue_id, offset, info.pop_time, invisible_time
+            )
+            if changed is None:  # already committed: RocketMQ answers OK without a header
+                return cmd.make_response(OK)
+            answer = ChangeInvisibleTimeResponseHeader(info.pop_time, changed, info.revive_qid)
+            return cmd.make_response(OK, answer.encode())
         ck = self.pop.change_invisible_time(info, group, topic, offset, invisible_time)
         answer = ChangeInvisibleTimeResponseHeader(ck.pop_time, ck.invisible_time, ck.revive_qid)
         return cmd.make_response(OK, answer.encode())
@@ -399,6 +432,7 @@ class BrokerProcessor:
                 queue_id = int(ack.get("q", ack.get("queueId")))
                 pop_time = int(ack.get("pt", ack.get("popTime")))
                 invisible = int(ack.get("it", ack.get("invisibleTime")))
+                revive_qid = int(ack.get("rq", ack.get("reviveQueueId", 0)))
                 bits = base64.b64decode(ack.get("b") or ack.get("bitSet") or "")
             except (KeyError, TypeError, ValueError) as exc:
                 raise RequestError(BAD, f"bad batch ack entry {ack!r}: {exc}") from None
@@ -407,7 +441,10 @@ class BrokerProcessor:
                 start, pop_time, invisible, 0, retry, self.config.name, queue_id, 0
             )
             for index in _set_bits(bits):
-                self.pop.ack(info, group, real_topic, start + index)
+                if revive_qid == POP_ORDER_REVIVE_QUEUE:
+                    self._ack_orderly(group, real_topic, queue_id, start + index, pop_time)
+                else:
+                    self.pop.ack(info, group, real_topic, start + index)
         return cmd.make_response(OK)
 
     # -- notification ---------------------------------------------------------------------
@@ -422,8 +459,9 @@ class BrokerProcessor:
         def answer(has_msg: bool, full: bool = False) -> RemotingCommand:
             return cmd.make_response(OK, NotificationResponseHeader(has_msg, full).encode())
 
-        if self.pop.has_message(group, topic, queue_id) or poll_time <= 0:
-            return answer(self.pop.has_message(group, topic, queue_id))
+        has_msg = self.pop.has_message(group, topic, queue_id, order=h.order)
+        if has_msg or poll_time <= 0:
+            return answer(has_msg)
         return self._park(
             self.notifications,
             (topic, group, queue_id),
@@ -515,6 +553,14 @@ class BrokerProcessor:
         self._group(config.name)
         self.groups.put(config)
         return cmd.make_response(OK)
+
+    def group_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_SUBSCRIPTIONGROUP_CONFIG: the group's SubscriptionGroupConfig JSON; a group
+        never configured gets the defaults, as a broker with autoCreateSubscriptionGroup."""
+        group = GroupHeader.decode(cmd.ext_fields).group
+        self._group(group)
+        config = self.groups.get(group)
+        return cmd.make_response(OK, body=orjson.dumps(config.to_json()))
 
     def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: a KVTable of the figures ``mqadmin clusterList`` prints

@@ -19,12 +19,14 @@ from proxy.api.session import SessionActivity
 from proxy.api.v2 import service_pb2_grpc
 from proxy.brokers import BrokerPool
 from proxy.config import ProxyConfig
+from proxy.groups import GroupSettings
 from proxy.observability.eventlog import EventLog
 from proxy.observability.metrics import ProxyMetrics
 from proxy.observability.ops import OpsServer
 from proxy.observability.receive_record import ReceiveRecorder
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.processor.producer import ProducerProcessor
+from proxy.processor.renewal import HandleRenewer
 from proxy.receive.engine import ReceiveEngine
 from proxy.security.runtime import SecurityRuntime
 
@@ -67,6 +69,14 @@ class ProxyApp:
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
         self.engine = ReceiveEngine(rc, self.pool, self.consumer, self.metrics)
+        self.groups = GroupSettings(self.pool, ttl_s=config.route_ttl_s)
+        self.renewer = HandleRenewer(
+            self.consumer,
+            slice_ms=rc.renew_slice_ms,
+            client_idle_s=rc.push_client_idle_s,
+            max_failures=3,
+        )
+        self.renewer.start()
         self.grpc_server = grpc.aio.server(
             options=[
                 # Room for bodies over the limit, so the proxy itself can answer
@@ -88,13 +98,15 @@ class ProxyApp:
             self.engine,
             self.consumer,
             ReceiveRecorder(config.proxy_id, self.metrics, self.events),
+            self.groups,
+            self.renewer,
         )
         self.service = MessagingService(
             route=RouteActivity(self.pool, advertise),
-            session=SessionActivity(config),
+            session=SessionActivity(config, self.groups, self.renewer),
             send=SendActivity(self.pool, self.producer, self.metrics, config.max_body_bytes),
             receive=self.receive,
-            ack=AckActivity(self.consumer, rc.max_delivery_attempts),
+            ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer),
             metrics=self.metrics,
             guard=self.security.guard,
         )
@@ -138,6 +150,7 @@ class ProxyApp:
         self.engine.stop_polls()
         await self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
         await self.engine.close()
+        await self.renewer.close()
         await self.consumer.close()
         await self.pool.close()
         await self.ops.stop()

@@ -77,6 +77,16 @@ class ReceiveConfig:
     broker_timeout_s: float = 3.0
     # Deliver to the dead-letter queue instead of the client past this many attempts.
     max_delivery_attempts: int = 17
+    # Push consumers (auto_renew) poll every broker at once; True serves each of their
+    # requests on the broker its queue names only. Measured (tests/bench/bench_push.py):
+    # the same broker requests per message either way, a lower p99 when any of a
+    # consumer's polls may take a message from any broker (False).
+    push_named_broker_only: bool = False
+    # Push consumers: the invisible time of a pop, renewed while the client consumes
+    # (the Apache proxy's renewSliceTimeMillis); and how long a client may stay silent
+    # before its messages are handed back.
+    renew_slice_ms: int = 60_000
+    push_client_idle_s: float = 60.0
 
     def __post_init__(self) -> None:
         self.validate_mode()

@@ -37,6 +37,9 @@ class PollContext:
         # Set when the proxy shuts down: every wait ends at once and the poll answers.
         self.stopped = False
         self.brokers: list[BrokerRoute] = route.readable
+        if request.named_broker_only and request.broker_hint:
+            named = [b for b in self.brokers if b.name == request.broker_hint]
+            self.brokers = named or self.brokers
         self.pool = pool
         self.hand_back = hand_back
         self.broker_timeout_s = broker_timeout_s
@@ -151,6 +154,8 @@ class PollContext:
                 invisible_ms=req.invisible_ms,
                 poll_ms=poll_ms,
                 expression=req.expression,
+                order=req.fifo,
+                attempt_id=req.attempt_id,
                 timeout=poll_ms / 1000 + self.broker_timeout_s,
                 on_late=hand_back_result,
             )

@@ -56,7 +56,9 @@ async def notify_poll(
         ctx.has_msg()
 
     def watch(broker: str) -> Watch:
-        return hub.watch((broker, req.group, req.topic), deadline, has_msg, ctx.count_probe)
+        return hub.watch(
+            (broker, req.group, req.topic), deadline, has_msg, ctx.count_probe, order=req.fifo
+        )
 
     watches = {broker.name: watch(broker.name) for broker in ctx.brokers}
     pauses: dict[str, asyncio.TimerHandle] = {}

@@ -10,6 +10,9 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from proxy.remoting.client import (
     RemotingClient,
@@ -25,6 +28,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeHeader,
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
+    GroupHeader,
     HeaderError,
     NotificationHeader,
     NotificationResponseHeader,
@@ -235,10 +239,16 @@ class BrokerClient:
         poll_ms: int = 0,
         expression: str = "*",
         init_mode: int = INIT_MODE_MAX,
+        order: bool = False,
+        attempt_id: str | None = None,
         timeout: float | None = None,
         on_late: Callable[[PopResult], None] | None = None,
     ) -> PopResult:
         """Pop; with ``poll_ms`` the broker holds the request until a message or the time.
+
+        ``order``: an orderly pop (FIFO groups): the broker hands out a queue's messages
+        only while no earlier one of it is in flight, and a pop that repeats the
+        ``attempt_id`` of the one in flight gets the same messages again.
 
         ``on_late`` gets the result of a pop that answers after ``timeout``, so that messages
         it holds can be handed back rather than left invisible.
@@ -254,6 +264,8 @@ class BrokerClient:
             init_mode=init_mode,
             exp_type="TAG",
             exp=expression,
+            order=order,
+            attempt_id=attempt_id,
         )
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
@@ -298,6 +310,9 @@ class BrokerClient:
     ) -> list[MessageExt]:
         """Decode the body and give each message its POP_CK, as the Java client does."""
         messages = decode_messages(body)
+        # Orderly pops: how often each message was popped before (its reconsume times),
+        # by "<retry>@qo<queueId>%<offset>", else by "<retry>@<queueId>" (the client's rule).
+        counts = parse_info(result.order_count_info or "")
         start_info = parse_info(result.start_offset_info or "")
         msg_info = {
             key: value.split(",") for key, value in parse_info(result.msg_offset_info or "").items()
@@ -324,6 +339,13 @@ class BrokerClient:
                     msg.queue_id,
                     offset,
                 ).encode()
+            if counts:
+                flag = retry_flag(msg.topic)
+                count = counts.get(f"{flag}@qo{msg.queue_id}%{msg.queue_offset}") or counts.get(
+                    f"{flag}@{msg.queue_id}"
+                )
+                if count and int(count) > 0:
+                    msg.reconsume_times = int(count)
             msg.properties.setdefault(Prop.FIRST_POP_TIME, str(result.pop_time))
             msg.topic = topic
         return messages
@@ -430,10 +452,14 @@ class BrokerClient:
         *,
         queue_id: int = -1,
         poll_ms: int = 0,
+        order: bool = False,
         timeout: float | None = None,
     ) -> NotificationResult:
-        """Ask whether ``group`` has a message; the broker holds the probe up to ``poll_ms``."""
-        header = NotificationHeader(group, topic, queue_id, poll_time=poll_ms, born_time=now_ms())
+        """Ask whether ``group`` has a message; the broker holds the probe up to ``poll_ms``.
+        ``order``: only queues no orderly pop holds count (FIFO groups)."""
+        header = NotificationHeader(
+            group, topic, queue_id, poll_time=poll_ms, born_time=now_ms(), order=order
+        )
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
         response = self._check(
@@ -444,6 +470,24 @@ class BrokerClient:
         )
         answer = NotificationResponseHeader.decode(response.ext_fields)
         return NotificationResult(has_msg=answer.has_msg, polling_full=answer.polling_full)
+
+    async def group_config(self, group: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """The group's SubscriptionGroupConfig (GET_SUBSCRIPTIONGROUP_CONFIG) as JSON."""
+        response = self._check(
+            await self._call(
+                RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+                GroupHeader(group).encode(),
+                timeout=timeout,
+            ),
+            "group config",
+        )
+        try:
+            config = orjson.loads(response.body)
+        except orjson.JSONDecodeError as exc:
+            raise RemotingError(f"group config of {group}: {exc}") from None
+        if not isinstance(config, dict):
+            raise RemotingError(f"group config of {group} is not an object")
+        return config
 
     async def polling_info(
         self, group: str, topic: str, queue_id: int = -1, timeout: float = DEFAULT_TIMEOUT

@@ -286,6 +286,13 @@ class CreateTopicHeader(Header):
     attributes: str | None = wire("attributes", None)  # e.g. "+message.type=FIFO"
 
 
+@dataclass(slots=True)
+class GroupHeader(Header):
+    """GET_SUBSCRIPTIONGROUP_CONFIG (352)."""
+
+    group: str = wire("group")
+
+
 # -- name server --------------------------------------------------------------------------
 
 
