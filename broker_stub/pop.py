@@ -242,18 +242,19 @@ class PopService:
                 continue
             self._pop_queue(req, topic, qid, want, result)
 
-    def _pop_queue(
-        self, req: PopRequest, topic: str, queue_id: int, want: int, result: PopResult
-    ) -> None:
-        queue = self.store.queue(topic, queue_id)
-        offset = self._offset(req, topic, queue_id)
+    def _scan(
+        self, req: PopRequest, topic: str, queue_id: int, offset: int, want: int
+    ) -> tuple[list[int], list[bytes], int]:
+        """Up to ``want`` messages of the queue from ``offset`` that the filter matches
+        (within the scan limit): their offsets, their records, and the offset after the
+        last entry looked at."""
         offsets: list[int] = []
         records: list[bytes] = []
         next_offset = offset
-        for off, entry in queue.scan(offset, self.config.scan_limit):
+        for off, entry in self.store.queue(topic, queue_id).scan(offset, self.config.scan_limit):
             next_offset = off + 1
             if not req.filter.matches(entry.tag):
-                continue  # a message the filter skips is consumed for this group
+                continue
             record = self.store.commit_log.read(entry.physical_offset)
             if record is None:
                 continue
@@ -261,6 +262,15 @@ class PopService:
             records.append(record)
             if len(offsets) >= want:
                 break
+        return offsets, records, next_offset
+
+    def _pop_queue(
+        self, req: PopRequest, topic: str, queue_id: int, want: int, result: PopResult
+    ) -> None:
+        queue = self.store.queue(topic, queue_id)
+        offset = self._offset(req, topic, queue_id)
+        offsets, records, next_offset = self._scan(req, topic, queue_id, offset, want)
+        # A message the filter skips is consumed for this group.
         self._offsets[(req.group, topic, queue_id)] = next_offset
         result.rest_num += queue.max_offset - next_offset
         if not offsets:
@@ -360,20 +370,7 @@ class PopService:
     ) -> None:
         topic, key = req.topic, (req.group, req.topic, queue_id)
         queue = self.store.queue(topic, queue_id)
-        offsets: list[int] = []
-        records: list[bytes] = []
-        next_offset = offset
-        for off, entry in queue.scan(offset, self.config.scan_limit):
-            next_offset = off + 1
-            if not req.filter.matches(entry.tag):
-                continue
-            record = self.store.commit_log.read(entry.physical_offset)
-            if record is None:
-                continue
-            offsets.append(off)
-            records.append(record)
-            if len(offsets) >= want:
-                break
+        offsets, records, next_offset = self._scan(req, topic, queue_id, offset, want)
         result.rest_num += queue.max_offset - next_offset
         if not offsets:
             # Nothing matched: the offset moves past what the filter skipped.
