@@ -11,7 +11,7 @@ from proxy.brokers import BrokerPool, TopicNotFound, TopicRoute
 from proxy.remoting.client import RemotingError
 
 # FIFO needs ordered pops and transactions need half messages; neither is offered.
-ACCEPTED_TYPES = [pb.MessageType.NORMAL, pb.MessageType.DELAY]
+ACCEPTED_TYPES = [pb.MessageType.NORMAL, pb.MessageType.DELAY, pb.MessageType.TRANSACTION]
 
 
 async def topic_route(pool: BrokerPool, topic: str) -> TopicRoute:
