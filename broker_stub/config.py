@@ -37,6 +37,8 @@ class BrokerConfig:
     transaction_check_interval_ms: int = 1_000
     transaction_timeout_ms: int = 3_000
     transaction_check_max: int = 15
+    # RECALL_MESSAGE (RocketMQ: recallMessageEnable, off by default; on in the stub)
+    recall_message_enable: bool = True
 
     # broker-side long polling
     polling_per_key: int = 1024

@@ -274,6 +274,8 @@ class BrokerProcessor:
 
     def recall_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = RecallMessageHeader.decode(cmd.ext_fields)
+        if not self.config.recall_message_enable:
+            raise RequestError(ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden")
         if self.topics.get(h.topic) is None:
             raise RequestError(
                 ResponseCode.TOPIC_NOT_EXIST, f"recall failed, the topic[{h.topic}] not exist"
