@@ -145,7 +145,8 @@ class SendActivity:
         if system.HasField("message_group"):
             props[Prop.SHARDING_KEY] = system.message_group
         if system.HasField("delivery_timestamp"):
-            deliver_ms = system.delivery_timestamp.ToMilliseconds()
+            stamp = system.delivery_timestamp
+            deliver_ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000  # unchecked range
             if deliver_ms - int(time.time() * 1000) > check.MAX_DELIVERY_DELAY_MS:
                 raise ApiError(Code.ILLEGAL_DELIVERY_TIME, "delivery time is more than 24 h away")
             props[Prop.TIMER_DELIVER_MS] = str(deliver_ms)
