@@ -21,6 +21,7 @@ from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult, PopSe
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import TopicConfig, TopicTable, group_name_error, topic_name_error
+from broker_stub.transactions import TransactionService
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand, RemotingProtocolError
 from proxy.remoting.connection import RemotingConnection
@@ -31,6 +32,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
     CreateTopicHeader,
+    EndTransactionHeader,
     GroupHeader,
     NotificationHeader,
     NotificationResponseHeader,
@@ -40,6 +42,8 @@ from proxy.remoting.headers import (
     PopMessageHeader,
     PopMessageResponseHeader,
     QueueOffsetHeader,
+    RecallMessageHeader,
+    RecallMessageResponseHeader,
     SendMessageHeader,
     SendMessageResponseHeader,
     TopicHeader,
@@ -54,6 +58,7 @@ from proxy.remoting.message import (
     offset_message_id,
 )
 from proxy.remoting.popinfo import PopCheckpointInfo, join_info, retry_flag, topic_for_flag
+from proxy.remoting.recall import RecallHandle, RecallHandleError
 from proxy.remoting.server import Reply
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,7 @@ class BrokerProcessor:
         pops: PollingTable,
         notifications: PollingTable,
         scheduler: DeliveryScheduler,
+        transactions: TransactionService | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -87,6 +93,14 @@ class BrokerProcessor:
         self.notifications = notifications
         self.scheduler = scheduler
         self.loop = pop.loop
+        self.transactions = transactions or TransactionService(
+            store,
+            scheduler,
+            pop.loop,
+            check_interval_ms=config.transaction_check_interval_ms,
+            timeout_ms=config.transaction_timeout_ms,
+            check_max=config.transaction_check_max,
+        )
         self.groups = GroupTable(config.max_reconsume_times)
         self.ids = UniqueIdGenerator(config.address.rpartition(":")[0])
         self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
@@ -100,7 +114,9 @@ class BrokerProcessor:
             RequestCode.NOTIFICATION: self.notification,
             RequestCode.POLLING_INFO: self.polling_info,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
-            RequestCode.HEART_BEAT: self.ok,
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.RECALL_MESSAGE: self.recall_message,
             RequestCode.UNREGISTER_CLIENT: self.ok,
             RequestCode.CHECK_CLIENT_CONFIG: self.ok,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.ok,
@@ -217,16 +233,71 @@ class BrokerProcessor:
                     reconsume_times=h.reconsume_times,
                 )
             )
-        results = [self.scheduler.put(msg) for msg in messages]
+        half = not batch and messages[0].properties.get(Prop.TRANSACTION_PREPARED) == "true"
+        if half:
+            results = [self.transactions.put_half(messages[0])]
+        else:
+            results = [self.scheduler.put(msg) for msg in messages]
+        first = messages[0]
+        recall_handle = None
+        due = (
+            None if batch or half else self.scheduler.due_ms(topic, first.properties[Prop.UNIQ_KEY])
+        )
+        if due is not None and not topic.startswith("%RETRY%"):
+            # RocketMQ 5.3.2+: a timed message can be recalled before its time.
+            recall_handle = RecallHandle(
+                topic, self.config.name, due + 1, first.properties[Prop.UNIQ_KEY]
+            ).encode()
         answer = SendMessageResponseHeader(
             msg_id=",".join(offset_message_id(store_host, r.physical_offset) for r in results),
-            queue_id=messages[0].queue_id,
+            queue_id=first.queue_id,
             queue_offset=results[0].queue_offset,
-            transaction_id=messages[0].properties[Prop.UNIQ_KEY],
+            transaction_id=first.properties[Prop.UNIQ_KEY],
+            recall_handle=recall_handle,
         )
         # Two more fields a RocketMQ broker sends with every send answer.
         fields = {**answer.encode(), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         return cmd.make_response(OK, fields)
+
+    # -- transactions and recall ----------------------------------------------------------
+
+    def heartbeat(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        self.transactions.heartbeat(cmd.body, conn)
+        return cmd.make_response(OK)
+
+    def end_transaction(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        h = EndTransactionHeader.decode(cmd.ext_fields)
+        if not self.transactions.end(h):
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                f"no half message at commit log offset {h.commit_log_offset}",
+            )
+        return cmd.make_response(OK)
+
+    def recall_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        h = RecallMessageHeader.decode(cmd.ext_fields)
+        if not self.config.recall_message_enable:
+            raise RequestError(ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden")
+        if self.topics.get(h.topic) is None:
+            raise RequestError(
+                ResponseCode.TOPIC_NOT_EXIST, f"recall failed, the topic[{h.topic}] not exist"
+            )
+        try:
+            handle = RecallHandle.decode(h.recall_handle)
+        except RecallHandleError as exc:
+            raise RequestError(ResponseCode.ILLEGAL_OPERATION, str(exc)) from None
+        if handle.topic != h.topic:
+            raise RequestError(ResponseCode.ILLEGAL_OPERATION, "recall failed, topic not match")
+        if handle.broker != self.config.name:
+            raise RequestError(
+                ResponseCode.ILLEGAL_OPERATION, "recall failed, broker service not available"
+            )
+        if handle.timestamp_ms <= now_ms():
+            raise RequestError(ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
+        # As a RocketMQ broker: a handle still in the future is recalled (a delete marker
+        # there, the held message cancelled here), whether or not the message exists.
+        self.scheduler.recall(h.topic, handle.msg_id)
+        return cmd.make_response(OK, RecallMessageResponseHeader(msg_id=handle.msg_id).encode())
 
     # -- pop ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
 from proxy.api.service import MessagingService
 from proxy.api.session import SessionActivity
+from proxy.api.transaction import TransactionActivity
 from proxy.api.v2 import service_pb2_grpc
 from proxy.brokers import BrokerPool
 from proxy.config import ProxyConfig
@@ -27,6 +28,7 @@ from proxy.observability.receive_record import ReceiveRecorder
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.processor.producer import ProducerProcessor
 from proxy.processor.renewal import HandleRenewer
+from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
 from proxy.security.runtime import SecurityRuntime
 
@@ -68,6 +70,12 @@ class ProxyApp:
             on_nack=self.metrics.nack,
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
+        self.transactions = TransactionProcessor(
+            self.pool,
+            client_id=f"rmq-notify-proxy@{config.proxy_id}",
+            broker_timeout_s=rc.broker_timeout_s,
+        )
+        self.transactions.start()
         self.engine = ReceiveEngine(rc, self.pool, self.consumer, self.metrics)
         self.groups = GroupSettings(self.pool, ttl_s=config.route_ttl_s)
         self.renewer = HandleRenewer(
@@ -103,12 +111,13 @@ class ProxyApp:
         )
         self.service = MessagingService(
             route=RouteActivity(self.pool, advertise),
-            session=SessionActivity(config, self.groups, self.renewer),
+            session=SessionActivity(config, self.groups, self.renewer, self.transactions),
             send=SendActivity(self.pool, self.producer, self.metrics, config.max_body_bytes),
             receive=self.receive,
             ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer),
             metrics=self.metrics,
             guard=self.security.guard,
+            transaction=TransactionActivity(self.transactions),
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.grpc_server)
         await self.grpc_server.start()
@@ -152,6 +161,7 @@ class ProxyApp:
         await self.engine.close()
         await self.renewer.close()
         await self.consumer.close()
+        await self.transactions.close()
         await self.pool.close()
         await self.ops.stop()
         await self.security.close()

@@ -7,6 +7,7 @@ Headers and response handling follow the RocketMQ client (``MQClientAPIImpl``).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from proxy.remoting.client import (
     RemotingError,
     RemotingTimeoutError,
     RequestHook,
+    ServerHandler,
 )
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
@@ -28,6 +30,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeHeader,
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
+    EndTransactionHeader,
     GroupHeader,
     HeaderError,
     NotificationHeader,
@@ -36,6 +39,8 @@ from proxy.remoting.headers import (
     PollingInfoResponseHeader,
     PopMessageHeader,
     PopMessageResponseHeader,
+    RecallMessageHeader,
+    RecallMessageResponseHeader,
     SendMessageHeader,
     SendMessageResponseHeader,
     now_ms,
@@ -74,6 +79,13 @@ class SendResult:
     offset_msg_id: str
     queue_id: int
     queue_offset: int
+    recall_handle: str | None = None
+    broker: str = ""  # the broker's name, set by whoever knows it
+
+    @property
+    def commit_log_offset(self) -> int:
+        """Where the broker stored the message: the last 16 hex digits of the offset id."""
+        return int(self.offset_msg_id[-16:], 16)
 
 
 @dataclass(slots=True)
@@ -116,10 +128,13 @@ class BrokerClient:
         client: RemotingClient | None = None,
         observer: CallObserver | None = None,
         request_hook: RequestHook | None = None,
+        server_handler: ServerHandler | None = None,
     ) -> None:
         self.name = name
         self.address = address
-        self.remoting = client or RemotingClient(address, request_hook=request_hook)
+        self.remoting = client or RemotingClient(
+            address, request_hook=request_hook, server_handler=server_handler
+        )
         self.observer = observer
         # Cleared when the broker answers BATCH_ACK_MESSAGE with "not supported".
         self.batch_ack_supported = True
@@ -175,8 +190,11 @@ class BrokerClient:
         properties: dict[str, str] | None = None,
         queue_id: int = -1,
         producer_group: str = "PROXY_PRODUCER",
+        sys_flag: int = 0,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> SendResult:
+        """Send one message; ``sys_flag`` TRANSACTION_PREPARED_TYPE (with the TRAN_MSG and
+        PGROUP properties) makes it a half message."""
         props = dict(properties or {})
         if tag:
             props[Prop.TAGS] = tag
@@ -186,6 +204,7 @@ class BrokerClient:
             producer_group,
             topic,
             queue_id=queue_id,
+            sys_flag=sys_flag,
             born_timestamp=now_ms(),
             properties=encode_properties(props),
         )
@@ -224,6 +243,41 @@ class BrokerClient:
             offset_msg_id=h.msg_id,
             queue_id=h.queue_id,
             queue_offset=h.queue_offset,
+            recall_handle=h.recall_handle,
+        )
+
+    async def end_transaction(self, header: EndTransactionHeader) -> None:
+        """Commit or roll back a half message. One-way, as RocketMQ's clients and proxy send
+        it: the broker answers nothing, and a lost one is settled by its next check."""
+        await self.remoting.invoke_oneway(
+            RemotingCommand(RequestCode.END_TRANSACTION, header.encode())
+        )
+
+    async def recall(
+        self, producer_group: str, topic: str, handle: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> str:
+        """Take back a timed message before its time; the message id the broker recalled."""
+        header = RecallMessageHeader(producer_group, topic, handle)
+        response = self._check(
+            await self._call(RequestCode.RECALL_MESSAGE, header.encode(), timeout=timeout),
+            "recall",
+        )
+        return RecallMessageResponseHeader.decode(response.ext_fields).msg_id
+
+    async def heartbeat(
+        self, client_id: str, producer_groups: list[str], timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """HEART_BEAT naming the producer groups this connection serves: the broker sends a
+        group's CHECK_TRANSACTION_STATE to a connection that named it last."""
+        body = json.dumps(
+            {
+                "clientID": client_id,
+                "producerDataSet": [{"groupName": g} for g in producer_groups],
+                "consumerDataSet": [],
+            }
+        ).encode()
+        self._check(
+            await self._call(RequestCode.HEART_BEAT, {}, body, timeout=timeout), "heartbeat"
         )
 
     # -- consume --------------------------------------------------------------------------

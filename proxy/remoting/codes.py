@@ -22,6 +22,7 @@ class RequestCode(IntEnum):
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
     END_TRANSACTION = 37
+    CHECK_TRANSACTION_STATE = 39
     GET_CONSUMER_LIST_BY_GROUP = 38
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
@@ -33,6 +34,7 @@ class RequestCode(IntEnum):
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     GET_CONSUMER_RUNNING_INFO = 307
+    RECALL_MESSAGE = 370
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
@@ -62,6 +64,7 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_PARSE_FAILED = 23
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     INVALID_PARAMETER = 29
+    ILLEGAL_OPERATION = 604
     NO_MESSAGE = 208
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
@@ -91,6 +94,13 @@ def code_name(code: int, names: type[IntEnum]) -> str:
     except ValueError:
         return str(code)
 
+
+# The transaction bits of a message's sysFlag (MessageSysFlag), and the commitOrRollback
+# values of END_TRANSACTION.
+TRANSACTION_NOT_TYPE = 0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
 
 # Flag bits of a command.
 FLAG_RESPONSE = 0x1

@@ -285,6 +285,12 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         # Tests create topics and groups on the fly, as clients of a dev cluster do.
         "autoCreateTopicEnable": "true",
         "autoCreateSubscriptionGroup": "true",
+        # Transaction checks (defaults: every 30 s, of half messages older than 6 s) soon
+        # enough for a test to see one: every second, of half messages older than 3 s.
+        "transactionCheckInterval": "1000",
+        "transactionTimeOut": "3000",
+        # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
+        "recallMessageEnable": "true",
         **extra,
     }
     return "".join(f"{k}={v}\n" for k, v in conf.items())
