@@ -58,6 +58,7 @@ class ProxyApp:
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
         self.engine = ReceiveEngine(rc, self.pool, self.consumer, self.metrics)
+        await self.engine.start()
         self.grpc_server = grpc.aio.server(
             options=[
                 # Room for bodies over the limit, so the proxy itself can answer

@@ -22,9 +22,14 @@ judge, the recommendation is the proxy's default. The low rate keeps the configu
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from proxy.config import ReceiveConfig
 
@@ -144,3 +149,40 @@ def _one(
         windows_above=windows_above,
         **base,
     )
+
+
+def thresholds_document(recommendations: Iterable[Recommendation]) -> dict[str, Any]:
+    """The proxies' thresholds file (``receive.adaptive_thresholds_file``, read by
+    proxy/receive/thresholds.py): one entry per (group, topic) with enough data; the others
+    keep the proxies' defaults."""
+    return {
+        "generated_by": "rmq-polling-report",
+        "thresholds": [
+            {
+                "group": r.group,
+                "topic": r.topic,
+                "high_rate": round(r.threshold_rps, 3),
+                "low_rate": round(r.low_rps, 3),
+            }
+            for r in recommendations
+            if r.enough_data
+        ],
+    }
+
+
+def write_thresholds(recommendations: Iterable[Recommendation], path: str) -> int:
+    """Write the thresholds file at ``path`` (a local path) whole: a temporary file in the
+    same directory renamed over it, so a proxy never reads half of it. Returns the entries."""
+    doc = thresholds_document(recommendations)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return len(doc["thresholds"])
