@@ -4,25 +4,30 @@ The request rate is the operator's knob, but a high rate alone does not show tha
 polling pays: a thousand idle consumers make a high rate with nothing to find, and coupled
 polling then parks one pop per consumer on the brokers (at most 1,024 per key before they
 answer POLLING_FULL) where notify parks one probe per broker. So a (group, topic) goes to
-coupled polling only when both hold, over the last ``window_s`` seconds:
+coupled polling only when both hold:
 
-- its receive requests per second are above ``high_rate``, and
-- at least ``min_polls`` of its polls finished, and at least ``hit_high`` of them found
-  messages with their first pop (``PollContext.short_polling_hit``).
+- over the last ``window_s`` seconds its receive requests per second are above
+  ``high_rate``, and at least ``min_polls`` of its first pops were reported;
+- its first-pop hit ratio is at least ``hit_high``. The ratio is a moving average over
+  about the last ``min_polls`` first pops (weight 1/min_polls each), so a change of regime
+  shows within a few polls, not after a whole window of old hits. A first pop is reported
+  as soon as it is known (``PollContext.first_pop_done``): in notify mode when the first
+  pop answers, in coupled mode when its parked pop answered with messages within 10 ms (a
+  hit) or did not (a miss, reported at 10 ms).
 
 It goes back to notify, each with its own hysteresis, when
 
 - the rate falls below ``low_rate`` (< ``high_rate``),
 - the hit ratio falls below ``hit_low`` (< ``hit_high``), or fewer than ``min_polls``
-  polls finished in the window (no evidence left: long idle polls finish late),
+  first pops were reported in the window,
 - a broker answered POLLING_FULL, or this proxy holds ``max_coupled`` coupled polls of the
   key in flight (the broker parks at most 1,024 per ``topic@group@queueId``, other proxies
   park there too). These two also drop the key's evidence and hold it in notify for one
-  window, so it needs a fresh run of first-pop hits to come back.
+  window, and until its coupled polls are below half of ``max_coupled``.
 
-Every request and every finished poll costs O(1): counters in one-second buckets with a
-running total, and one dictionary entry per key, the least recently seen forgotten first
-beyond ``max_keys``. A forgotten key starts again in notify, the safe mode.
+Every request and every report costs O(1): counters in one-second buckets with a running
+total, a moving average, and one dictionary entry per key, the least recently seen
+forgotten first beyond ``max_keys``. A forgotten key starts again in notify, the safe mode.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ class Evidence:
 
     hit_high: float = 0.9  # go coupled at or above this first-pop hit ratio
     hit_low: float = 0.7  # back to notify below it
-    min_polls: int = 20  # finished polls in the window before the ratio counts
+    min_polls: int = 20  # first pops in the window before the ratio counts; 1/weight
     max_coupled: int = 512  # coupled polls in flight per key, this proxy
 
 
@@ -101,12 +106,12 @@ class Window:
 
 
 class _Key:
-    __slots__ = ("hits", "hold_until", "last_seen", "mode", "polls", "requests")
+    __slots__ = ("hit_ratio", "hold_until", "last_seen", "mode", "polls", "requests")
 
     def __init__(self, seconds: int) -> None:
         self.requests = Window(seconds)
-        self.polls = Window(seconds)  # finished polls
-        self.hits = Window(seconds)  # of them, first-pop hits
+        self.polls = Window(seconds)  # first pops reported
+        self.hit_ratio = 0.0  # moving average of first-pop hits (1) and misses (0)
         self.mode = PollMode.NOTIFY
         self.last_seen = 0.0
         self.hold_until = 0.0  # no coupled polling before this (after a forced return)
@@ -156,7 +161,7 @@ class AdaptiveSwitch:
         ev = self.evidence
         rate = entry.requests.count(now) / self.window_s
         polls = entry.polls.count(now)
-        ratio = entry.hits.count(now) / polls if polls else 0.0
+        ratio = entry.hit_ratio
         if entry.mode is PollMode.NOTIFY:
             if (
                 rate > limits.high_rate
@@ -169,8 +174,8 @@ class AdaptiveSwitch:
                 return Decision(
                     PollMode.COUPLED,
                     True,
-                    f"{rate:.1f} requests/s > {limits.high_rate:g}, first-pop hits "
-                    f"{ratio:.0%} of {polls} polls",
+                    f"{rate:.1f} requests/s > {limits.high_rate:g}, first-pop hit ratio "
+                    f"{ratio:.0%} ({polls} in {self.window_s} s)",
                 )
             return Decision(PollMode.NOTIFY)
         if coupled_in_flight >= ev.max_coupled:
@@ -179,36 +184,39 @@ class AdaptiveSwitch:
         if rate < limits.low_rate:
             reason = f"{rate:.1f} requests/s < {limits.low_rate:g}"
         elif polls < ev.min_polls:
-            reason = f"only {polls} polls finished in {self.window_s} s"
+            reason = f"only {polls} first pops in {self.window_s} s"
         elif ratio < ev.hit_low:
-            reason = f"first-pop hits {ratio:.0%} of {polls} polls < {ev.hit_low:.0%}"
+            reason = f"first-pop hit ratio {ratio:.0%} < {ev.hit_low:.0%}"
         else:
             return Decision(PollMode.COUPLED)
         entry.mode = PollMode.NOTIFY
         return Decision(PollMode.NOTIFY, True, reason)
 
-    def report(
-        self, group: str, topic: str, now: float, hit: bool, polling_full: bool = False
-    ) -> Decision | None:
-        """One finished poll of the key: whether its first pop found messages, and whether
-        a broker answered POLLING_FULL. Returns a Decision when this switched the key."""
+    def first_pop(self, group: str, topic: str, now: float, hit: bool) -> None:
+        """A poll of the key learnt whether its first pop found messages."""
         entry = self._keys.get((group, topic))
         if entry is None:
-            return None  # forgotten meanwhile: it starts again in notify anyway
+            return  # forgotten meanwhile: it starts again in notify anyway
         entry.polls.add(now)
-        if hit:
-            entry.hits.add(now)
-        if polling_full:
-            was = entry.mode
-            self._force_notify(entry, now)
-            if was is PollMode.COUPLED:
-                return Decision(PollMode.NOTIFY, True, "a broker answered POLLING_FULL")
+        weight = 1.0 / self.evidence.min_polls
+        entry.hit_ratio += weight * ((1.0 if hit else 0.0) - entry.hit_ratio)
+
+    def polling_full(self, group: str, topic: str, now: float) -> Decision | None:
+        """A broker answered POLLING_FULL to a poll of the key: notify, and hold it there.
+        Returns the Decision when this switched the key."""
+        entry = self._keys.get((group, topic))
+        if entry is None:
+            return None
+        was = entry.mode
+        self._force_notify(entry, now)
+        if was is PollMode.COUPLED:
+            return Decision(PollMode.NOTIFY, True, "a broker answered POLLING_FULL")
         return None
 
     def _force_notify(self, entry: _Key, now: float) -> None:
         entry.mode = PollMode.NOTIFY
         entry.polls.clear()
-        entry.hits.clear()
+        entry.hit_ratio = 0.0
         entry.hold_until = now + self.window_s
 
     # -- status ---------------------------------------------------------------------------
@@ -232,7 +240,7 @@ class AdaptiveSwitch:
                     "mode": e.mode.value,
                     "rate": round(e.requests.count(now) / self.window_s, 3),
                     "polls": polls,
-                    "hit_ratio": round(e.hits.count(now) / polls, 3) if polls else None,
+                    "hit_ratio": round(e.hit_ratio, 3) if polls else None,
                     "high_rate": limits.high_rate,
                     "low_rate": limits.low_rate,
                 }

@@ -99,12 +99,18 @@ class ReceiveEngine:
         self._switched(group, topic, decision)
         return decision.mode
 
-    def _evidence(self, req: ReceiveRequest, ctx: PollContext) -> None:
-        """Tell the switch how a finished poll went (adaptive)."""
-        if self.config.mode is ReceiveMode.ADAPTIVE and not ctx.stopped:
-            decision = self.switch.report(
-                req.group, req.topic, time.monotonic(), ctx.short_polling_hit, ctx.polling_full
+    def _listen(self, req: ReceiveRequest, ctx: PollContext) -> None:
+        """Have the poll tell the switch its first pop's outcome as soon as it is known."""
+        if self.config.mode is ReceiveMode.ADAPTIVE:
+            group, topic = req.group, req.topic
+            ctx.on_first_pop = lambda hit: self.switch.first_pop(
+                group, topic, time.monotonic(), hit
             )
+
+    def _evidence(self, req: ReceiveRequest, ctx: PollContext) -> None:
+        """Tell the switch that a broker answered POLLING_FULL to this poll (adaptive)."""
+        if self.config.mode is ReceiveMode.ADAPTIVE and ctx.polling_full:
+            decision = self.switch.polling_full(req.group, req.topic, time.monotonic())
             self._switched(req.group, req.topic, decision)
 
     def _switched(self, group: str, topic: str, decision: Decision | None) -> None:
@@ -131,6 +137,7 @@ class ReceiveEngine:
         )
         if self.stopping:
             ctx.stop()
+        self._listen(req, ctx)
         self._polls.add(ctx)
         self.in_flight[mode] += 1
         key = (req.group, req.topic)

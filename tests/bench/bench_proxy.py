@@ -158,6 +158,10 @@ def verdicts(cases: dict[str, dict[str, dict]]) -> dict[str, dict]:
     return out
 
 
+def _n(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 def summary_table(cases: dict[str, dict[str, dict]], checks: dict[str, dict]) -> str:
     modes = sorted({m for by_mode in cases.values() for m in by_mode}, key=MODES.index)
     head = ["case", *(f"{m}: req/msg, TMR, p50/p99 ms" for m in modes), "adaptive within 10 %"]
@@ -168,7 +172,7 @@ def summary_table(cases: dict[str, dict[str, dict]], checks: dict[str, dict]) ->
             r = by_mode.get(m)
             cells.append("-" if r is None else
                          f"{r['broker_requests_per_message']}, {r['too_many_requests']}, "
-                         f"{r['latency_ms_p50']}/{r['latency_ms_p99']}")  # fmt: skip
+                         f"{_n(r['latency_ms_p50'])}/{_n(r['latency_ms_p99'])}")  # fmt: skip
         c = checks.get(case)
         cells.append("-" if c is None else
                      f"{c['within_10_percent']} (best {c['best_of_notify_coupled']}), "
@@ -261,14 +265,18 @@ async def run(args: argparse.Namespace) -> dict:
                 busy_s=args.phased_busy_s,
                 rate=args.busy_rate,
                 busy_consumers=args.busy_consumers,
+                busy_batch=args.phased_batch,
+                work_ms=args.phased_work_ms,
                 idle_polls=args.phased_idle_polls,
             )
             for phase in ("quiet", "busy", "idle"):
                 print(
                     table(
                         f"\nPhased, {phase}: one group and topic per mode through quiet "
-                        f"({args.phased_quiet_s:g} s), busy ({args.phased_busy_s:g} s), idle "
-                        f"({args.phased_idle_polls} polls); load average {load_average()}",
+                        f"({args.phased_quiet_s:g} s), busy ({args.phased_busy_s:g} s, "
+                        f"{args.busy_consumers} consumers, {args.phased_work_ms:g} ms per "
+                        f"message), idle ({args.phased_idle_polls} polls); load average "
+                        f"{load_average()}",
                         {m: p[phase] for m, p in results["phased"].items()},
                         PHASED_COLUMNS,
                     ),
@@ -389,6 +397,15 @@ def main() -> None:
     )
     p.add_argument("--phased-quiet-s", type=float, default=12.0)
     p.add_argument("--phased-busy-s", type=float, default=12.0)
+    p.add_argument(
+        "--phased-batch", type=int, default=4, help="messages per receive in the busy phase"
+    )
+    p.add_argument(
+        "--phased-work-ms",
+        type=float,
+        default=80.0,
+        help="a busy-phase consumer's time per message (64 x 1/80 ms = 800 msg/s < 1,000)",
+    )
     p.add_argument("--phased-idle-polls", type=int, default=2000)
     p.add_argument("--overhead-messages", type=int, default=20_000)
     p.add_argument(

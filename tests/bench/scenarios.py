@@ -97,8 +97,12 @@ class Consumers:
         await_ms: int,
         batch: int = 16,
         track_early: bool = False,
+        work_s: float = 0.0,
     ) -> None:
         self.endpoint, self.group, self.topic = endpoint, group, topic
+        # Time a consumer spends on each message it received before it acks them (its
+        # own processing; 0: it acks at once).
+        self.work_s = work_s
         self.tally, self.available = tally, available
         self.await_ms, self.batch = await_ms, batch
         self.tasks: list[asyncio.Task] = []
@@ -139,6 +143,8 @@ class Consumers:
                         self.early.add(m.system_properties.message_id)
                 self.tally.delivered += len(result.messages)
                 self.received.set()
+                if self.work_s:
+                    await asyncio.sleep(self.work_s * len(result.messages))
                 await client.ack(self.group, self.topic, result.messages)
             elif result is not None and result.status == TOO_MANY:
                 self.tally.too_many += 1
@@ -419,13 +425,17 @@ async def phased(
     busy_s: float,
     rate: int,
     busy_consumers: int,
+    busy_batch: int,
+    work_ms: float,
     idle_polls: int,
     wakeups: int = 10,
     await_ms: int = 10_000,
     idle_await_ms: int = 20_000,
 ) -> dict:
     """One (group, topic) per mode that changes phase: quiet (2 consumers, a message every
-    200-500 ms), then busy (``busy_consumers`` consumers, ``rate`` msg/s), then idle
+    200-500 ms), then busy (``busy_consumers`` consumers receiving ``busy_batch`` at a time
+    and spending ``work_ms`` on each message, slower than the ``rate`` msg/s produced, so a
+    backlog builds; it is drained at the end of the phase), then idle
     (``idle_polls`` idle long polls, ``wakeups`` messages). Each phase is measured on its
     own: delivered, broker requests (from the proxy's metrics, scraped at the phase's ends,
     so requests still parked from one phase count in the next), TOO_MANY_REQUESTS, latency,
@@ -436,8 +446,8 @@ async def phased(
     results: dict[str, dict] = {}
     for mode in modes:
         results[mode] = await _phased_mode(
-            system, mode, rng, quiet_s, busy_s, rate, busy_consumers, idle_polls, wakeups,
-            await_ms, idle_await_ms,
+            system, mode, rng, quiet_s, busy_s, rate, busy_consumers, busy_batch, work_ms,
+            idle_polls, wakeups, await_ms, idle_await_ms,
         )  # fmt: skip
     return results
 
@@ -450,6 +460,8 @@ async def _phased_mode(
     busy_s: float,
     rate: int,
     busy_consumers: int,
+    busy_batch: int,
+    work_ms: float,
     idle_polls: int,
     wakeups: int,
     await_ms: int,
@@ -506,7 +518,11 @@ async def _phased_mode(
         await crowd.stop()
 
     async def busy_phase(tally: ModeTally) -> None:
-        crowd = Consumers(grpc, group, topic, tally, {}, await_ms)
+        # Consumers slower than the producers: a backlog builds, so first pops find
+        # messages (where adaptive may switch to coupled).
+        crowd = Consumers(
+            grpc, group, topic, tally, {}, await_ms, batch=busy_batch, work_s=work_ms / 1000
+        )
         crowd.start(busy_consumers)
         batch = [BatchEntry(b"x" * 64, {}) for _ in range(10)]
         interval = len(batch) * len(system.broker_clients) / rate
@@ -520,8 +536,12 @@ async def _phased_mode(
                 await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
 
         await asyncio.gather(*(produce(c) for c in system.broker_clients))
-        await asyncio.sleep(1.0)  # let consumers catch up
         await note("busy")
+        # Drain the backlog (bounded): the idle phase starts with nothing to find.
+        drain_until, last = time.perf_counter() + 60, -1
+        while tally.delivered != last and time.perf_counter() < drain_until:
+            last = tally.delivered
+            await asyncio.sleep(1.0)
         await crowd.stop()
 
     async def idle(tally: ModeTally) -> None:

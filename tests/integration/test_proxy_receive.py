@@ -138,6 +138,33 @@ async def test_adaptive_switches_to_coupled_above_the_threshold_and_back(start_p
     assert 'rocketmq_proxy_mode_switches_total{group="G",to="notify",topic="T"} 1.0' in body
 
 
+async def test_a_parked_coupled_poll_reports_its_miss_before_it_ends(start_proxy, lean):
+    """The switch hears a coupled poll's miss 10 ms after it parked, not when it ends."""
+    app = await start_proxy(
+        mode="adaptive",
+        adaptive_high_rate=4.0,
+        adaptive_low_rate=1.0,
+        adaptive_window_s=2.0,
+        adaptive_min_polls=2,
+    )
+    client = lean(app)
+    for _ in range(12):
+        await send_to(app, "broker-a", b"m")
+        await client.receive(G, T, await_ms=500, broker="broker-a")
+    switch = app.engine.switch
+    assert switch.current(G, T) == "coupled"
+    ratio = switch.snapshot(time.monotonic())[0]["hit_ratio"]
+    poll = asyncio.ensure_future(client.receive(G, T, await_ms=3000, broker="broker-a"))
+    await wait_until(lambda: app.engine.status()["in_flight"].get("coupled") == 1)
+    # Weight 1/2: one miss halves the moving average while the poll is still parked.
+    await wait_until(
+        lambda: abs(switch.snapshot(time.monotonic())[0]["hit_ratio"] - ratio / 2) < 0.002
+    )
+    assert not poll.done()
+    await send_to(app, "broker-a", b"late")
+    assert [m.body for m in (await poll).messages] == [b"late"]
+
+
 async def test_adaptive_keeps_idle_polls_at_a_high_rate_in_notify(start_proxy, lean):
     """Many idle consumers: the rate is far above the threshold, but no first pop finds
     anything, so every poll is served by notify and no pop is parked on a broker."""

@@ -24,15 +24,15 @@ def run(
     coupled_in_flight: int = 0,
     group: str = G,
 ) -> tuple[float, list[PollMode]]:
-    """``rate`` requests per second for ``seconds`` from ``start``; each poll finishes at
-    once, a hit for the first ``hit_ratio`` of every 10. Returns the end time and the mode
-    of every request."""
+    """``rate`` requests per second for ``seconds`` from ``start``; each poll reports its
+    first pop at once, a hit for the first ``hit_ratio`` of every 10. Returns the end time
+    and the mode of every request."""
     modes: list[PollMode] = []
     n = round(seconds * rate)
     for i in range(n):
         now = start + i / rate
         modes.append(s.choose(group, T, now, coupled_in_flight).mode)
-        s.report(group, T, now, hit=(i % 10) < round(hit_ratio * 10))
+        s.first_pop(group, T, now, hit=(i % 10) < round(hit_ratio * 10))
     return start + n / rate, modes
 
 
@@ -73,18 +73,34 @@ def test_a_low_rate_of_hits_stays_notify() -> None:
     assert set(modes) == {NOTIFY}
 
 
-def test_no_switch_before_enough_polls_finished() -> None:
-    """A burst of requests whose polls have not finished yet: no evidence, no coupled."""
+def test_no_switch_before_enough_first_pops() -> None:
+    """A burst of requests whose first pops have not answered yet: no evidence, no
+    coupled. Then the moving average (weight 1/20) needs 45 hits in a row from nothing to
+    reach 90 %: 1 - 0.95**44 = 0.895, 1 - 0.95**45 = 0.901."""
     s = switch(min_polls=20)
-    for i in range(700):  # 70/s over 10 s, none finished
+    for i in range(700):  # 70/s over 10 s, no first pop answered
         assert s.choose(G, T, 1000.0 + i / 70).mode is NOTIFY
-    for _ in range(19):
-        s.report(G, T, 1010.0, hit=True)
-    assert s.choose(G, T, 1010.0).mode is NOTIFY  # 19 polls: not yet
-    s.report(G, T, 1010.0, hit=True)
+    for _ in range(44):
+        s.first_pop(G, T, 1010.0, hit=True)
+    assert s.choose(G, T, 1010.0).mode is NOTIFY
+    s.first_pop(G, T, 1010.0, hit=True)
     decision = s.choose(G, T, 1010.0)
     assert decision.mode is COUPLED and decision.switched
-    assert "first-pop hits 100% of 20 polls" in decision.reason
+    assert "first-pop hit ratio 90% (45 in 10 s)" in decision.reason
+
+
+def test_a_run_of_misses_goes_back_within_a_few_polls() -> None:
+    """Busy, then idle consumers arrive: their coupled pops park (misses, reported at
+    10 ms). A window full of old hits does not keep the key coupled: 7 misses in a row
+    take the average from 1.0 to 0.95**7 = 0.698, under 70 %."""
+    s = switch()
+    now, modes = run(s, 1000.0, 12, rate=80, hit_ratio=1.0)
+    assert modes[-1] is COUPLED
+    seen = []
+    for i in range(10):
+        seen.append(s.choose(G, T, now + i / 100).mode)
+        s.first_pop(G, T, now + i / 100, hit=False)
+    assert seen == [COUPLED] * 7 + [NOTIFY] * 3
 
 
 def test_hit_ratio_hysteresis_back_to_notify_below_the_low_ratio_only() -> None:
@@ -117,8 +133,8 @@ def test_rate_hysteresis() -> None:
 
 
 def test_evidence_running_out_goes_back_to_notify() -> None:
-    """Busy, then idle consumers whose coupled polls park and finish only much later: the
-    rate stays high, but no poll finishes, so the evidence ages out of the window."""
+    """The rate stays high but no first pop is reported any more (none answers, say): the
+    evidence ages out of the window and the key goes back to notify."""
     s = switch()
     now, modes = run(s, 1000.0, 12, rate=80, hit_ratio=1.0)
     assert modes[-1] is COUPLED
@@ -133,7 +149,7 @@ def test_polling_full_goes_back_at_once_and_holds_notify_for_a_window() -> None:
     s = switch()
     now, modes = run(s, 1000.0, 12, rate=80, hit_ratio=1.0)
     assert modes[-1] is COUPLED
-    decision = s.report(G, T, now, hit=False, polling_full=True)
+    decision = s.polling_full(G, T, now)
     assert decision is not None and decision.mode is NOTIFY and decision.switched
     assert "POLLING_FULL" in decision.reason
     assert s.current(G, T) is NOTIFY
@@ -181,7 +197,9 @@ def test_keys_are_forgotten_least_recently_seen_first() -> None:
     s.choose("d", T, 1004.0)  # forgets b
     assert len(s) == 3
     assert {e["group"] for e in s.snapshot(1004.0)} == {"a", "c", "d"}
-    assert s.report("b", T, 1004.0, hit=True) is None  # forgotten: ignored
+    s.first_pop("b", T, 1004.0, hit=True)  # forgotten: ignored, not created again
+    assert s.polling_full("b", T, 1004.0) is None
+    assert len(s) == 3
 
 
 def test_snapshot_shows_the_evidence() -> None:
