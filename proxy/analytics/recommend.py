@@ -1,8 +1,10 @@
 """The adaptive threshold recommendation, derived from the observed hit ratio against rate.
 
 What the threshold means in the proxy (proxy/receive/adaptive.py): each proxy counts the
-receive requests of a (group, topic) per second; above ``adaptive_high_rate`` it serves them
-with coupled long polling, below ``adaptive_low_rate`` with pop-with-notify again. Notify
+receive requests of a (group, topic) per second; above ``adaptive_high_rate``, while the
+first pop keeps finding messages (checked live by the proxy), it serves them with coupled
+long polling, below ``adaptive_low_rate`` with pop-with-notify again. ``write_thresholds``
+writes the recommendation as the proxies' ``receive.adaptive_thresholds_file``. Notify
 pays off when the first pop misses: it then probes every broker and catches a message on
 any of them at once. When the first pop almost always hits, the probes are rarely needed
 and coupled polling is enough.

@@ -107,7 +107,7 @@ class ReceiveEngine:
                 group, topic, time.monotonic(), hit
             )
 
-    def _evidence(self, req: ReceiveRequest, ctx: PollContext) -> None:
+    def _report_polling_full(self, req: ReceiveRequest, ctx: PollContext) -> None:
         """Tell the switch that a broker answered POLLING_FULL to this poll (adaptive)."""
         if self.config.mode is ReceiveMode.ADAPTIVE and ctx.polling_full:
             decision = self.switch.polling_full(req.group, req.topic, time.monotonic())
@@ -146,7 +146,7 @@ class ReceiveEngine:
         self.metrics.long_poll_started(mode)
         try:
             messages = await self._run(mode, ctx)
-            self._evidence(req, ctx)
+            self._report_polling_full(req, ctx)
             delivered = await self._divert_exhausted(messages)
             if not messages and ctx.polling_full:
                 # Answering empty at once would have the client poll again at once.

@@ -101,6 +101,7 @@ PHASED_COLUMNS = [
     "latency_ms_p99",
     "coupled_share",
     "adaptive_mode_at_end",
+    "handed_back",
 ]
 SCENARIOS = ("sparse", "busy", "fanin", "phased", "overhead")
 

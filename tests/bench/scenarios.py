@@ -490,7 +490,13 @@ async def _phased_mode(
         del summary["slots"]
         phases[name] = summary | {
             "coupled_share": _coupled_share(tally.before, tally.after),
-            "adaptive_mode_at_end": (await _modes_now(proxy, group)).get(topic),
+            "adaptive_mode_at_end": under_load.get(name),
+            # Messages popped for a poll that no longer waited (its client left, say),
+            # made visible again a second later.
+            "handed_back": round(
+                tally.after.get("rocketmq_proxy_nacks_total", 0.0)
+                - tally.before.get("rocketmq_proxy_nacks_total", 0.0)
+            ),
             "load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
         }
 
