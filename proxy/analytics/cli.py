@@ -22,7 +22,7 @@ from proxy.analytics.job import DEFAULT_JOB, JobOptions
 from proxy.analytics.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET, write_thresholds
 
 if TYPE_CHECKING:
-    from proxy.analytics.summary import Summary
+    from proxy.analytics.model import Summary
 
 log = logging.getLogger("proxy.analytics.cli")
 
