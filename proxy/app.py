@@ -85,6 +85,7 @@ class ProxyApp:
             max_failures=3,
         )
         self.renewer.start()
+        await self.engine.start()
         self.grpc_server = grpc.aio.server(
             options=[
                 # Room for bodies over the limit, so the proxy itself can answer

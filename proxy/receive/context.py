@@ -48,6 +48,9 @@ class PollContext:
         self.probes = 0  # NOTIFICATION requests sent for this poll
         self.short_polling_hit = False
         self.polling_full = False  # a broker refused to park a pop: it holds too many
+        # Told once whether the first pop found messages, as soon as that is known (the
+        # adaptive switch's evidence); see ``first_pop_done``.
+        self.on_first_pop: Callable[[bool], None] | None = None
         self._first_index = first_broker_index
         # One plain future at a time carries every wait of the poll; an idle poll is held
         # by thousands, so no task, queue or event per poll.
@@ -103,6 +106,14 @@ class PollContext:
     def _wake(self, _future: object = None) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def first_pop_done(self, hit: bool) -> None:
+        """The first pop found messages (``hit``) or not; ``on_first_pop`` hears it once."""
+        if hit:
+            self.short_polling_hit = True
+        callback, self.on_first_pop = self.on_first_pop, None
+        if callback is not None:
+            callback(hit)
 
     # -- brokers --------------------------------------------------------------------------
 

@@ -41,8 +41,8 @@ async def notify_poll(
     if first is None:
         return []
     messages = await ctx.pop(first)
+    ctx.first_pop_done(bool(messages))
     if messages:
-        ctx.short_polling_hit = True
         return messages
     if ctx.remaining_s <= 0:
         return []
