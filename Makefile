@@ -183,3 +183,10 @@ K8S_NODE_STAMP := $(K8S_NODE_DIR)/node_modules/.installed
 .PHONY: deploy-node-deps
 
 deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
+
+# Head to head with the Apache RocketMQ proxy on real brokers (tests/bench/peer.py; about
+# 20 minutes): the reported case with the official Python client, sparse, busy, idle fan-in,
+# overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help).
+.PHONY: bench-peer
+bench-peer: $(BENCH_STAMP) rocketmq interop-deps
+	$(BIN)/python -m tests.bench.peer --out results/bench-peer $(BENCH_ARGS)
