@@ -17,6 +17,7 @@ help:
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
+	@echo "make bench-peer   the Apache RocketMQ proxy beside ours on real brokers (results/bench-peer)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
