@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -329,13 +330,15 @@ class RealCluster:
         apache_proxy: bool = False,
         profile: Profile = Profile.TEST,
         broker_conf: dict[str, str] | None = None,
+        broker_conf_of: Callable[[str], dict[str, str]] | None = None,
         names: tuple[str, ...] | None = None,
         ports: tuple[int, ...] | None = None,
         namesrv_port: int | None = None,
         ready_timeout_s: float = 90.0,
     ) -> RealCluster:
         """Start a name server and ``brokers`` brokers (their start overlaps); wait until
-        every broker has registered. On any failure everything started is stopped."""
+        every broker has registered. On any failure everything started is stopped.
+        ``broker_conf_of(name)`` adds settings of one broker (e.g. its own metrics port)."""
         owns_root = root is None
         root = Path(tempfile.mkdtemp(prefix="rmq-real-")) if root is None else root
         root.mkdir(parents=True, exist_ok=True)
@@ -363,7 +366,8 @@ class RealCluster:
                 conf = proc.home / "broker.conf"
                 conf.write_text(
                     _broker_conf(name, port, cluster.namesrv_address, proc.home / "store",
-                                 broker_conf or {})
+                                 {**(broker_conf or {}),
+                                  **(broker_conf_of(name) if broker_conf_of else {})})
                 )  # fmt: skip
                 proc.spawn("org.apache.rocketmq.broker.BrokerStartup", ["-c", str(conf)], profile)
                 cluster.brokers.append(RealBroker(name, port, proc))
