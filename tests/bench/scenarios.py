@@ -19,7 +19,7 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.message import BatchEntry, Prop
-from tests.bench.processes import System, broker_requests
+from tests.bench.processes import System, broker_requests, scrape
 from tests.lean_client import LeanClient
 
 # The consumers' client class; tests/bench/peer.py puts in one that sends its settings over
