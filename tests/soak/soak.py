@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -437,10 +438,8 @@ async def chaos(
             ledger.faults.append((started, "SIGKILL+restart namesrv"))
         elif fault == "client":
             await client_faults(ledger, cluster, t0)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval * rng.uniform(0.5, 1.5))
-        except TimeoutError:
-            pass
 
 
 async def run(
