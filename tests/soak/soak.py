@@ -390,8 +390,9 @@ async def client_faults(ledger: Ledger, cluster: Cluster, t0: float) -> None:
         got = await poll
         for m in got.messages:  # it may have answered first: those count as delivered
             ledger.deliveries.setdefault(m.body.decode(), []).append(time.monotonic())
-    except Exception:
-        pass
+    except (Exception, asyncio.CancelledError):  # closing the channel cancels the call
+        if asyncio.current_task().cancelling():
+            raise
     ledger.faults.append((time.monotonic() - t0, "client killed mid-poll"))
     doomed = Client(cluster.endpoints(), random.randrange(2))
     try:
