@@ -18,6 +18,7 @@ help:
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
+	@echo "make bench-peer   the Apache RocketMQ proxy beside ours on real brokers (results/bench-peer)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
@@ -198,3 +199,10 @@ K8S_NODE_STAMP := $(K8S_NODE_DIR)/node_modules/.installed
 .PHONY: deploy-node-deps
 
 deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
+
+# Head to head with the Apache RocketMQ proxy on real brokers (tests/bench/peer.py; about
+# 20 minutes): the reported case with the official Python client, sparse, busy, idle fan-in,
+# overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help).
+.PHONY: bench-peer
+bench-peer: $(BENCH_STAMP) rocketmq interop-deps
+	$(BIN)/python -m tests.bench.peer --out results/bench-peer $(BENCH_ARGS)

@@ -16,6 +16,7 @@ from broker_stub.processor import BrokerProcessor
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import TopicTable
+from broker_stub.transactions import TransactionService
 from proxy.remoting.client import RemotingClient, RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
@@ -61,8 +62,24 @@ class Broker:
         )
         self.scheduler = DeliveryScheduler(self.store, loop)
         self.pop.put = self.scheduler.put
+        self.transactions = TransactionService(
+            self.store,
+            self.scheduler,
+            loop,
+            check_interval_ms=config.transaction_check_interval_ms,
+            timeout_ms=config.transaction_timeout_ms,
+            check_max=config.transaction_check_max,
+        )
+        self.transactions.start()
         self.processor = BrokerProcessor(
-            config, self.store, self.topics, self.pop, self.pops, self.notifications, self.scheduler
+            config,
+            self.store,
+            self.topics,
+            self.pop,
+            self.pops,
+            self.notifications,
+            self.scheduler,
+            self.transactions,
         )
         self.server = RemotingServer(self.processor, max_frame=config.max_frame)
         config.port = await self.server.start(config.host, config.port)
@@ -88,6 +105,7 @@ class Broker:
             self.notifications.close()
             self.pop.close()
             self.scheduler.close()
+            await self.transactions.close()
         if self.server is not None:
             await self.server.stop()
         for client in self._namesrv_clients:

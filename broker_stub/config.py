@@ -32,6 +32,14 @@ class BrokerConfig:
     max_reconsume_times: int = 16
     scan_limit: int = 1024  # entries a pop may skip over in one queue (tag filtering)
 
+    # transactions (RocketMQ: transactionCheckInterval 30 s, transactionTimeOut 6 s,
+    # transactionCheckMax 15); the stub checks sooner so tests need not wait
+    transaction_check_interval_ms: int = 1_000
+    transaction_timeout_ms: int = 3_000
+    transaction_check_max: int = 15
+    # RECALL_MESSAGE (RocketMQ: recallMessageEnable, off by default; on in the stub)
+    recall_message_enable: bool = True
+
     # broker-side long polling
     polling_per_key: int = 1024
     polling_total: int = 100_000

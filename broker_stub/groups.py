@@ -2,7 +2,8 @@
 
 A real broker keeps a SubscriptionGroupConfig per consumer group (auto-created with the
 defaults on first use). The stub keeps the fields it acts on: ``retryMaxTimes`` decides
-when CONSUMER_SEND_MSG_BACK moves a message to ``%DLQ%<group>``.
+when CONSUMER_SEND_MSG_BACK moves a message to ``%DLQ%<group>``; ``consumeMessageOrderly``
+makes a FIFO group (GET_SUBSCRIPTIONGROUP_CONFIG tells the proxy).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ class GroupConfig:
     retry_max_times: int = 16
     retry_queue_nums: int = 1
     consume_enable: bool = True
+    consume_message_orderly: bool = False  # a FIFO group: its consumers pop orderly
 
     @classmethod
     def from_json(cls, body: dict[str, Any], default_retry_max_times: int) -> GroupConfig:
@@ -26,7 +28,18 @@ class GroupConfig:
             retry_max_times=int(body.get("retryMaxTimes", default_retry_max_times)),
             retry_queue_nums=int(body.get("retryQueueNums", 1)),
             consume_enable=bool(body.get("consumeEnable", True)),
+            consume_message_orderly=bool(body.get("consumeMessageOrderly", False)),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """As a broker answers GET_SUBSCRIPTIONGROUP_CONFIG (the fields the stub keeps)."""
+        return {
+            "groupName": self.name,
+            "consumeEnable": self.consume_enable,
+            "consumeMessageOrderly": self.consume_message_orderly,
+            "retryQueueNums": self.retry_queue_nums,
+            "retryMaxTimes": self.retry_max_times,
+        }
 
 
 class GroupTable:

@@ -8,6 +8,16 @@ copy goes to the group's retry topic with ``reconsumeTimes + 1``, visible at onc
 RocketMQ 5 broker with ``enableRetryTopicV2`` that is ``%RETRY%<group>+<topic>``, and a
 revival never dead-letters: the consumer (the proxy) moves a message past its last attempt
 to ``%DLQ%<group>`` with CONSUMER_SEND_MSG_BACK, where the group's ``retryMaxTimes`` decides.
+
+An *orderly* pop (``order=true``, FIFO consumer groups) works as a RocketMQ 5 broker's
+(``ConsumerOrderInfoManager``): no checkpoint and no retry topic. A queue with a message
+popped and neither acked nor past its invisible time is *blocked*: no other orderly pop
+gets anything from it, unless it repeats the attempt id of the pop that blocked it (a
+client retrying a receive whose answer it lost), which gets the same messages again. The
+group's offset of the queue stays at the first unacked message; when the invisible time
+passes unacked, the next pop reads the same messages again and ``orderCountInfo`` counts
+the attempts (the reconsume times). Acks commit the offset (``ack_orderly``); a change of
+invisible time moves the block's end (``change_orderly``). Handles carry revive queue 999.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ log = logging.getLogger(__name__)
 ORIGIN_GROUP = "ORIGIN_GROUP"  # set by a RocketMQ 5 broker on revived messages
 INIT_MODE_MIN = 0  # a new group starts at the oldest message
 INIT_MODE_MAX = 1  # ... or at the newest, unless nothing has been dropped yet
+POP_ORDER_REVIVE_QUEUE = 999  # KeyBuilder.POP_ORDER_REVIVE_QUEUE: the reviveQid of orderly pops
 
 
 def now_ms() -> int:
@@ -86,6 +97,9 @@ class PopResult:
     revive_qid: int
     queues: list[PoppedQueue] = field(default_factory=list)
     rest_num: int = 0
+    # Orderly pops: "<retry> qo<queueId>%<offset> <count>" per message popped before, then
+    # "<retry> <queueId> <least count>" per queue (ExtraInfoUtil); None for plain pops.
+    order_count_info: list[str] | None = None
 
     @property
     def message_count(self) -> int:
@@ -123,6 +137,37 @@ class Checkpoint:
         )
 
 
+@dataclass(slots=True, eq=False)
+class OrderInfo:
+    """The last orderly pop of one (group, topic, queue): what blocks the queue."""
+
+    attempt_id: str | None
+    pop_time: int
+    invisible_time: int
+    offsets: list[int]
+    acked: set[int] = field(default_factory=set)
+    counts: dict[int, int] = field(default_factory=dict)  # offset -> earlier pops of it
+    next_visible: dict[int, int] = field(default_factory=dict)  # changed invisible times
+
+    def blocks(self, attempt_id: str | None, now: int) -> bool:
+        """Whether an orderly pop with ``attempt_id`` must skip the queue (needBlock)."""
+        if self.attempt_id is not None and self.attempt_id == attempt_id:
+            return False
+        default = self.pop_time + self.invisible_time
+        return any(
+            now < self.next_visible.get(off, default)
+            for off in self.offsets
+            if off not in self.acked
+        )
+
+    def next_offset(self) -> int:
+        """The first unacked offset, or past the last one (getNextOffset)."""
+        for off in self.offsets:
+            if off not in self.acked:
+                return off
+        return self.offsets[-1] + 1
+
+
 def _info_key(group: str, topic: str, info: PopCheckpointInfo) -> CheckpointKey:
     """The key of the checkpoint a handle names (see ``Checkpoint.key``)."""
     return (group, topic, info.queue_id, info.start_offset, info.pop_time, info.invisible_time)
@@ -144,6 +189,7 @@ class PopService:
         self.rng = rng or random.Random()
         self._offsets: dict[tuple[str, str, int], int] = {}
         self._checkpoints: dict[CheckpointKey, Checkpoint] = {}
+        self._orders: dict[tuple[str, str, int], OrderInfo] = {}  # (group, topic, queue)
         self._revive_counter = 0
         # retry topic -> (group, original topic), so a revival wakes the right waiters
         self.retry_origins: dict[str, tuple[str, str]] = {}
@@ -196,18 +242,19 @@ class PopService:
                 continue
             self._pop_queue(req, topic, qid, want, result)
 
-    def _pop_queue(
-        self, req: PopRequest, topic: str, queue_id: int, want: int, result: PopResult
-    ) -> None:
-        queue = self.store.queue(topic, queue_id)
-        offset = self._offset(req, topic, queue_id)
+    def _scan(
+        self, req: PopRequest, topic: str, queue_id: int, offset: int, want: int
+    ) -> tuple[list[int], list[bytes], int]:
+        """Up to ``want`` messages of the queue from ``offset`` that the filter matches
+        (within the scan limit): their offsets, their records, and the offset after the
+        last entry looked at."""
         offsets: list[int] = []
         records: list[bytes] = []
         next_offset = offset
-        for off, entry in queue.scan(offset, self.config.scan_limit):
+        for off, entry in self.store.queue(topic, queue_id).scan(offset, self.config.scan_limit):
             next_offset = off + 1
             if not req.filter.matches(entry.tag):
-                continue  # a message the filter skips is consumed for this group
+                continue
             record = self.store.commit_log.read(entry.physical_offset)
             if record is None:
                 continue
@@ -215,6 +262,15 @@ class PopService:
             records.append(record)
             if len(offsets) >= want:
                 break
+        return offsets, records, next_offset
+
+    def _pop_queue(
+        self, req: PopRequest, topic: str, queue_id: int, want: int, result: PopResult
+    ) -> None:
+        queue = self.store.queue(topic, queue_id)
+        offset = self._offset(req, topic, queue_id)
+        offsets, records, next_offset = self._scan(req, topic, queue_id, offset, want)
+        # A message the filter skips is consumed for this group.
         self._offsets[(req.group, topic, queue_id)] = next_offset
         result.rest_num += queue.max_offset - next_offset
         if not offsets:
@@ -274,12 +330,120 @@ class PopService:
         msg.topic = req.topic
         return encode_message(msg)
 
-    def has_message(self, group: str, topic: str, queue_id: int) -> bool:
-        """Whether a pop by ``group`` would find a message now (ignoring tag filters)."""
+    # -- orderly pop ------------------------------------------------------------------------
+
+    def pop_orderly(self, req: PopRequest, attempt_id: str | None) -> PopResult:
+        """An orderly pop: the topic's queues only (never the retry topic), each skipped
+        while blocked by an earlier pop of another attempt."""
+        now = now_ms()
+        result = PopResult(now, req.invisible_time, POP_ORDER_REVIVE_QUEUE, order_count_info=[])
+        config = self.topics.get(req.topic)
+        if config is None:
+            return result
+        if req.queue_id >= 0:
+            queue_ids = [req.queue_id]
+        else:
+            count = config.read_queue_nums
+            start = self.rng.randrange(count)
+            queue_ids = [(start + i) % count for i in range(count)]
+        for qid in queue_ids:
+            key = (req.group, req.topic, qid)
+            order = self._orders.get(key)
+            if order is not None and order.blocks(attempt_id, now):
+                continue  # the backlog behind a block is not counted (as RocketMQ)
+            offset = self._offset(req, req.topic, qid)
+            want = req.max_nums - result.message_count
+            if want <= 0:
+                result.rest_num += self.store.max_offset(req.topic, qid) - offset
+                continue
+            self._pop_queue_orderly(req, qid, offset, want, attempt_id, result)
+        return result
+
+    def _pop_queue_orderly(
+        self,
+        req: PopRequest,
+        queue_id: int,
+        offset: int,
+        want: int,
+        attempt_id: str | None,
+        result: PopResult,
+    ) -> None:
+        topic, key = req.topic, (req.group, req.topic, queue_id)
+        queue = self.store.queue(topic, queue_id)
+        offsets, records, next_offset = self._scan(req, topic, queue_id, offset, want)
+        result.rest_num += queue.max_offset - next_offset
+        if not offsets:
+            # Nothing matched: the offset moves past what the filter skipped.
+            self._offsets[key] = next_offset
+            return
+        self._offsets[key] = offset  # stays at the first message until it is acked
+        old = self._orders.get(key)
+        order = OrderInfo(attempt_id, result.pop_time, req.invisible_time, offsets)
+        if old is not None:
+            if old.attempt_id is not None and old.attempt_id == attempt_id:
+                order.counts = old.counts  # the same attempt again: not another delivery
+            else:
+                before = set(old.offsets)
+                order.counts = {o: old.counts.get(o, 0) + 1 for o in offsets if o in before}
+        self._orders[key] = order
+        assert result.order_count_info is not None
+        flag = retry_flag(topic)
+        for off, count in order.counts.items():
+            result.order_count_info.append(f"{flag} qo{queue_id}%{off} {count}")
+        least = min(order.counts.values()) if len(order.counts) == len(offsets) else 0
+        result.order_count_info.append(f"{flag} {queue_id} {least}")
+        result.queues.append(PoppedQueue(topic, queue_id, offset, offsets, records))
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's offset of an orderly consumed queue (0 before any pop)."""
+        return self._offsets.get((group, topic, queue_id), 0)
+
+    def ack_orderly(
+        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int
+    ) -> bool | None:
+        """Ack ``offset`` of an orderly pop (ackOrderly). True: the offset was committed
+        and the queue is free for the next pop; False: nothing to do (already committed,
+        or the handle is of an earlier pop of the queue); None: no such offset was popped."""
+        key = (group, topic, queue_id)
+        if offset < self.committed_offset(group, topic, queue_id):
+            return False
+        order = self._orders.get(key)
+        if order is None:
+            self._offsets[key] = offset + 1
+            return True
+        if pop_time != order.pop_time:
+            return False
+        if offset not in order.offsets:
+            return None
+        order.acked.add(offset)
+        self._offsets[key] = order.next_offset()
+        return not order.blocks(None, now_ms())
+
+    def change_orderly(
+        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int, invisible: int
+    ) -> int | None:
+        """Make an orderly popped message invisible for ``invisible`` ms from now; the new
+        invisible time counted from ``pop_time`` (the handle keeps its pop time), or None
+        when the offset is already committed."""
+        if offset < self.committed_offset(group, topic, queue_id):
+            return None
+        next_visible = now_ms() + invisible
+        order = self._orders.get((group, topic, queue_id))
+        if order is not None and order.pop_time == pop_time:
+            order.next_visible[offset] = next_visible
+        return next_visible - pop_time
+
+    def has_message(self, group: str, topic: str, queue_id: int, *, order: bool = False) -> bool:
+        """Whether a pop by ``group`` would find a message now (ignoring tag filters); an
+        orderly one skips blocked queues."""
         probe = PopRequest(group, topic, queue_id, 1, 0, TagFilter(None), INIT_MODE_MAX)
         config = self.topics.get(topic)
         queue_ids = [queue_id] if queue_id >= 0 else range(config.read_queue_nums if config else 0)
+        now = now_ms()
         for qid in queue_ids:
+            blocker = self._orders.get((group, topic, qid)) if order else None
+            if blocker is not None and blocker.blocks(None, now):
+                continue
             if self.store.max_offset(topic, qid) > self._offset(probe, topic, qid):
                 return True
         retry = pop_retry_topic(group, topic)

@@ -17,10 +17,11 @@ from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.handlers import RequestError, dispatch
 from broker_stub.polling import PollingTable, PollKey, Waiter
-from broker_stub.pop import PopRequest, PopResult, PopService, now_ms
+from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import TopicConfig, TopicTable, group_name_error, topic_name_error
+from broker_stub.transactions import TransactionService
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand, RemotingProtocolError
 from proxy.remoting.connection import RemotingConnection
@@ -31,6 +32,8 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
     CreateTopicHeader,
+    EndTransactionHeader,
+    GroupHeader,
     NotificationHeader,
     NotificationResponseHeader,
     OffsetResponseHeader,
@@ -39,6 +42,8 @@ from proxy.remoting.headers import (
     PopMessageHeader,
     PopMessageResponseHeader,
     QueueOffsetHeader,
+    RecallMessageHeader,
+    RecallMessageResponseHeader,
     SendMessageHeader,
     SendMessageResponseHeader,
     TopicHeader,
@@ -53,6 +58,7 @@ from proxy.remoting.message import (
     offset_message_id,
 )
 from proxy.remoting.popinfo import PopCheckpointInfo, join_info, retry_flag, topic_for_flag
+from proxy.remoting.recall import RecallHandle, RecallHandleError
 from proxy.remoting.server import Reply
 
 log = logging.getLogger(__name__)
@@ -77,6 +83,7 @@ class BrokerProcessor:
         pops: PollingTable,
         notifications: PollingTable,
         scheduler: DeliveryScheduler,
+        transactions: TransactionService | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -86,6 +93,14 @@ class BrokerProcessor:
         self.notifications = notifications
         self.scheduler = scheduler
         self.loop = pop.loop
+        self.transactions = transactions or TransactionService(
+            store,
+            scheduler,
+            pop.loop,
+            check_interval_ms=config.transaction_check_interval_ms,
+            timeout_ms=config.transaction_timeout_ms,
+            check_max=config.transaction_check_max,
+        )
         self.groups = GroupTable(config.max_reconsume_times)
         self.ids = UniqueIdGenerator(config.address.rpartition(":")[0])
         self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
@@ -99,7 +114,9 @@ class BrokerProcessor:
             RequestCode.NOTIFICATION: self.notification,
             RequestCode.POLLING_INFO: self.polling_info,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
-            RequestCode.HEART_BEAT: self.ok,
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.RECALL_MESSAGE: self.recall_message,
             RequestCode.UNREGISTER_CLIENT: self.ok,
             RequestCode.CHECK_CLIENT_CONFIG: self.ok,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.ok,
@@ -113,6 +130,7 @@ class BrokerProcessor:
             GET_BROKER_RUNTIME_INFO: self.runtime_info,
             GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
         }
         self.started_ms = now_ms()
 
@@ -215,16 +233,71 @@ class BrokerProcessor:
                     reconsume_times=h.reconsume_times,
                 )
             )
-        results = [self.scheduler.put(msg) for msg in messages]
+        half = not batch and messages[0].properties.get(Prop.TRANSACTION_PREPARED) == "true"
+        if half:
+            results = [self.transactions.put_half(messages[0])]
+        else:
+            results = [self.scheduler.put(msg) for msg in messages]
+        first = messages[0]
+        recall_handle = None
+        due = (
+            None if batch or half else self.scheduler.due_ms(topic, first.properties[Prop.UNIQ_KEY])
+        )
+        if due is not None and not topic.startswith("%RETRY%"):
+            # RocketMQ 5.3.2+: a timed message can be recalled before its time.
+            recall_handle = RecallHandle(
+                topic, self.config.name, due + 1, first.properties[Prop.UNIQ_KEY]
+            ).encode()
         answer = SendMessageResponseHeader(
             msg_id=",".join(offset_message_id(store_host, r.physical_offset) for r in results),
-            queue_id=messages[0].queue_id,
+            queue_id=first.queue_id,
             queue_offset=results[0].queue_offset,
-            transaction_id=messages[0].properties[Prop.UNIQ_KEY],
+            transaction_id=first.properties[Prop.UNIQ_KEY],
+            recall_handle=recall_handle,
         )
         # Two more fields a RocketMQ broker sends with every send answer.
         fields = {**answer.encode(), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         return cmd.make_response(OK, fields)
+
+    # -- transactions and recall ----------------------------------------------------------
+
+    def heartbeat(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        self.transactions.heartbeat(cmd.body, conn)
+        return cmd.make_response(OK)
+
+    def end_transaction(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        h = EndTransactionHeader.decode(cmd.ext_fields)
+        if not self.transactions.end(h):
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                f"no half message at commit log offset {h.commit_log_offset}",
+            )
+        return cmd.make_response(OK)
+
+    def recall_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        h = RecallMessageHeader.decode(cmd.ext_fields)
+        if not self.config.recall_message_enable:
+            raise RequestError(ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden")
+        if self.topics.get(h.topic) is None:
+            raise RequestError(
+                ResponseCode.TOPIC_NOT_EXIST, f"recall failed, the topic[{h.topic}] not exist"
+            )
+        try:
+            handle = RecallHandle.decode(h.recall_handle)
+        except RecallHandleError as exc:
+            raise RequestError(ResponseCode.ILLEGAL_OPERATION, str(exc)) from None
+        if handle.topic != h.topic:
+            raise RequestError(ResponseCode.ILLEGAL_OPERATION, "recall failed, topic not match")
+        if handle.broker != self.config.name:
+            raise RequestError(
+                ResponseCode.ILLEGAL_OPERATION, "recall failed, broker service not available"
+            )
+        if handle.timestamp_ms <= now_ms():
+            raise RequestError(ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
+        # As a RocketMQ broker: a handle still in the future is recalled (a delete marker
+        # there, the held message cancelled here), whether or not the message exists.
+        self.scheduler.recall(h.topic, handle.msg_id)
+        return cmd.make_response(OK, RecallMessageResponseHeader(msg_id=handle.msg_id).encode())
 
     # -- pop ------------------------------------------------------------------------------
 
@@ -252,8 +325,6 @@ class BrokerProcessor:
             raise RequestError(BAD, f"invisibleTime {invisible_time} must be positive")
         if poll_time < 0:
             raise RequestError(BAD, f"pollTime {poll_time} must not be negative")
-        if h.order:
-            raise RequestError(BAD, "orderly pop is not supported by broker_stub")
         config = self._topic(topic)
         self._read_queue(config, queue_id)
         self._group(group)
@@ -273,17 +344,23 @@ class BrokerProcessor:
             tag_filter,
             h.init_mode,
         )
-        result = self.pop.pop(request)
+
+        def pop() -> PopResult:
+            if h.order:
+                return self.pop.pop_orderly(request, h.attempt_id)
+            return self.pop.pop(request)
+
+        result = pop()
         if result.message_count or poll_time <= 0:
             return self._pop_response(cmd, result)
 
         def on_wake(waiter: Waiter) -> None:
-            again = self.pop.pop(request)
+            again = pop()
             if again.message_count or not self.pops.park(waiter):
                 waiter.future.set_result(self._pop_response(cmd, again))
 
         def on_timeout(waiter: Waiter) -> None:
-            waiter.future.set_result(self._pop_response(cmd, self.pop.pop(request)))
+            waiter.future.set_result(self._pop_response(cmd, pop()))
 
         return self._park(
             self.pops,
@@ -330,7 +407,10 @@ class BrokerProcessor:
                     for q in result.queues
                 ]
             ),
-        ).encode()  # orderCountInfo: only for orderly pops, which the stub does not serve
+            order_count_info=";".join(result.order_count_info) or None
+            if result.order_count_info is not None
+            else None,
+        ).encode()
         if not result.queues:
             return cmd.make_response(ResponseCode.POLLING_TIMEOUT, fields, remark=NO_MESSAGE_REMARK)
         body = b"".join(record for q in result.queues for record in q.records)
@@ -364,8 +444,24 @@ class BrokerProcessor:
                 ResponseCode.NO_MESSAGE,
                 f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{low}~{high}",
             )
-        self.pop.ack(info, group, topic, offset)
+        if info.revive_qid == POP_ORDER_REVIVE_QUEUE:
+            self._ack_orderly(group, topic, queue_id, offset, info.pop_time)
+        else:
+            self.pop.ack(info, group, topic, offset)
         return cmd.make_response(OK)
+
+    def _ack_orderly(
+        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int
+    ) -> None:
+        done = self.pop.ack_orderly(group, topic, queue_id, offset, pop_time)
+        if done is None:
+            raise RequestError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"offset is illegal, key:{topic}@{group}@{queue_id}, commit:{offset}",
+            )
+        if done:  # the queue is free: a parked orderly pop or probe may take it now
+            self.pops.wake(topic, queue_id, group)
+            self.notifications.wake(topic, queue_id, group)
 
     def change_invisible_time(
         self, cmd: RemotingCommand, conn: RemotingConnection
@@ -378,6 +474,14 @@ class BrokerProcessor:
         low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         if not low <= offset < high:
             raise RequestError(ResponseCode.NO_MESSAGE, f"offset {offset} outside {low}~{high}")
+        if info.revive_qid == POP_ORDER_REVIVE_QUEUE:
+            changed = self.pop.change_orderly(
+                group, topic, queue_id, offset, info.pop_time, invisible_time
+            )
+            if changed is None:  # already committed: RocketMQ answers OK without a header
+                return cmd.make_response(OK)
+            answer = ChangeInvisibleTimeResponseHeader(info.pop_time, changed, info.revive_qid)
+            return cmd.make_response(OK, answer.encode())
         ck = self.pop.change_invisible_time(info, group, topic, offset, invisible_time)
         answer = ChangeInvisibleTimeResponseHeader(ck.pop_time, ck.invisible_time, ck.revive_qid)
         return cmd.make_response(OK, answer.encode())
@@ -399,6 +503,7 @@ class BrokerProcessor:
                 queue_id = int(ack.get("q", ack.get("queueId")))
                 pop_time = int(ack.get("pt", ack.get("popTime")))
                 invisible = int(ack.get("it", ack.get("invisibleTime")))
+                revive_qid = int(ack.get("rq", ack.get("reviveQueueId", 0)))
                 bits = base64.b64decode(ack.get("b") or ack.get("bitSet") or "")
             except (KeyError, TypeError, ValueError) as exc:
                 raise RequestError(BAD, f"bad batch ack entry {ack!r}: {exc}") from None
@@ -407,7 +512,10 @@ class BrokerProcessor:
                 start, pop_time, invisible, 0, retry, self.config.name, queue_id, 0
             )
             for index in _set_bits(bits):
-                self.pop.ack(info, group, real_topic, start + index)
+                if revive_qid == POP_ORDER_REVIVE_QUEUE:
+                    self._ack_orderly(group, real_topic, queue_id, start + index, pop_time)
+                else:
+                    self.pop.ack(info, group, real_topic, start + index)
         return cmd.make_response(OK)
 
     # -- notification ---------------------------------------------------------------------
@@ -422,8 +530,9 @@ class BrokerProcessor:
         def answer(has_msg: bool, full: bool = False) -> RemotingCommand:
             return cmd.make_response(OK, NotificationResponseHeader(has_msg, full).encode())
 
-        if self.pop.has_message(group, topic, queue_id) or poll_time <= 0:
-            return answer(self.pop.has_message(group, topic, queue_id))
+        has_msg = self.pop.has_message(group, topic, queue_id, order=h.order)
+        if has_msg or poll_time <= 0:
+            return answer(has_msg)
         return self._park(
             self.notifications,
             (topic, group, queue_id),
@@ -515,6 +624,14 @@ class BrokerProcessor:
         self._group(config.name)
         self.groups.put(config)
         return cmd.make_response(OK)
+
+    def group_config(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_SUBSCRIPTIONGROUP_CONFIG: the group's SubscriptionGroupConfig JSON; a group
+        never configured gets the defaults, as a broker with autoCreateSubscriptionGroup."""
+        group = GroupHeader.decode(cmd.ext_fields).group
+        self._group(group)
+        config = self.groups.get(group)
+        return cmd.make_response(OK, body=orjson.dumps(config.to_json()))
 
     def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: a KVTable of the figures ``mqadmin clusterList`` prints

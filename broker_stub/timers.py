@@ -41,6 +41,8 @@ class DeliveryScheduler:
         self.store = store
         self.loop = loop
         self._held: set[asyncio.TimerHandle] = set()
+        # (topic, unique id) -> (timer, due ms) of each held message: what recall cancels.
+        self._by_key: dict[tuple[str, str], tuple[asyncio.TimerHandle, int]] = {}
 
     @property
     def held(self) -> int:
@@ -61,15 +63,35 @@ class DeliveryScheduler:
         held.properties[Prop.REAL_QUEUE_ID] = str(msg.queue_id)
         result = self.store.put(held)
 
+        key = (msg.topic, msg.properties.get(Prop.UNIQ_KEY, ""))
+
         def deliver() -> None:
             self._held.discard(handle)
+            if self._by_key.get(key, (None, 0))[0] is handle:
+                del self._by_key[key]
             self.store.put(msg)
 
         handle = self.loop.call_later((due - now) / 1000, deliver)
         self._held.add(handle)
+        self._by_key[key] = (handle, due)
         return result
+
+    def due_ms(self, topic: str, msg_id: str) -> int | None:
+        """When a held message is due, or None when nothing of that id is held."""
+        held = self._by_key.get((topic, msg_id))
+        return None if held is None else held[1]
+
+    def recall(self, topic: str, msg_id: str) -> bool:
+        """Never deliver the held message ``msg_id`` of ``topic``; False if none is held."""
+        held = self._by_key.pop((topic, msg_id), None)
+        if held is None:
+            return False
+        held[0].cancel()
+        self._held.discard(held[0])
+        return True
 
     def close(self) -> None:
         for handle in self._held:
             handle.cancel()
         self._held.clear()
+        self._by_key.clear()

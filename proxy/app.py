@@ -17,15 +17,19 @@ from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
 from proxy.api.service import MessagingService
 from proxy.api.session import SessionActivity
+from proxy.api.transaction import TransactionActivity
 from proxy.api.v2 import service_pb2_grpc
 from proxy.brokers import BrokerPool
 from proxy.config import ProxyConfig
+from proxy.groups import GroupSettings
 from proxy.observability.eventlog import EventLog
 from proxy.observability.metrics import ProxyMetrics
 from proxy.observability.ops import OpsServer
 from proxy.observability.receive_record import ReceiveRecorder
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.processor.producer import ProducerProcessor
+from proxy.processor.renewal import HandleRenewer
+from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
 from proxy.security.runtime import SecurityRuntime
 
@@ -67,7 +71,22 @@ class ProxyApp:
             on_nack=self.metrics.nack,
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
+        self.transactions = TransactionProcessor(
+            self.pool,
+            client_id=f"rmq-notify-proxy@{config.proxy_id}",
+            broker_timeout_s=rc.broker_timeout_s,
+        )
+        self.transactions.start()
         self.engine = ReceiveEngine(rc, self.pool, self.consumer, self.metrics)
+        self.groups = GroupSettings(self.pool, ttl_s=config.route_ttl_s)
+        self.renewer = HandleRenewer(
+            self.consumer,
+            slice_ms=rc.renew_slice_ms,
+            client_idle_s=rc.push_client_idle_s,
+            max_failures=3,
+        )
+        self.renewer.start()
+        await self.engine.start()
         self.grpc_server = grpc.aio.server(
             options=[
                 # Room for bodies over the limit, so the proxy itself can answer
@@ -89,15 +108,18 @@ class ProxyApp:
             self.engine,
             self.consumer,
             ReceiveRecorder(config.proxy_id, self.metrics, self.events),
+            self.groups,
+            self.renewer,
         )
         self.service = MessagingService(
             route=RouteActivity(self.pool, advertise),
-            session=SessionActivity(config),
+            session=SessionActivity(config, self.groups, self.renewer, self.transactions),
             send=SendActivity(self.pool, self.producer, self.metrics, config.max_body_bytes),
             receive=self.receive,
-            ack=AckActivity(self.consumer, rc.max_delivery_attempts),
+            ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer),
             metrics=self.metrics,
             guard=self.security.guard,
+            transaction=TransactionActivity(self.transactions),
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.grpc_server)
         await self.grpc_server.start()
@@ -139,7 +161,9 @@ class ProxyApp:
         self.engine.stop_polls()
         await self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
         await self.engine.close()
+        await self.renewer.close()
         await self.consumer.close()
+        await self.transactions.close()
         await self.pool.close()
         await self.ops.stop()
         await self.security.close()

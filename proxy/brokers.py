@@ -7,9 +7,11 @@ when the name server cannot be reached a stale route keeps serving.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -143,6 +145,8 @@ class BrokerPool:
         self._lookups: dict[str, asyncio.Future[TopicRoute]] = {}
         self._brokers: dict[str, BrokerClient] = {}
         self._retired: list[BrokerClient] = []
+        # Requests brokers send us (a transaction check), with the broker's name.
+        self.server_handler: Callable[[str, RemotingCommand], RemotingCommand | None] | None = None
 
     async def route(self, topic: str) -> TopicRoute:
         """The route of ``topic``; raises TopicNotFound, or RemotingError with no route known."""
@@ -199,9 +203,14 @@ class BrokerPool:
                 broker.address,
                 observer=self._observer,
                 request_hook=self._request_hook,
+                server_handler=functools.partial(self._on_server_request, broker.name),
             )
             self._brokers[broker.name] = client
         return client
+
+    def _on_server_request(self, broker: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        handler = self.server_handler
+        return None if handler is None else handler(broker, cmd)
 
     def broker(self, name: str) -> BrokerClient | None:
         """The client of a broker seen in some route (receipt handles name brokers)."""

@@ -1,8 +1,9 @@
 """``rmq-proxy``: the RocketMQ 5 gRPC proxy with pop-with-notify long polling.
 
 This is the composition root: with ``--embedded-brokers N`` it starts a name server and N
-broker stubs in this process and puts the proxy in front of them. Nothing else in
-``proxy`` knows the stubs exist; ``broker_stub`` uses only ``proxy.remoting``.
+broker stubs in this process (``proxy.embedded``) and puts the proxy in front of them.
+Nothing below the entry points knows the stubs exist; ``broker_stub`` uses only
+``proxy.remoting``.
 
 With more than one worker (``--workers N``, or the default on a machine with several
 cores) this process becomes the supervisor of ``proxy.supervisor`` instead, which runs the
@@ -19,6 +20,7 @@ import sys
 
 from proxy.app import ProxyApp
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
+from proxy.embedded import start_embedded_brokers
 
 log = logging.getLogger("proxy")
 
@@ -37,17 +39,7 @@ async def serve(config: ProxyConfig, log_level: str = "info") -> int:
 
 async def serve_single(config: ProxyConfig) -> None:
     """One process: the proxy (and the embedded stubs) in this event loop."""
-    cluster = None
-    if config.embedded_brokers:
-        from broker_stub import BrokerConfig, StubCluster
-
-        cluster = StubCluster(
-            config.embedded_brokers,
-            host="127.0.0.1",
-            template=BrokerConfig(topics=list(config.topics)),
-        )
-        await cluster.start()
-        config.namesrv_addrs = [cluster.namesrv_address]
+    cluster = await start_embedded_brokers(config)
     try:
         app = ProxyApp(config)
         await app.start()

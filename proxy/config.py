@@ -53,12 +53,23 @@ class ReceiveConfig:
     max_polling_ms: int = 20_000
     # Answer this long before the client's gRPC deadline, so the answer is not too late.
     reserve_ms: int = 300
-    # Adaptive switching: receive requests per second per (group, topic) over a sliding
-    # window; above `adaptive_high_rate` use coupled polling, back to notify below
-    # `adaptive_low_rate` (hysteresis).
+    # Adaptive switching (docs/design.md, "The adaptive rule"): receive requests per second
+    # per (group, topic) over a sliding window; above `adaptive_high_rate`, and with a
+    # first-pop hit ratio of at least `adaptive_hit_high` over at least
+    # `adaptive_min_polls` finished polls, use coupled polling; back to notify below
+    # `adaptive_low_rate`, below `adaptive_hit_low`, on POLLING_FULL, or at
+    # `adaptive_max_coupled` coupled polls in flight per (group, topic).
     adaptive_high_rate: float = 50.0
     adaptive_low_rate: float = 25.0
     adaptive_window_s: float = 10.0
+    adaptive_hit_high: float = 0.9
+    adaptive_hit_low: float = 0.7
+    adaptive_min_polls: int = 20
+    adaptive_max_coupled: int = 512
+    # Per-(group, topic) thresholds (JSON, or TOML by suffix; rmq-polling-report
+    # --thresholds-out writes it), checked every `adaptive_thresholds_check_s`.
+    adaptive_thresholds_file: str | None = None
+    adaptive_thresholds_check_s: float = 5.0
     # Slicing (MNS): short polls of `slice_ms` over the brokers in turn, at most
     # `slice_quota` of them, then one long poll for the rest of the time.
     slice_ms: int = 200
@@ -77,6 +88,16 @@ class ReceiveConfig:
     broker_timeout_s: float = 3.0
     # Deliver to the dead-letter queue instead of the client past this many attempts.
     max_delivery_attempts: int = 17
+    # Push consumers (auto_renew) poll every broker at once; True serves each of their
+    # requests on the broker its queue names only. Measured (tests/bench/bench_push.py):
+    # the same broker requests per message either way, a lower p99 when any of a
+    # consumer's polls may take a message from any broker (False).
+    push_named_broker_only: bool = False
+    # Push consumers: the invisible time of a pop, renewed while the client consumes
+    # (the Apache proxy's renewSliceTimeMillis); and how long a client may stay silent
+    # before its messages are handed back.
+    renew_slice_ms: int = 60_000
+    push_client_idle_s: float = 60.0
 
     def __post_init__(self) -> None:
         self.validate_mode()
@@ -94,6 +115,12 @@ class ReceiveConfig:
             raise ValueError("receive polling bounds must satisfy 0 < min <= max")
         if self.adaptive_low_rate > self.adaptive_high_rate:
             raise ValueError("receive.adaptive_low_rate must not exceed adaptive_high_rate")
+        if not 0 <= self.adaptive_hit_low <= self.adaptive_hit_high <= 1:
+            raise ValueError("receive.adaptive_hit_low <= adaptive_hit_high, both in [0, 1]")
+        if self.adaptive_min_polls < 1 or self.adaptive_max_coupled < 2:
+            raise ValueError("receive.adaptive_min_polls >= 1, adaptive_max_coupled >= 2")
+        if self.adaptive_thresholds_check_s <= 0:
+            raise ValueError("receive.adaptive_thresholds_check_s must be positive")
 
 
 @dataclass

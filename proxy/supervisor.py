@@ -33,14 +33,18 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from proxy.config import ProxyConfig
+from proxy.embedded import start_embedded_brokers
 from proxy.observability.metrics import GroupMetrics
 from proxy.observability.ops import OpsServer
 from proxy.worker import config_to_json
+
+if TYPE_CHECKING:
+    from broker_stub import StubCluster
 
 log = logging.getLogger("proxy.supervisor")
 
@@ -133,20 +137,11 @@ class Supervisor:
             self._metrics_dir = config.metrics_dir
             os.makedirs(self._metrics_dir, exist_ok=True)
             await asyncio.to_thread(_clear_metrics_dir, self._metrics_dir)
-        cluster = None
+        cluster: StubCluster | None = None
         reservation: socket.socket | None = None
         ops: OpsServer | None = None
         try:
-            if config.embedded_brokers:
-                from broker_stub import BrokerConfig, StubCluster
-
-                cluster = StubCluster(
-                    config.embedded_brokers,
-                    host="127.0.0.1",
-                    template=BrokerConfig(topics=list(config.topics)),
-                )
-                await cluster.start()
-                config.namesrv_addrs = [cluster.namesrv_address]
+            cluster = await start_embedded_brokers(config)
             try:
                 reservation = reserve_port(config.grpc_host, config.grpc_port)
             except OSError as exc:

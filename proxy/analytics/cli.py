@@ -3,7 +3,7 @@ push the latest window to a Pushgateway.
 
     rmq-polling-report EVENTS_PATH --out PARQUET_PATH [--window 1m] [--date YYYY-MM-DD ...]
         [--pushgateway URL] [--job rmq_polling_report] [--master local[*]]
-        [--stream --checkpoint DIR [--once]]
+        [--stream --checkpoint DIR [--once]] [--thresholds-out PATH]
 
 Runs ``local[*]`` unless ``--master`` says otherwise or spark-submit launched it.
 """
@@ -16,10 +16,14 @@ import signal
 import sys
 from datetime import date
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from proxy.analytics.durations import check_window, parse_duration
 from proxy.analytics.job import DEFAULT_JOB, JobOptions
-from proxy.analytics.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET
+from proxy.analytics.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET, write_thresholds
+
+if TYPE_CHECKING:
+    from proxy.analytics.model import Summary
 
 log = logging.getLogger("proxy.analytics.cli")
 
@@ -103,6 +107,12 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_MIN_REQUESTS,
         help=f"requests needed to recommend (default {DEFAULT_MIN_REQUESTS})",
     )
+    p.add_argument(
+        "--thresholds-out",
+        metavar="PATH",
+        help="write the recommended thresholds as the proxies' "
+        "receive.adaptive_thresholds_file (JSON, a local path; replaced whole)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log the phases' timings")
     return p
 
@@ -133,18 +143,25 @@ def main(argv: list[str] | None = None) -> int:
     from proxy.analytics.report import render
     from proxy.analytics.session import get_session
 
+    def publish(summary: Summary) -> None:
+        if args.thresholds_out:
+            n = write_thresholds(summary.recommendations, args.thresholds_out)
+            print(f"wrote {n} adaptive thresholds to {args.thresholds_out}", file=sys.stderr)
+
+    def on_batch(summary: Summary) -> None:
+        print(render(summary), flush=True)
+        publish(summary)
+
     session = get_session(args.master)
     try:
         if args.stream:
             stop = _stop_on_signals()
             summary = run_stream(
-                session.spark,
-                opts,
-                on_batch=lambda s: print(render(s), flush=True),
-                should_stop=lambda: stop["requested"],
+                session.spark, opts, on_batch=on_batch, should_stop=lambda: stop["requested"]
             )
         else:
             summary = run_batch(session.spark, opts)
+            publish(summary)
     except Exception as exc:  # any failure: say what failed, exit non-zero
         log.exception("failed: %s", exc)
         return 1

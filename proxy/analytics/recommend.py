@@ -1,8 +1,10 @@
 """The adaptive threshold recommendation, derived from the observed hit ratio against rate.
 
 What the threshold means in the proxy (proxy/receive/adaptive.py): each proxy counts the
-receive requests of a (group, topic) per second; above ``adaptive_high_rate`` it serves them
-with coupled long polling, below ``adaptive_low_rate`` with pop-with-notify again. Notify
+receive requests of a (group, topic) per second; above ``adaptive_high_rate``, while the
+first pop keeps finding messages (checked live by the proxy), it serves them with coupled
+long polling, below ``adaptive_low_rate`` with pop-with-notify again. ``write_thresholds``
+writes the recommendation as the proxies' ``receive.adaptive_thresholds_file``. Notify
 pays off when the first pop misses: it then probes every broker and catches a message on
 any of them at once. When the first pop almost always hits, the probes are rarely needed
 and coupled polling is enough.
@@ -22,10 +24,14 @@ judge, the recommendation is the proxy's default. The low rate keeps the configu
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypedDict
+from pathlib import Path
+from typing import Any, TypedDict
 
 from proxy.config import ReceiveConfig
 
@@ -157,3 +163,40 @@ def _one(
         windows_above=windows_above,
         **base,
     )
+
+
+def thresholds_document(recommendations: Iterable[Recommendation]) -> dict[str, Any]:
+    """The proxies' thresholds file (``receive.adaptive_thresholds_file``, read by
+    proxy/receive/thresholds.py): one entry per (group, topic) with enough data; the others
+    keep the proxies' defaults."""
+    return {
+        "generated_by": "rmq-polling-report",
+        "thresholds": [
+            {
+                "group": r.group,
+                "topic": r.topic,
+                "high_rate": round(r.threshold_rps, 3),
+                "low_rate": round(r.low_rps, 3),
+            }
+            for r in recommendations
+            if r.enough_data
+        ],
+    }
+
+
+def write_thresholds(recommendations: Iterable[Recommendation], path: str) -> int:
+    """Write the thresholds file at ``path`` (a local path) whole: a temporary file in the
+    same directory renamed over it, so a proxy never reads half of it. Returns the entries."""
+    doc = thresholds_document(recommendations)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return len(doc["thresholds"])

@@ -8,18 +8,35 @@ import time
 from proxy.api import validation as check
 from proxy.api.context import Context
 from proxy.api.errors import ApiError, Code, ack_error, dead_letter_error, ok
-from proxy.api.handles import parse_receipt_handle
+from proxy.api.handles import ReceiptHandle, parse_receipt_handle
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.processor.consumer import ConsumerProcessor, Popped
+from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.client import RemotingError
 from proxy.remoting.popinfo import PopCheckpointInfo
 
 
 class AckActivity:
-    def __init__(self, consumer: ConsumerProcessor, max_delivery_attempts: int) -> None:
+    def __init__(
+        self, consumer: ConsumerProcessor, max_delivery_attempts: int, renewer: HandleRenewer
+    ) -> None:
         self.consumer = consumer
         self.max_delivery_attempts = max_delivery_attempts
+        self.renewer = renewer
+
+    async def _current(self, group: str, text: str, now_ms: int | None = None) -> ReceiptHandle:
+        """The handle to settle: for a message this proxy renews, its current checkpoint
+        (the client's may have expired meanwhile), and the renewal ends; else the client's."""
+        try:
+            handle = parse_receipt_handle(text, allow_expired=True)
+        except ApiError:
+            handle = None
+        if handle is not None:
+            renewed = await self.renewer.take(group, handle.checkpoint)
+            if renewed is not None:
+                return ReceiptHandle(PopCheckpointInfo.parse(renewed), handle.commit_log_offset)
+        return parse_receipt_handle(text, now_ms=now_ms)
 
     async def ack_message(
         self, request: api.AckMessageRequest, context: Context
@@ -34,7 +51,7 @@ class AckActivity:
         for i, entry in enumerate(request.entries):
             try:
                 parsed.append(
-                    (i, parse_receipt_handle(entry.receipt_handle, now_ms=now_ms).checkpoint)
+                    (i, (await self._current(group, entry.receipt_handle, now_ms)).checkpoint)
                 )
             except ApiError as err:
                 statuses[i] = err.status
@@ -62,7 +79,7 @@ class AckActivity:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
         invisible = check.validate_invisible(check.duration_ms(request.invisible_duration), 0)
-        handle = parse_receipt_handle(request.receipt_handle)
+        handle = await self._current(group, request.receipt_handle)
         try:
             checkpoint = await self.consumer.change_invisible(
                 group, topic, handle.checkpoint, invisible
@@ -80,7 +97,7 @@ class AckActivity:
     ) -> api.ForwardMessageToDeadLetterQueueResponse:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
-        handle = parse_receipt_handle(request.receipt_handle)
+        handle = await self._current(group, request.receipt_handle)
         max_attempts = request.max_delivery_attempts or self.max_delivery_attempts
         popped = Popped(
             handle.broker,

@@ -13,7 +13,7 @@ from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.validation import RESERVED_PROPERTIES
 from proxy.receive.types import PolledMessage
-from proxy.remoting.message import SYSFLAG_COMPRESSED, Prop
+from proxy.remoting.message import SYSFLAG_COMPRESSED, MessageExt, Prop
 
 # Messages are built from plain values on the hot path: protobuf's FromMilliseconds is
 # pure Python, and each attribute lookup of a generated enum value goes through a Python
@@ -128,3 +128,34 @@ def _digest_matches(data: bytes, digest: pb.Digest) -> bool:
     if digest.type == pb.DigestType.SHA1:
         return hashlib.sha1(data).hexdigest() == checksum
     return True  # an unknown digest type cannot be checked
+
+
+def half_message_to_api(msg: MessageExt, namespace: str = "") -> pb.Message:
+    """A half message a broker asks about, as a producer's transaction checker gets it."""
+    body = msg.body
+    if msg.sys_flag & SYSFLAG_COMPRESSED:
+        body = zlib.decompress(body)
+    props = msg.properties
+    system: dict[str, object] = {
+        "keys": msg.keys,
+        "message_id": msg.msg_id,
+        "body_digest": {"type": _MD5, "checksum": md5_hex(body)},
+        "body_encoding": _IDENTITY,
+        "message_type": pb.MessageType.TRANSACTION,
+        "born_timestamp": _time_fields(msg.born_timestamp),
+        "born_host": _host(msg.born_host),
+        "store_timestamp": _time_fields(msg.store_timestamp),
+        "store_host": _host(msg.store_host),
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+    }
+    if msg.tags:
+        system["tag"] = msg.tags
+    user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
+    topic = props.get(Prop.REAL_TOPIC, msg.topic)
+    return pb.Message(
+        topic={"name": topic, "resource_namespace": namespace},
+        user_properties=user,
+        system_properties=system,
+        body=body,
+    )

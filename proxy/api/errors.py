@@ -102,3 +102,17 @@ def dead_letter_error(broker: str, error: RemotingError) -> ApiError:
     if isinstance(error, BrokerError):
         return ApiError(Code.INTERNAL_SERVER_ERROR, f"{broker}: {error.remark}")
     return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")
+
+
+def recall_error(broker: str, error: RemotingError) -> ApiError:
+    """A recall the broker refused: an unknown, delivered or already recalled message is
+    the client's handle going stale (the Apache proxy passes the broker's answer on)."""
+    if isinstance(error, BrokerError):
+        if error.code == ResponseCode.TOPIC_NOT_EXIST:
+            return ApiError(Code.TOPIC_NOT_FOUND, f"{broker}: {error.remark}")
+        if error.code == ResponseCode.NO_PERMISSION:  # recallMessageEnable=false
+            return ApiError(Code.FORBIDDEN, f"{broker}: {error.remark}")
+        if error.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return ApiError(Code.NOT_IMPLEMENTED, f"{broker} cannot recall (RocketMQ < 5.3.2)")
+        return ApiError(Code.BAD_REQUEST, f"{broker}: {error.remark}")
+    return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")

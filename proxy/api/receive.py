@@ -4,6 +4,10 @@ write the answer to the client's stream, and record it once.
 The stream carries the status first, then one response per message, then
 ``delivery_timestamp``. A message the client did not get (the stream broke, the client
 went away) is handed back at once.
+
+A push consumer's request (``auto_renew``, no invisible duration) is popped with the
+renewal slice and served on the broker its assigned queue names; what it gets is renewed
+(``processor/renewal.py``). A FIFO group's request pops orderly, with its attempt id.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import TopicNotFound
 from proxy.config import ReceiveConfig
+from proxy.groups import GroupSettings
 from proxy.observability.receive_record import Outcome, ReceiveRecord, ReceiveRecorder
 from proxy.processor.consumer import ConsumerProcessor
+from proxy.processor.renewal import HandleRenewer
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
 from proxy.receive.types import PolledMessage, ReceiveRequest
 from proxy.remoting.client import RemotingError
@@ -35,11 +41,15 @@ class ReceiveActivity:
         engine: ReceiveEngine,
         consumer: ConsumerProcessor,
         recorder: ReceiveRecorder,
+        groups: GroupSettings,
+        renewer: HandleRenewer,
     ) -> None:
         self.config = config
         self.engine = engine
         self.consumer = consumer
         self.recorder = recorder
+        self.groups = groups
+        self.renewer = renewer
         self.accepting = True  # off while the proxy shuts down
 
     async def receive_message(self, request: api.ReceiveMessageRequest, context: Context) -> None:
@@ -50,10 +60,15 @@ class ReceiveActivity:
             mode=self.config.mode.initial_poll_mode,
         )
         try:
-            check.require_client_id(context)
+            client_id = check.require_client_id(context)
             if not self.accepting:
                 raise ApiError(Code.TOO_MANY_REQUESTS, "proxy is shutting down")
             req = self._translate(request, context, rec)
+            self.renewer.seen(client_id)
+            try:
+                req.fifo = await self.groups.fifo(req.group, req.topic)
+            except (TopicNotFound, RemotingError) as exc:
+                raise route_error(req.topic, exc) from None
             try:
                 result = await self.engine.receive(req)
             except TooManyRequests as exc:
@@ -66,6 +81,9 @@ class ReceiveActivity:
             rec.pops = result.pops
             rec.notifications = result.probes
             await self._write(result.messages, context, rec)
+            if request.auto_renew:
+                for polled in result.messages[: rec.messages]:
+                    self.renewer.add(client_id, polled.popped, polled.message.reconsume_times)
         except ApiError as err:
             rec.ended(Outcome.ERROR, code_name(err.code))
             await context.write(api.ReceiveMessageResponse(status=err.status))
@@ -97,9 +115,13 @@ class ReceiveActivity:
         rec.group = group = check.validate_group(request.group.name)
         rec.topic = topic = check.validate_topic(request.message_queue.topic.name)
         batch = check.validate_batch_size(request.batch_size)
-        if not request.HasField("invisible_duration"):
+        if request.auto_renew:
+            # A push consumer: the proxy renews what it delivers, slice by slice.
+            invisible = self.renewer.slice_ms
+        elif not request.HasField("invisible_duration"):
             raise ApiError(Code.ILLEGAL_INVISIBLE_TIME, "invisible duration is required")
-        invisible = check.validate_invisible(check.duration_ms(request.invisible_duration))
+        else:
+            invisible = check.validate_invisible(check.duration_ms(request.invisible_duration))
         expression = check.validate_filter(
             request.filter_expression.expression, request.filter_expression.type
         )
@@ -122,6 +144,8 @@ class ReceiveActivity:
             answer_by=rec.arrived_at + polling / 1000,
             arrived_at=rec.arrived_at,
             broker_hint=request.message_queue.broker.name or None,
+            attempt_id=request.attempt_id or None,
+            named_broker_only=request.auto_renew and rc.push_named_broker_only,
         )
 
     async def _write(

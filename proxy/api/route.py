@@ -10,8 +10,14 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import BrokerPool, TopicNotFound, TopicRoute
 from proxy.remoting.client import RemotingError
 
-# FIFO needs ordered pops and transactions need half messages; neither is offered.
-ACCEPTED_TYPES = [pb.MessageType.NORMAL, pb.MessageType.DELAY]
+# FIFO messages go to the queue their group hashes to (the client picks it from this
+# route) and are popped orderly; transactional ones are sent as half messages.
+ACCEPTED_TYPES = [
+    pb.MessageType.NORMAL,
+    pb.MessageType.FIFO,
+    pb.MessageType.DELAY,
+    pb.MessageType.TRANSACTION,
+]
 
 
 async def topic_route(pool: BrokerPool, topic: str) -> TopicRoute:

@@ -8,14 +8,23 @@ import time
 from proxy.api import validation as check
 from proxy.api.context import Context
 from proxy.api.convert import decoded_body
-from proxy.api.errors import ApiError, Code, code_name, ok, send_error
+from proxy.api.errors import ApiError, Code, code_name, ok, recall_error, send_error
 from proxy.api.route import topic_route
+from proxy.api.transaction import encode_transaction_id
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import BrokerPool, TopicRoute
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.producer import ProducerProcessor, SendFailure
+from proxy.processor.transaction import HalfMessageRef
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE
 from proxy.remoting.message import Prop, UniqueIdGenerator
+from proxy.remoting.recall import RecallHandle, RecallHandleError
+
+# The longest orphaned-transaction recovery time a producer may ask for (the Apache proxy's
+# maxTransactionRecoverySecond default).
+MAX_TRANSACTION_RECOVERY_S = 3600
 
 
 class SendActivity:
@@ -54,21 +63,59 @@ class SendActivity:
 
     async def _send_one(self, route: TopicRoute, message: pb.Message) -> api.SendResultEntry:
         system = message.system_properties
+        half = system.message_type == pb.MessageType.TRANSACTION
         try:
             properties = self._properties(message)
+            if half:
+                # The producer group of a gRPC producer is its topic, as in the Apache proxy:
+                # the broker's check of this half message goes to a producer of the topic.
+                properties[Prop.TRANSACTION_PREPARED] = "true"
+                properties[Prop.PRODUCER_GROUP] = route.topic
             body = self._body(message)
-            result = await self.producer.send(route, system.queue_id, body, properties)
+            result = await self.producer.send(
+                route,
+                system.queue_id,
+                body,
+                properties,
+                producer_group=route.topic,
+                sys_flag=TRANSACTION_PREPARED_TYPE if half else TRANSACTION_NOT_TYPE,
+            )
         except SendFailure as failure:
             return self._failed(route.topic, system, send_error(failure.broker, failure.error))
         except ApiError as err:
             return self._failed(route.topic, system, err)
         self.metrics.sent(route.topic, code_name(Code.OK))
+        msg_id = properties[Prop.UNIQ_KEY]
+        transaction_id = msg_id
+        if half:
+            transaction_id = encode_transaction_id(
+                HalfMessageRef(result.broker, result.commit_log_offset, result.queue_offset, msg_id)
+            )
         return api.SendResultEntry(
             status=ok(),
-            message_id=properties[Prop.UNIQ_KEY],
-            transaction_id=properties[Prop.UNIQ_KEY],
+            message_id=msg_id,
+            transaction_id=transaction_id,
             offset=result.queue_offset,
+            recall_handle=result.recall_handle or "",
         )
+
+    async def recall_message(
+        self, request: api.RecallMessageRequest, context: Context
+    ) -> api.RecallMessageResponse:
+        """Take back a timed message before its time, on the broker its handle names."""
+        topic = check.validate_topic(request.topic.name)
+        try:
+            handle = RecallHandle.decode(request.recall_handle)
+        except RecallHandleError as exc:
+            raise ApiError(Code.BAD_REQUEST, str(exc)) from None
+        client = await self.pool.broker_by_name(handle.broker, topic)
+        if client is None:
+            raise ApiError(Code.BAD_REQUEST, f"broker {handle.broker!r} does not serve {topic!r}")
+        try:
+            msg_id = await client.recall(topic, topic, request.recall_handle)
+        except RemotingError as exc:
+            raise recall_error(handle.broker, exc) from None
+        return api.RecallMessageResponse(status=ok(), message_id=msg_id or handle.msg_id)
 
     def _failed(
         self, topic: str, system: pb.SystemProperties, err: ApiError
@@ -98,10 +145,19 @@ class SendActivity:
         if system.HasField("message_group"):
             props[Prop.SHARDING_KEY] = system.message_group
         if system.HasField("delivery_timestamp"):
-            deliver_ms = system.delivery_timestamp.ToMilliseconds()
+            stamp = system.delivery_timestamp
+            deliver_ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000  # unchecked range
             if deliver_ms - int(time.time() * 1000) > check.MAX_DELIVERY_DELAY_MS:
                 raise ApiError(Code.ILLEGAL_DELIVERY_TIME, "delivery time is more than 24 h away")
             props[Prop.TIMER_DELIVER_MS] = str(deliver_ms)
-        if system.message_type == pb.MessageType.TRANSACTION:
-            raise ApiError(Code.UNSUPPORTED, "transactional messages are not supported")
+        if system.message_type == pb.MessageType.TRANSACTION and system.HasField(
+            "orphaned_transaction_recovery_duration"
+        ):
+            seconds = system.orphaned_transaction_recovery_duration.seconds
+            if seconds > MAX_TRANSACTION_RECOVERY_S:
+                raise ApiError(
+                    Code.BAD_REQUEST,
+                    f"orphaned transaction recovery is at most {MAX_TRANSACTION_RECOVERY_S} s",
+                )
+            props[Prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
         return props

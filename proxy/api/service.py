@@ -4,7 +4,8 @@
 |---|---|
 | QueryRoute, QueryAssignment | ``route.RouteActivity`` |
 | Heartbeat, Telemetry, NotifyClientTermination | ``session.SessionActivity`` |
-| SendMessage | ``send.SendActivity`` |
+| SendMessage, RecallMessage | ``send.SendActivity`` |
+| EndTransaction | ``transaction.TransactionActivity`` |
 | ReceiveMessage | ``receive.ReceiveActivity`` |
 | AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue | ``ack.AckActivity`` |
 
@@ -28,6 +29,7 @@ from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
 from proxy.api.session import SessionActivity
+from proxy.api.transaction import TransactionActivity
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
@@ -57,6 +59,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         ack: AckActivity,
         metrics: ProxyMetrics,
         guard: Guard | None = None,
+        transaction: TransactionActivity | None = None,
     ) -> None:
         self.guard = guard
         self.route = route
@@ -64,6 +67,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.send = send
         self.receive = receive
         self.ack = ack
+        self.transaction = transaction
         self.metrics = metrics
 
     async def _unary(
@@ -193,12 +197,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def EndTransaction(
         self, request: api.EndTransactionRequest, context: Context
     ) -> api.EndTransactionResponse:
-        return await self._not_supported("EndTransaction", api.EndTransactionResponse)
+        if self.transaction is None:
+            return await self._not_supported("EndTransaction", api.EndTransactionResponse)
+        return await self._unary(
+            "EndTransaction", self.transaction.end_transaction, request, context
+        )
 
     async def RecallMessage(
         self, request: api.RecallMessageRequest, context: Context
     ) -> api.RecallMessageResponse:
-        return await self._not_supported("RecallMessage", api.RecallMessageResponse)
+        return await self._unary("RecallMessage", self.send.recall_message, request, context)
 
     async def PullMessage(self, request: api.PullMessageRequest, context: Context) -> None:
         err = ApiError(Code.NOT_IMPLEMENTED, "PullMessage is not supported by this proxy")

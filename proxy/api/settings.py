@@ -14,7 +14,12 @@ from proxy.remoting.codes import DELAY_LEVELS_S
 
 
 def answer_settings(
-    client: pb.Settings, *, max_body_bytes: int, max_polling_ms: int, max_attempts: int
+    client: pb.Settings,
+    *,
+    max_body_bytes: int,
+    max_polling_ms: int,
+    max_attempts: int,
+    fifo: bool = False,
 ) -> pb.Settings:
     """The client's settings completed with the server's part."""
     settings = pb.Settings()
@@ -43,7 +48,7 @@ def answer_settings(
         )
         settings.subscription.receive_batch_size = 32
         settings.subscription.long_polling_timeout.CopyFrom(duration(max_polling_ms))
-        settings.subscription.fifo = False
+        settings.subscription.fifo = fifo  # the group's consumeMessageOrderly
     else:
         raise ApiError(
             Code.UNRECOGNIZED_CLIENT_TYPE, "settings carry neither publishing nor subscription"

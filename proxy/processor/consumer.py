@@ -101,19 +101,23 @@ class ConsumerProcessor:
 
     # -- hand-back ------------------------------------------------------------------------
 
-    def hand_back(self, messages: list[Popped], reason: str) -> None:
-        """Messages a client did not get become visible again shortly (``nack_invisible_ms``)
-        rather than at the end of their invisible time. Runs in the background."""
+    def hand_back(
+        self, messages: list[Popped], reason: str, invisible_ms: int | None = None
+    ) -> None:
+        """Messages a client did not get become visible again shortly (``nack_invisible_ms``,
+        or ``invisible_ms``) rather than at the end of their invisible time. Runs in the
+        background."""
         if not messages:
             return
         self.nacked += len(messages)
         if self.on_nack is not None:
             self.on_nack(reason, len(messages))
-        task = asyncio.ensure_future(self._hand_back(messages))
+        invisible = self.nack_invisible_ms if invisible_ms is None else invisible_ms
+        task = asyncio.ensure_future(self._hand_back(messages, invisible))
         self._hand_backs.add(task)
         task.add_done_callback(self._hand_back_done)
 
-    async def _hand_back(self, messages: list[Popped]) -> None:
+    async def _hand_back(self, messages: list[Popped], invisible_ms: int) -> None:
         for popped in messages:
             client = self.pool.broker(popped.broker)
             if client is None:
@@ -123,7 +127,7 @@ class ConsumerProcessor:
                     popped.group,
                     popped.topic,
                     popped.checkpoint,
-                    self.nack_invisible_ms,
+                    invisible_ms,
                     timeout=self.broker_timeout_s,
                 )
             except RemotingError as exc:

@@ -43,23 +43,31 @@ class ProducerProcessor:
         position: int,
         body: bytes,
         properties: dict[str, str],
+        *,
+        producer_group: str = "PROXY_PRODUCER",
+        sys_flag: int = 0,
     ) -> SendResult:
         """Send to the queue at ``position`` of the route's listing (what QueryRoute showed
         the client), else any writable broker; on a refusal another broker may not share,
-        or no answer, try one other broker. Raises SendFailure."""
+        or no answer, try one other broker. ``result.broker`` names the broker that took
+        it. Raises SendFailure."""
         failure: SendFailure | None = None
         for broker, queue_id in self._targets(route, position):
             client = self.pool.broker(broker.name)
             if client is None:
                 continue
             try:
-                return await client.send(
+                result = await client.send(
                     route.topic,
                     body,
                     properties=properties,
                     queue_id=queue_id,
+                    producer_group=producer_group,
+                    sys_flag=sys_flag,
                     timeout=self.broker_timeout_s,
                 )
+                result.broker = broker.name
+                return result
             except BrokerError as exc:
                 failure = SendFailure(broker.name, exc)
                 if exc.code not in RETRY_ELSEWHERE:

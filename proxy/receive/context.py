@@ -37,6 +37,9 @@ class PollContext:
         # Set when the proxy shuts down: every wait ends at once and the poll answers.
         self.stopped = False
         self.brokers: list[BrokerRoute] = route.readable
+        if request.named_broker_only and request.broker_hint:
+            named = [b for b in self.brokers if b.name == request.broker_hint]
+            self.brokers = named or self.brokers
         self.pool = pool
         self.hand_back = hand_back
         self.broker_timeout_s = broker_timeout_s
@@ -45,6 +48,9 @@ class PollContext:
         self.probes = 0  # NOTIFICATION requests sent for this poll
         self.short_polling_hit = False
         self.polling_full = False  # a broker refused to park a pop: it holds too many
+        # Told once whether the first pop found messages, as soon as that is known (the
+        # adaptive switch's evidence); see ``first_pop_done``.
+        self.on_first_pop: Callable[[bool], None] | None = None
         self._first_index = first_broker_index
         # One plain future at a time carries every wait of the poll; an idle poll is held
         # by thousands, so no task, queue or event per poll.
@@ -101,6 +107,14 @@ class PollContext:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    def first_pop_done(self, hit: bool) -> None:
+        """The first pop found messages (``hit``) or not; ``on_first_pop`` hears it once."""
+        if hit:
+            self.short_polling_hit = True
+        callback, self.on_first_pop = self.on_first_pop, None
+        if callback is not None:
+            callback(hit)
+
     # -- brokers --------------------------------------------------------------------------
 
     def first_broker(self) -> BrokerRoute | None:
@@ -151,6 +165,8 @@ class PollContext:
                 invisible_ms=req.invisible_ms,
                 poll_ms=poll_ms,
                 expression=req.expression,
+                order=req.fifo,
+                attempt_id=req.attempt_id,
                 timeout=poll_ms / 1000 + self.broker_timeout_s,
                 on_late=hand_back_result,
             )

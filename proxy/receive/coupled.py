@@ -16,7 +16,11 @@ async def coupled_poll(ctx: PollContext) -> list[PolledMessage]:
     if broker is None:
         return []
     started = ctx.loop.time()
-    messages = await ctx.pop(broker, poll_ms=ctx.remaining_ms)
-    if messages and ctx.loop.time() - started < SHORT_HIT_S:
-        ctx.short_polling_hit = True
+    # No answer within SHORT_HIT_S: the broker parked the pop, a miss, known from then on.
+    missed = ctx.loop.call_later(SHORT_HIT_S, ctx.first_pop_done, False)
+    try:
+        messages = await ctx.pop(broker, poll_ms=ctx.remaining_ms)
+    finally:
+        missed.cancel()
+    ctx.first_pop_done(bool(messages) and ctx.loop.time() - started < SHORT_HIT_S)
     return messages

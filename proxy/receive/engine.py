@@ -18,13 +18,14 @@ from proxy.brokers import BrokerPool
 from proxy.config import PollMode, ReceiveConfig, ReceiveMode
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
-from proxy.receive.adaptive import AdaptiveSwitch
+from proxy.receive.adaptive import AdaptiveSwitch, Decision, Evidence
 from proxy.receive.context import PollContext
 from proxy.receive.coupled import coupled_poll
 from proxy.receive.misses import MissMemory
 from proxy.receive.notify import notify_poll
 from proxy.receive.probes import ProbeHub
 from proxy.receive.slicing import slicing_poll
+from proxy.receive.thresholds import ThresholdsFile
 from proxy.receive.types import PolledMessage, ReceiveRequest, ReceiveResult
 from proxy.remoting.client import RemotingError
 
@@ -59,8 +60,25 @@ class ReceiveEngine:
         )
         self.misses = MissMemory()
         self.switch = AdaptiveSwitch(
-            config.adaptive_high_rate, config.adaptive_low_rate, config.adaptive_window_s
+            config.adaptive_high_rate,
+            config.adaptive_low_rate,
+            config.adaptive_window_s,
+            Evidence(
+                config.adaptive_hit_high,
+                config.adaptive_hit_low,
+                config.adaptive_min_polls,
+                config.adaptive_max_coupled,
+            ),
         )
+        # Coupled polls in flight per (group, topic), for the switch; a key leaves at zero.
+        self._coupled: Counter[tuple[str, str]] = Counter()
+        self.thresholds: ThresholdsFile | None = None
+        if config.mode is ReceiveMode.ADAPTIVE and config.adaptive_thresholds_file:
+            self.thresholds = ThresholdsFile(
+                config.adaptive_thresholds_file,
+                config.adaptive_thresholds_check_s,
+                self.switch.set_thresholds,
+            )
         self.in_flight: Counter[PollMode] = Counter()
         self._turn = itertools.count()
         self.stopping = False
@@ -70,15 +88,40 @@ class ReceiveEngine:
     def in_flight_total(self) -> int:
         return sum(self.in_flight.values())
 
+    async def start(self) -> None:
+        """Load the adaptive thresholds file, if one is set, and keep watching it."""
+        if self.thresholds is not None:
+            await self.thresholds.check()
+            self.thresholds.start()
+
     def _choose_mode(self, group: str, topic: str) -> PollMode:
         """The mode of one new request of (group, topic), counting it (adaptive)."""
         if self.config.mode is not ReceiveMode.ADAPTIVE:
             return self.config.mode.initial_poll_mode
-        mode, switched = self.switch.choose(group, topic, self.clock())
-        if switched:
-            log.info("%s/%s switched to %s polling", group, topic, mode)
-            self.metrics.mode_switch(group, topic, mode)
-        return mode
+        decision = self.switch.choose(
+            group, topic, self.clock(), self._coupled.get((group, topic), 0)
+        )
+        self._switched(group, topic, decision)
+        return decision.mode
+
+    def _listen(self, req: ReceiveRequest, ctx: PollContext) -> None:
+        """Have the poll tell the switch its first pop's outcome as soon as it is known."""
+        if self.config.mode is ReceiveMode.ADAPTIVE:
+            group, topic = req.group, req.topic
+            ctx.on_first_pop = lambda hit: self.switch.first_pop(group, topic, self.clock(), hit)
+
+    def _report_polling_full(self, req: ReceiveRequest, ctx: PollContext) -> None:
+        """Tell the switch that a broker answered POLLING_FULL to this poll (adaptive)."""
+        if self.config.mode is ReceiveMode.ADAPTIVE and ctx.polling_full:
+            decision = self.switch.polling_full(req.group, req.topic, self.clock())
+            self._switched(req.group, req.topic, decision)
+
+    def _switched(self, group: str, topic: str, decision: Decision | None) -> None:
+        if decision is not None and decision.switched:
+            log.info(
+                "%s/%s switched to %s polling: %s", group, topic, decision.mode, decision.reason
+            )
+            self.metrics.mode_switch(group, topic, decision.mode)
 
     async def receive(self, req: ReceiveRequest) -> ReceiveResult:
         """Run one client poll; ``req.mode`` says in which mode, also when it raises
@@ -97,11 +140,16 @@ class ReceiveEngine:
         )
         if self.stopping:
             ctx.stop()
+        self._listen(req, ctx)
         self._polls.add(ctx)
         self.in_flight[mode] += 1
+        key = (req.group, req.topic)
+        if mode is PollMode.COUPLED:
+            self._coupled[key] += 1
         self.metrics.long_poll_started(mode)
         try:
             messages = await self._run(mode, ctx)
+            self._report_polling_full(req, ctx)
             delivered = await self._divert_exhausted(messages)
             if not messages and ctx.polling_full:
                 # Answering empty at once would have the client poll again at once.
@@ -109,6 +157,10 @@ class ReceiveEngine:
         finally:
             self._polls.discard(ctx)
             self.in_flight[mode] -= 1
+            if mode is PollMode.COUPLED:
+                self._coupled[key] -= 1
+                if self._coupled[key] <= 0:
+                    del self._coupled[key]
             self.metrics.long_poll_finished(mode)
         return ReceiveResult(
             messages=delivered,
@@ -150,6 +202,7 @@ class ReceiveEngine:
             "probes_sent": self.hub.probes_sent,
             "nacked": self.consumer.nacked,
             "adaptive": self.switch.snapshot(self.clock()),
+            "adaptive_thresholds": self.thresholds.status() if self.thresholds else None,
         }
 
     def stop_polls(self) -> None:
@@ -159,5 +212,7 @@ class ReceiveEngine:
             ctx.stop()
 
     async def close(self) -> None:
-        """Stop probing."""
+        """Stop watching the thresholds file, stop probing."""
+        if self.thresholds is not None:
+            await self.thresholds.close()
         await self.hub.close()

@@ -41,8 +41,8 @@ async def notify_poll(
     if first is None:
         return []
     messages = await ctx.pop(first)
+    ctx.first_pop_done(bool(messages))
     if messages:
-        ctx.short_polling_hit = True
         return messages
     if ctx.remaining_s <= 0:
         return []
@@ -56,7 +56,9 @@ async def notify_poll(
         ctx.has_msg()
 
     def watch(broker: str) -> Watch:
-        return hub.watch((broker, req.group, req.topic), deadline, has_msg, ctx.count_probe)
+        return hub.watch(
+            (broker, req.group, req.topic), deadline, has_msg, ctx.count_probe, order=req.fifo
+        )
 
     watches = {broker.name: watch(broker.name) for broker in ctx.brokers}
     pauses: dict[str, asyncio.TimerHandle] = {}

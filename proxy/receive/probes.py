@@ -66,6 +66,7 @@ class _Key:
     consumed: asyncio.Event = field(default_factory=asyncio.Event)
     queued: bool = False  # waiting in its broker's queue for a probe slot
     probes: int = 0  # sent by the running probe loop
+    order: bool = False  # a FIFO group's key: orderly probes (blocked queues do not count)
 
 
 class ProbeHub:
@@ -108,12 +109,15 @@ class ProbeHub:
         deadline: float,
         on_has_msg: Callable[[str], None],
         on_probe_sent: Callable[[], None],
+        *,
+        order: bool = False,
     ) -> Watch:
-        """Be told (once) when the broker of ``key`` has a message, until ``deadline``."""
+        """Be told (once) when the broker of ``key`` has a message, until ``deadline``;
+        ``order``: the key's group is FIFO (a group is or is not, for all its polls)."""
         watch = Watch(key, deadline, on_has_msg, on_probe_sent)
         state = self._keys.get(key)
         if state is None:
-            state = self._keys[key] = _Key()
+            state = self._keys[key] = _Key(order=order)
         state.watchers.append(watch)
         if state.probe is None and not state.queued:
             if self._slot_free(key[0]):
@@ -241,6 +245,7 @@ class ProbeHub:
                         group,
                         topic,
                         poll_ms=poll_ms,
+                        order=state.order,
                         timeout=poll_ms / 1000 + self.broker_timeout_s,
                     )
                 except RemotingError as exc:

@@ -17,8 +17,8 @@ async def slicing_poll(ctx: PollContext, slice_ms: int, quota: int) -> list[Poll
         return []
     order = ctx.brokers_from(first)
     messages = await ctx.pop(first)
+    ctx.first_pop_done(bool(messages))
     if messages:
-        ctx.short_polling_hit = True
         return messages
     turn = 1
     while ctx.remaining_ms > 0:

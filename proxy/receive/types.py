@@ -20,6 +20,12 @@ class ReceiveRequest:
     answer_by: float  # loop time by which the answer must be on its way
     arrived_at: float  # loop time
     broker_hint: str | None = None  # the broker the client's message queue names
+    # A FIFO group: every pop and probe is orderly; a retried receive repeats attempt_id.
+    fifo: bool = False
+    attempt_id: str | None = None
+    # Served on the broker it names only (a push consumer's poll, with
+    # receive.push_named_broker_only; docs/design.md).
+    named_broker_only: bool = False
     # Decided once, by the engine, before anything else; it travels with the request to
     # the poll and to the record.
     mode: PollMode | None = None

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from proxy.remoting.client import (
     RemotingClient,
     RemotingError,
     RemotingTimeoutError,
     RequestHook,
+    ServerHandler,
 )
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand, RemotingProtocolError
@@ -28,12 +33,16 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeHeader,
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
+    EndTransactionHeader,
+    GroupHeader,
     NotificationHeader,
     NotificationResponseHeader,
     PollingInfoHeader,
     PollingInfoResponseHeader,
     PopMessageHeader,
     PopMessageResponseHeader,
+    RecallMessageHeader,
+    RecallMessageResponseHeader,
     SendMessageHeader,
     SendMessageResponseHeader,
     now_ms,
@@ -93,6 +102,13 @@ class SendResult:
     offset_msg_id: str
     queue_id: int
     queue_offset: int
+    recall_handle: str | None = None
+    broker: str = ""  # the broker's name, set by whoever knows it
+
+    @property
+    def commit_log_offset(self) -> int:
+        """Where the broker stored the message: the last 16 hex digits of the offset id."""
+        return int(self.offset_msg_id[-16:], 16)
 
 
 @dataclass(slots=True)
@@ -135,10 +151,13 @@ class BrokerClient:
         client: RemotingClient | None = None,
         observer: CallObserver | None = None,
         request_hook: RequestHook | None = None,
+        server_handler: ServerHandler | None = None,
     ) -> None:
         self.name = name
         self.address = address
-        self.remoting = client or RemotingClient(address, request_hook=request_hook)
+        self.remoting = client or RemotingClient(
+            address, request_hook=request_hook, server_handler=server_handler
+        )
         self.observer = observer
         # Cleared when the broker answers BATCH_ACK_MESSAGE with "not supported".
         self.batch_ack_supported = True
@@ -194,8 +213,11 @@ class BrokerClient:
         properties: dict[str, str] | None = None,
         queue_id: int = -1,
         producer_group: str = "PROXY_PRODUCER",
+        sys_flag: int = 0,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> SendResult:
+        """Send one message; ``sys_flag`` TRANSACTION_PREPARED_TYPE (with the TRAN_MSG and
+        PGROUP properties) makes it a half message."""
         props = dict(properties or {})
         if tag:
             props[Prop.TAGS] = tag
@@ -205,6 +227,7 @@ class BrokerClient:
             producer_group,
             topic,
             queue_id=queue_id,
+            sys_flag=sys_flag,
             born_timestamp=now_ms(),
             properties=encode_properties(props),
         )
@@ -247,6 +270,42 @@ class BrokerClient:
             offset_msg_id=h.msg_id,
             queue_id=h.queue_id,
             queue_offset=h.queue_offset,
+            recall_handle=h.recall_handle,
+        )
+
+    async def end_transaction(self, header: EndTransactionHeader) -> None:
+        """Commit or roll back a half message. One-way, as RocketMQ's clients and proxy send
+        it: the broker answers nothing, and a lost one is settled by its next check."""
+        await self.remoting.invoke_oneway(
+            RemotingCommand(RequestCode.END_TRANSACTION, header.encode())
+        )
+
+    async def recall(
+        self, producer_group: str, topic: str, handle: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> str:
+        """Take back a timed message before its time; the message id the broker recalled."""
+        header = RecallMessageHeader(producer_group, topic, handle)
+        response = self._check(
+            await self._call(RequestCode.RECALL_MESSAGE, header.encode(), timeout=timeout),
+            "recall",
+        )
+        with _readable(self.name, "recall"):
+            return RecallMessageResponseHeader.decode(response.ext_fields).msg_id
+
+    async def heartbeat(
+        self, client_id: str, producer_groups: list[str], timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """HEART_BEAT naming the producer groups this connection serves: the broker sends a
+        group's CHECK_TRANSACTION_STATE to a connection that named it last."""
+        body = json.dumps(
+            {
+                "clientID": client_id,
+                "producerDataSet": [{"groupName": g} for g in producer_groups],
+                "consumerDataSet": [],
+            }
+        ).encode()
+        self._check(
+            await self._call(RequestCode.HEART_BEAT, {}, body, timeout=timeout), "heartbeat"
         )
 
     # -- consume --------------------------------------------------------------------------
@@ -262,10 +321,16 @@ class BrokerClient:
         poll_ms: int = 0,
         expression: str = "*",
         init_mode: int = INIT_MODE_MAX,
+        order: bool = False,
+        attempt_id: str | None = None,
         timeout: float | None = None,
         on_late: Callable[[PopResult], None] | None = None,
     ) -> PopResult:
         """Pop; with ``poll_ms`` the broker holds the request until a message or the time.
+
+        ``order``: an orderly pop (FIFO groups): the broker hands out a queue's messages
+        only while no earlier one of it is in flight, and a pop that repeats the
+        ``attempt_id`` of the one in flight gets the same messages again.
 
         ``on_late`` gets the result of a pop that answers after ``timeout``, so that messages
         it holds can be handed back rather than left invisible.
@@ -281,6 +346,8 @@ class BrokerClient:
             init_mode=init_mode,
             exp_type="TAG",
             exp=expression,
+            order=order,
+            attempt_id=attempt_id,
         )
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
@@ -334,6 +401,9 @@ class BrokerClient:
     ) -> list[MessageExt]:
         """Decode the body and give each message its POP_CK, as the Java client does."""
         messages = decode_messages(body)
+        # Orderly pops: how often each message was popped before (its reconsume times),
+        # by "<retry>@qo<queueId>%<offset>", else by "<retry>@<queueId>" (the client's rule).
+        counts = parse_info(result.order_count_info or "")
         start_info = parse_info(result.start_offset_info or "")
         msg_info = {
             key: value.split(",") for key, value in parse_info(result.msg_offset_info or "").items()
@@ -360,6 +430,13 @@ class BrokerClient:
                     msg.queue_id,
                     offset,
                 ).encode()
+            if counts:
+                flag = retry_flag(msg.topic)
+                count = counts.get(f"{flag}@qo{msg.queue_id}%{msg.queue_offset}") or counts.get(
+                    f"{flag}@{msg.queue_id}"
+                )
+                if count and int(count) > 0:
+                    msg.reconsume_times = int(count)
             msg.properties.setdefault(Prop.FIRST_POP_TIME, str(result.pop_time))
             msg.topic = topic
         return messages
@@ -464,10 +541,14 @@ class BrokerClient:
         *,
         queue_id: int = -1,
         poll_ms: int = 0,
+        order: bool = False,
         timeout: float | None = None,
     ) -> NotificationResult:
-        """Ask whether ``group`` has a message; the broker holds the probe up to ``poll_ms``."""
-        header = NotificationHeader(group, topic, queue_id, poll_time=poll_ms, born_time=now_ms())
+        """Ask whether ``group`` has a message; the broker holds the probe up to ``poll_ms``.
+        ``order``: only queues no orderly pop holds count (FIFO groups)."""
+        header = NotificationHeader(
+            group, topic, queue_id, poll_time=poll_ms, born_time=now_ms(), order=order
+        )
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
         response = self._check(
@@ -479,6 +560,24 @@ class BrokerClient:
         with _readable(self.name, "notification"):
             answer = NotificationResponseHeader.decode(response.ext_fields)
         return NotificationResult(has_msg=answer.has_msg, polling_full=answer.polling_full)
+
+    async def group_config(self, group: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """The group's SubscriptionGroupConfig (GET_SUBSCRIPTIONGROUP_CONFIG) as JSON."""
+        response = self._check(
+            await self._call(
+                RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+                GroupHeader(group).encode(),
+                timeout=timeout,
+            ),
+            "group config",
+        )
+        try:
+            config = orjson.loads(response.body)
+        except orjson.JSONDecodeError as exc:
+            raise RemotingError(f"group config of {group}: {exc}") from None
+        if not isinstance(config, dict):
+            raise RemotingError(f"group config of {group} is not an object")
+        return config
 
     async def polling_info(
         self, group: str, topic: str, queue_id: int = -1, timeout: float = DEFAULT_TIMEOUT

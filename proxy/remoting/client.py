@@ -6,6 +6,9 @@
   so a broker that is down costs callers nothing but a fast error.
 - A ``request_hook`` sees every request just before it is sent (the broker ACL signature,
   ``proxy.security.signing.RemotingSigner``).
+- Brokers also send requests to their clients on the same connection (a producer group's
+  CHECK_TRANSACTION_STATE): a ``server_handler`` sees each; without one, or when it
+  returns None for a two-way request, the peer is told the code is not supported.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ _opaques = itertools.count(1)
 
 # Called with every request just before it is sent; may add fields (a signature).
 RequestHook = Callable[[RemotingCommand], None]
+
+# Called with every request a peer sends us; returns the response of a two-way request, or
+# None (not supported, or nothing to answer for a one-way request).
+ServerHandler = Callable[[RemotingCommand], RemotingCommand | None]
 
 
 class RemotingError(Exception):
@@ -58,9 +65,11 @@ class RemotingClient:
         backoff_max: float = 5.0,
         max_frame: int = DEFAULT_MAX_FRAME,
         request_hook: RequestHook | None = None,
+        server_handler: ServerHandler | None = None,
     ) -> None:
         self.address = address
         self.request_hook = request_hook
+        self.server_handler = server_handler
         self._host, self._port = split_address(address)
         self._connect_timeout = connect_timeout
         self._backoff_initial = backoff_initial
@@ -170,10 +179,19 @@ class RemotingClient:
 
     def _on_command(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         if not cmd.is_response:
-            # Brokers may ask clients things (e.g. consumer running info); we answer nothing
-            # a proxy need not support.
+            response = None
+            if self.server_handler is not None:
+                try:
+                    response = self.server_handler(cmd)
+                except Exception:  # a handler's bug must not take the connection down
+                    log.exception("handling request %d from %s", cmd.code, self.address)
             if not cmd.is_oneway:
-                conn.send(cmd.make_response(3, remark=f" request type {cmd.code} not supported"))
+                if response is None:
+                    response = cmd.make_response(
+                        3, remark=f" request type {cmd.code} not supported"
+                    )
+                response.opaque = cmd.opaque
+                conn.send(response)
             return
         future = self._pending.pop(cmd.opaque, None)
         if future is not None and not future.done():

@@ -153,6 +153,53 @@ class SendMessageResponseHeader(Header):
     queue_id: int = wire("queueId", -1)
     queue_offset: int = wire("queueOffset", -1)
     transaction_id: str = wire("transactionId", "")  # the client's unique key
+    # RocketMQ 5.3.2+: set for a timed message, which RECALL_MESSAGE can take back.
+    recall_handle: str | None = wire("recallHandle", None)
+
+
+# -- transactions and recall --------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EndTransactionHeader(Header):
+    """END_TRANSACTION (37): commit (8) or roll back (12) the half message at these
+    offsets."""
+
+    producer_group: str = wire("producerGroup")
+    tran_state_table_offset: int = wire("tranStateTableOffset")
+    commit_log_offset: int = wire("commitLogOffset")
+    commit_or_rollback: int = wire("commitOrRollback")
+    msg_id: str = wire("msgId")
+    topic: str | None = wire("topic", None)
+    from_transaction_check: bool = wire("fromTransactionCheck", False)
+    transaction_id: str | None = wire("transactionId", None)
+
+
+@dataclass(slots=True)
+class CheckTransactionStateHeader(Header):
+    """CHECK_TRANSACTION_STATE (39): a broker asks a producer of the half message's group
+    what became of it; the body is the half message."""
+
+    tran_state_table_offset: int = wire("tranStateTableOffset")
+    commit_log_offset: int = wire("commitLogOffset")
+    msg_id: str | None = wire("msgId", None)
+    transaction_id: str | None = wire("transactionId", None)
+    offset_msg_id: str | None = wire("offsetMsgId", None)
+    topic: str | None = wire("topic", None)
+
+
+@dataclass(slots=True)
+class RecallMessageHeader(Header):
+    """RECALL_MESSAGE (370, RocketMQ 5.3.2+): take back a timed message before its time."""
+
+    producer_group: str = wire("producerGroup")
+    topic: str = wire("topic")
+    recall_handle: str = wire("recallHandle")
+
+
+@dataclass(slots=True)
+class RecallMessageResponseHeader(Header):
+    msg_id: str = wire("msgId", "")
 
 
 # -- consume ------------------------------------------------------------------------------
@@ -284,6 +331,13 @@ class CreateTopicHeader(Header):
     topic_sys_flag: int = wire("topicSysFlag", 0)
     order: bool = wire("order", False)
     attributes: str | None = wire("attributes", None)  # e.g. "+message.type=FIFO"
+
+
+@dataclass(slots=True)
+class GroupHeader(Header):
+    """GET_SUBSCRIPTIONGROUP_CONFIG (352)."""
+
+    group: str = wire("group")
 
 
 # -- name server --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from proxy.analytics.cli import main
+from proxy.receive.thresholds import parse
 from tests.analytics._events import event, write_log
 from tests.analytics.conftest import pushed
 from tests.analytics.test_batch import MALFORMED, crafted_log
@@ -44,9 +45,17 @@ def test_cli_prints_the_report_and_pushes_the_latest_window(spark, tmp_path, pus
     args = [str(events), "--out", out, "--pushgateway", pushgateway]
     # A low target and minimum so that the small log yields a threshold for g1/t1: its
     # windows at >= 5/60 req/s hit 2 of 5 times, all of them (>= 1/60) 3 of 7 times.
-    code = main([*args, "--target-hit-ratio", "0.4", "--min-requests", "1"])
+    thresholds = tmp_path / "thresholds.json"
+    options = ["--target-hit-ratio", "0.4", "--min-requests", "1"]
+    code = main([*args, *options, "--thresholds-out", str(thresholds)])
 
     assert code == 0
+    # The recommendation as the proxies read it (receive.adaptive_thresholds_file).
+    table = parse(thresholds.read_bytes())
+    assert table.keys() == {("g1", "t1"), ("g2", "t2")}
+    assert table["g1", "t1"].high_rate == pytest.approx(1 / 60, abs=1e-3)
+    assert table["g1", "t1"].low_rate == pytest.approx(1 / 120, abs=1e-3)
+    assert (table["g2", "t2"].high_rate, table["g2", "t2"].low_rate) == (50.0, 25.0)
     report = capsys.readouterr().out
     assert "8 records, 4 malformed lines" in report
     assert "Latest complete window 2024-05-01 10:01:00 to 2024-05-01 10:02:00 UTC" in report

@@ -6,7 +6,9 @@ import pytest
 
 from proxy.analytics.cli import parser
 from proxy.analytics.durations import check_window, parse_duration
-from proxy.analytics.recommend import RatePoint, recommend
+from proxy.analytics.recommend import RatePoint, recommend, write_thresholds
+from proxy.receive.adaptive import Thresholds
+from proxy.receive.thresholds import parse
 
 
 def pt(rate: float, requests: int, hits: int, group: str = "g", topic: str = "t") -> RatePoint:
@@ -95,3 +97,29 @@ def test_command_line_follows_the_contract():
     for bad in (["x", "--out", "o", "--date", "2024-13-01"], ["x", "--out", "o", "--window", "7m"]):
         with pytest.raises(SystemExit):
             parser().parse_args(bad)
+
+
+def test_the_thresholds_file_is_what_the_proxies_read(tmp_path):
+    recs = recommend(
+        [
+            pt(80.0, 100, 99),  # g/t: qualifies at 40
+            pt(40.0, 100, 95),
+            pt(30.0, 200, 0, group="idle"),  # never hits: notify, 2 x 30 = 60
+            pt(1.0, 5, 5, group="few"),  # too little data: left to the proxy's default
+        ],
+        target=0.9,
+        min_requests=100,
+    )
+    path = tmp_path / "thresholds.json"
+    path.write_text("old")
+    assert write_thresholds(recs, str(path)) == 2
+    assert parse(path.read_bytes()) == {
+        ("g", "t"): Thresholds(40.0, 20.0),
+        ("idle", "t"): Thresholds(60.0, 30.0),
+    }
+    assert [p.name for p in tmp_path.iterdir()] == ["thresholds.json"]  # no temporary left
+
+
+def test_thresholds_out_is_an_option():
+    args = parser().parse_args(["ev", "--out", "o", "--thresholds-out", "/x/t.json"])
+    assert args.thresholds_out == "/x/t.json"

@@ -1,11 +1,13 @@
 """The proxy benchmark: every receive mode side by side, in one run per scenario.
 
-    .venv/bin/python -m tests.bench.bench_proxy [--scenarios sparse,busy,fanin,overhead]
+    .venv/bin/python -m tests.bench.bench_proxy [--scenarios sparse,busy,fanin,phased,overhead]
     .venv/bin/python -m tests.bench.bench_proxy --backend real   # sparse on real RocketMQ
 
 Starts a name server, 4 brokers and one proxy per mode as separate processes on loopback,
 drives them with a lean gRPC load generator (the calls the official SimpleConsumer makes),
-prints a table per scenario, and writes results.json and PNG charts to --out.
+prints a table per scenario and a summary of all of them (broker requests per delivered
+message, TOO_MANY_REQUESTS, latency, and whether adaptive kept up with the better of notify
+and coupled), and writes results.json and PNG charts to --out.
 
 ``--backend real`` runs the same scenario code against Apache RocketMQ 5 (the jars of
 ``make rocketmq``): a real name server and 3 real brokers (Profile.BENCH JVMs) from
@@ -29,7 +31,8 @@ from tests.bench.processes import BACKENDS, MODES, System
 # case only: fan-in counts parked requests with the stub's POLLING_INFO, and the busy and
 # overhead scenarios are not yet checked against real brokers.
 DEFAULTS = {
-    "stub": {"brokers": 4, "modes": ",".join(MODES), "scenarios": "sparse,busy,fanin,overhead",
+    "stub": {"brokers": 4, "modes": ",".join(MODES),
+             "scenarios": "sparse,busy,fanin,phased,overhead",
              "rounds": 2, "sparse_warmup_s": 0.0},
     "real": {"brokers": 3, "modes": "notify,adaptive,coupled", "scenarios": "sparse",
              "rounds": 3, "sparse_warmup_s": 5.0},
@@ -87,7 +90,96 @@ FANIN_COLUMNS = [
     "wakeup_ms_p50",
     "wakeup_ms_p99",
     "too_many_requests",
+    "broker_requests_per_message",
+    "coupled_share",
 ]
+PHASED_COLUMNS = [
+    "delivered",
+    "broker_requests_per_message",
+    "too_many_requests",
+    "latency_ms_p50",
+    "latency_ms_p99",
+    "coupled_share",
+    "adaptive_mode_at_end",
+    "handed_back",
+]
+SCENARIOS = ("sparse", "busy", "fanin", "phased", "overhead")
+
+
+def summary_rows(results: dict) -> dict[str, dict[str, dict]]:
+    """Every measured case (a scenario, a fan-in size, a phase) -> mode -> broker requests
+    per delivered message, TOO_MANY_REQUESTS answered, latency p50 / p99 (delivery, or
+    wake-up for idle polls)."""
+    cases: dict[str, dict[str, dict]] = {}
+
+    def row(r: dict, p50: str, p99: str) -> dict:
+        return {
+            "broker_requests_per_message": r.get("broker_requests_per_message"),
+            "too_many_requests": r.get("too_many_requests", 0),
+            "latency_ms_p50": r.get(p50),
+            "latency_ms_p99": r.get(p99),
+        }
+
+    for name in ("sparse", "busy"):
+        if name in results:
+            cases[name] = {m: row(r, "latency_ms_p50", "latency_ms_p99")
+                           for m, r in results[name].items()}  # fmt: skip
+    for polls, by_mode in results.get("fanin", {}).items():
+        cases[f"fanin {polls}"] = {m: row(r, "wakeup_ms_p50", "wakeup_ms_p99")
+                                   for m, r in by_mode.items()}  # fmt: skip
+    if "phased" in results:
+        for phase in ("quiet", "busy", "idle"):
+            cases[f"phased: {phase}"] = {
+                m: row(phases[phase], "latency_ms_p50", "latency_ms_p99")
+                for m, phases in results["phased"].items()
+            }
+    return cases
+
+
+def verdicts(cases: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """Per case: is adaptive within 10 % of the better of notify and coupled on broker
+    requests per message, and does it answer TOO_MANY_REQUESTS only where notify does."""
+    out = {}
+    for case, by_mode in cases.items():
+        if not {"adaptive", "notify", "coupled"} <= by_mode.keys():
+            continue
+        costs = [by_mode[m]["broker_requests_per_message"] for m in ("notify", "coupled")]
+        costs = [c for c in costs if c is not None]
+        mine = by_mode["adaptive"]["broker_requests_per_message"]
+        best = min(costs) if costs else None
+        out[case] = {
+            "best_of_notify_coupled": best,
+            "adaptive": mine,
+            "within_10_percent": None if mine is None or best is None else mine <= 1.1 * best,
+            "no_too_many_where_notify_has_none": not (
+                by_mode["notify"]["too_many_requests"] == 0
+                and by_mode["adaptive"]["too_many_requests"] > 0
+            ),
+        }
+    return out
+
+
+def _n(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def summary_table(cases: dict[str, dict[str, dict]], checks: dict[str, dict]) -> str:
+    modes = sorted({m for by_mode in cases.values() for m in by_mode}, key=MODES.index)
+    head = ["case", *(f"{m}: req/msg, TMR, p50/p99 ms" for m in modes), "adaptive within 10 %"]
+    lines = [head]
+    for case, by_mode in cases.items():
+        cells = [case]
+        for m in modes:
+            r = by_mode.get(m)
+            cells.append("-" if r is None else
+                         f"{r['broker_requests_per_message']}, {r['too_many_requests']}, "
+                         f"{_n(r['latency_ms_p50'])}/{_n(r['latency_ms_p99'])}")  # fmt: skip
+        c = checks.get(case)
+        cells.append("-" if c is None else
+                     f"{c['within_10_percent']} (best {c['best_of_notify_coupled']}), "
+                     f"TMR ok {c['no_too_many_where_notify_has_none']}")  # fmt: skip
+        lines.append(cells)
+    return aligned(lines)
 
 
 async def run(args: argparse.Namespace) -> dict:
@@ -98,7 +190,7 @@ async def run(args: argparse.Namespace) -> dict:
         "load_average_1_5_15": {"start": load_average()},
     }
     wanted = args.scenarios.split(",")
-    if set(wanted) - {"sparse", "busy", "fanin", "overhead"}:
+    if set(wanted) - set(SCENARIOS):
         raise SystemExit(f"unknown scenario in {args.scenarios}")
     modes = tuple(args.modes.split(","))
     if set(modes) - set(MODES):
@@ -169,6 +261,30 @@ async def run(args: argparse.Namespace) -> dict:
                     ),
                     flush=True,
                 )
+        if "phased" in wanted:
+            results["phased"] = await scenarios.phased(
+                system,
+                quiet_s=args.phased_quiet_s,
+                busy_s=args.phased_busy_s,
+                rate=args.busy_rate,
+                busy_consumers=args.busy_consumers,
+                busy_batch=args.phased_batch,
+                work_ms=args.phased_work_ms,
+                idle_polls=args.phased_idle_polls,
+            )
+            for phase in ("quiet", "busy", "idle"):
+                print(
+                    table(
+                        f"\nPhased, {phase}: one group and topic per mode through quiet "
+                        f"({args.phased_quiet_s:g} s), busy ({args.phased_busy_s:g} s, "
+                        f"{args.busy_consumers} consumers, {args.phased_work_ms:g} ms per "
+                        f"message), idle ({args.phased_idle_polls} polls); load average "
+                        f"{load_average()}",
+                        {m: p[phase] for m, p in results["phased"].items()},
+                        PHASED_COLUMNS,
+                    ),
+                    flush=True,
+                )
         if "overhead" in wanted:
             results["overhead"] = await scenarios.overhead(
                 system,
@@ -192,6 +308,14 @@ async def run(args: argparse.Namespace) -> dict:
     finally:
         await system.stop()
     results["load_average_1_5_15"]["end"] = load_average()
+    cases = summary_rows(results)
+    if cases:
+        results["summary"] = cases
+        results["verdicts"] = verdicts(cases)
+        loads = results["load_average_1_5_15"]
+        print(f"\nSummary; load average 1/5/15 min at start {loads['start']}, at end "
+              f"{loads['end']}")  # fmt: skip
+        print(summary_table(cases, results["verdicts"]), flush=True)
     return results
 
 
@@ -259,7 +383,9 @@ def main() -> None:
     p.add_argument("--brokers", type=int, help="default 4 stubs, 3 real brokers")
     p.add_argument("--modes", help="comma-separated; default all four (stub), "
                    "notify,adaptive,coupled (real)")  # fmt: skip
-    p.add_argument("--scenarios", help="default sparse,busy,fanin,overhead (stub), sparse (real)")
+    p.add_argument(
+        "--scenarios", help="default sparse,busy,fanin,phased,overhead (stub), sparse (real)"
+    )
     p.add_argument(
         "--rounds", type=int, help="interleaved rounds per scenario (default 2 stub, 3 real)"
     )
@@ -275,6 +401,18 @@ def main() -> None:
     p.add_argument(
         "--fanin-polls", type=lambda s: [int(x) for x in s.split(",")], default=[2000, 5000]
     )
+    p.add_argument("--phased-quiet-s", type=float, default=12.0)
+    p.add_argument("--phased-busy-s", type=float, default=12.0)
+    p.add_argument(
+        "--phased-batch", type=int, default=4, help="messages per receive in the busy phase"
+    )
+    p.add_argument(
+        "--phased-work-ms",
+        type=float,
+        default=80.0,
+        help="a busy-phase consumer's time per message (64 x 1/80 ms = 800 msg/s < 1,000)",
+    )
+    p.add_argument("--phased-idle-polls", type=int, default=2000)
     p.add_argument("--overhead-messages", type=int, default=20_000)
     p.add_argument(
         "--workers",

@@ -242,6 +242,15 @@ class System:
         finally:
             await namesrv.close()
 
+    async def metrics(self, label: str) -> dict[str, float]:
+        """A proxy's counters for the scenarios (``scrape``); tests/bench/peer.py answers
+        for the Apache proxy, which has no such endpoint, from the brokers' side."""
+        return await scrape(self.proxies[label])
+
+    async def slot_edge(self, label: str, starting: bool) -> None:
+        """Called at the start and end of each measured slot of ``label`` (a hook for
+        counting per slot; nothing here)."""
+
     async def parked(self, group: str, topic: str) -> dict[str, int]:
         """Requests parked on all brokers (the stub's POLLING_INFO totals)."""
         if self.cluster is not None:

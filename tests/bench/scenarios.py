@@ -1,4 +1,4 @@
-"""The four benchmark scenarios. Each runs every mode, interleaved in rounds, so the
+"""The benchmark scenarios. Each runs every mode, interleaved in rounds, so the
 machine's noise hits them alike; each mode has its own proxy process and its own topics."""
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from proxy.remoting.codes import ResponseCode
 from proxy.remoting.message import BatchEntry, Prop
 from tests.bench.processes import System, broker_requests, scrape
 from tests.lean_client import LeanClient
+
+# The consumers' client class; tests/bench/peer.py puts in one that sends its settings over
+# Telemetry first, as the official clients do (the Apache proxy needs them).
+CLIENT_CLASS: list[type[LeanClient]] = [LeanClient]
 
 OK, NOT_FOUND, TOO_MANY = pb.Code.OK, pb.Code.MESSAGE_NOT_FOUND, pb.Code.TOO_MANY_REQUESTS
 
@@ -97,8 +101,12 @@ class Consumers:
         await_ms: int,
         batch: int = 16,
         track_early: bool = False,
+        work_s: float = 0.0,
     ) -> None:
         self.endpoint, self.group, self.topic = endpoint, group, topic
+        # Time a consumer spends on each message it received before it acks them (its
+        # own processing; 0: it acks at once).
+        self.work_s = work_s
         self.tally, self.available = tally, available
         self.await_ms, self.batch = await_ms, batch
         self.tasks: list[asyncio.Task] = []
@@ -112,7 +120,7 @@ class Consumers:
     def start(self, count: int) -> None:
         """Start ``count`` more consumers."""
         for i in range(len(self.clients), len(self.clients) + count):
-            client = LeanClient(self.endpoint, f"bench-consumer-{i}")
+            client = CLIENT_CLASS[0](self.endpoint, f"bench-consumer-{i}")
             self.clients.append(client)
             self.tasks.append(asyncio.ensure_future(self._run(client)))
 
@@ -139,6 +147,8 @@ class Consumers:
                         self.early.add(m.system_properties.message_id)
                 self.tally.delivered += len(result.messages)
                 self.received.set()
+                if self.work_s:
+                    await asyncio.sleep(self.work_s * len(result.messages))
                 await client.ack(self.group, self.topic, result.messages)
             elif result is not None and result.status == TOO_MANY:
                 self.tally.too_many += 1
@@ -160,7 +170,7 @@ async def _interleaved(system: System, rounds: int, slot) -> dict[str, ModeTally
     """Run ``slot(mode, round, tally)`` for every mode, in a shuffled order per round."""
     tallies = {mode: ModeTally() for mode in system.modes}
     for mode in system.modes:
-        tallies[mode].before = await scrape(system.proxies[mode])
+        tallies[mode].before = await system.metrics(mode)
     began = time.perf_counter()
     for round_no in range(rounds):
         order = list(system.modes)
@@ -169,7 +179,9 @@ async def _interleaved(system: System, rounds: int, slot) -> dict[str, ModeTally
             proxy, tally = system.proxies[mode], tallies[mode]
             cpu0, t0, seen = proxy.cpu_seconds(), time.perf_counter(), len(tally.latencies)
             load0 = os.getloadavg()[0]
+            await system.slot_edge(mode, True)
             await slot(mode, round_no, tally)
+            await system.slot_edge(mode, False)
             tally.seconds += time.perf_counter() - t0
             tally.proxy_cpu += proxy.cpu_seconds() - cpu0
             mine = tally.latencies[seen:]
@@ -189,7 +201,7 @@ async def _final_scrape(system: System, tallies: dict[str, ModeTally], settle_s:
     # Probes and parked pops of the last slots finish within one poll time.
     await asyncio.sleep(settle_s)
     for mode, tally in tallies.items():
-        tally.after = await scrape(system.proxies[mode])
+        tally.after = await system.metrics(mode)
 
 
 # -- 1. sparse ------------------------------------------------------------------------------
@@ -293,7 +305,13 @@ async def busy(
             next_at = time.perf_counter()
             end = next_at + slot_s
             while next_at < end:
-                await client.send_batch(topic, batch)
+                try:
+                    await client.send_batch(topic, batch)
+                except BrokerError as exc:
+                    # A loaded real broker sheds sends (flow control); skip, as a producer
+                    # would retry elsewhere. The delivered rate shows the shortfall.
+                    if exc.code != ResponseCode.SYSTEM_BUSY:
+                        raise
                 next_at += interval
                 await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
 
@@ -344,6 +362,7 @@ async def fan_in(system: System, *, polls: int, wakeups: int = 10, await_ms: int
         topic, group = f"fanin-{mode}-{polls}", f"fanin-{mode}-{polls}"
         await system.create_topic(topic)
         tally = ModeTally()
+        tally.before = await scrape(proxy)
         rss_before = proxy.rss_bytes()
         crowd = Consumers(proxy.address["grpc"], group, topic, tally, {}, await_ms, batch=1)
         half = await _ramp(proxy, crowd, polls // 2)
@@ -361,6 +380,8 @@ async def fan_in(system: System, *, polls: int, wakeups: int = 10, await_ms: int
                 latencies.append(time.perf_counter() - start)
             await asyncio.sleep(0.2)
         await crowd.stop()
+        await asyncio.sleep(await_ms / 1000 + 1)  # the polls' parked remnants time out
+        tally.after = await scrape(proxy)
         results[mode] = {
             "polls_requested": polls,
             "polls_in_flight": in_flight,
@@ -377,12 +398,194 @@ async def fan_in(system: System, *, polls: int, wakeups: int = 10, await_ms: int
             "wakeup_ms_p99": ms(percentile(latencies, 0.99)),
             "wakeup_ms_max": ms(max(latencies)) if latencies else None,
             "too_many_requests": tally.too_many,
+            "delivered": tally.delivered,
+            "broker_requests": round(tally.broker_requests),
+            "broker_requests_per_message": (
+                round(tally.broker_requests / tally.delivered, 2) if tally.delivered else None
+            ),
+            "coupled_share": _coupled_share(tally.before, tally.after),
         }
-        await asyncio.sleep(await_ms / 1000 + 1)  # the polls' parked remnants time out
     return results
 
 
-# -- 4. overhead ----------------------------------------------------------------------------
+def _coupled_share(before: dict | None, after: dict | None) -> float | None:
+    """Share of the receive requests answered between two scrapes that were served in
+    coupled mode (adaptive's choice; 0 or 1 for the fixed modes)."""
+    before, after = before or {}, after or {}
+    served = {k: v - before.get(k, 0.0) for k, v in after.items() if k.startswith("receive:")}
+    total = sum(served.values())
+    if not total:
+        return None
+    return round(sum(v for k, v in served.items() if k.startswith("receive:coupled:")) / total, 3)
+
+
+# -- 4. phased ------------------------------------------------------------------------------
+
+
+async def _modes_now(proxy, group: str) -> dict[str, str]:
+    """The adaptive switch's mode for each topic of ``group`` (empty for fixed modes)."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://{proxy.address['http']}/v1/status") as response,
+    ):
+        status = await response.json()
+    return {e["topic"]: e["mode"] for e in status["receive"]["adaptive"] if e["group"] == group}
+
+
+async def phased(
+    system: System,
+    *,
+    quiet_s: float,
+    busy_s: float,
+    rate: int,
+    busy_consumers: int,
+    busy_batch: int,
+    work_ms: float,
+    idle_polls: int,
+    wakeups: int = 10,
+    await_ms: int = 10_000,
+    idle_await_ms: int = 20_000,
+) -> dict:
+    """One (group, topic) per mode that changes phase: quiet (2 consumers, a message every
+    200-500 ms), then busy (``busy_consumers`` consumers receiving ``busy_batch`` at a time
+    and spending ``work_ms`` on each message, slower than the ``rate`` msg/s produced, so a
+    backlog builds; it is drained at the end of the phase), then idle
+    (``idle_polls`` idle long polls, ``wakeups`` messages). Each phase is measured on its
+    own: delivered, broker requests (from the proxy's metrics, scraped at the phase's ends,
+    so requests still parked from one phase count in the next), TOO_MANY_REQUESTS, latency,
+    and the share of receives served in coupled mode (adaptive's choice)."""
+    rng = random.Random(11)
+    modes = list(system.modes)
+    random.shuffle(modes)
+    results: dict[str, dict] = {}
+    for mode in modes:
+        results[mode] = await _phased_mode(
+            system, mode, rng, quiet_s, busy_s, rate, busy_consumers, busy_batch, work_ms,
+            idle_polls, wakeups, await_ms, idle_await_ms,
+        )  # fmt: skip
+    return results
+
+
+async def _phased_mode(
+    system: System,
+    mode: str,
+    rng: random.Random,
+    quiet_s: float,
+    busy_s: float,
+    rate: int,
+    busy_consumers: int,
+    busy_batch: int,
+    work_ms: float,
+    idle_polls: int,
+    wakeups: int,
+    await_ms: int,
+    idle_await_ms: int,
+) -> dict[str, dict]:
+    proxy = system.proxies[mode]
+    topic, group = f"phased-{mode}", f"phased-{mode}"
+    await system.create_topic(topic)
+    grpc = proxy.address["grpc"]
+    phases: dict[str, dict] = {}
+    # Adaptive's mode for the key while the phase's consumers still poll (a key leaves
+    # /v1/status one window after its last request).
+    under_load: dict[str, str | None] = {}
+
+    async def note(phase: str) -> None:
+        under_load[phase] = (await _modes_now(proxy, group)).get(topic)
+
+    async def measure(name: str, tally: ModeTally, body) -> None:
+        tally.before = await scrape(proxy)
+        load0 = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        await body(tally)
+        tally.seconds = time.perf_counter() - t0
+        tally.after = await scrape(proxy)
+        summary = tally.summary()
+        del summary["slots"]
+        phases[name] = summary | {
+            "coupled_share": _coupled_share(tally.before, tally.after),
+            "adaptive_mode_at_end": under_load.get(name),
+            # Messages popped for a poll that no longer waited (its client left, say),
+            # made visible again a second later.
+            "handed_back": round(
+                tally.after.get("rocketmq_proxy_nacks_total", 0.0)
+                - tally.before.get("rocketmq_proxy_nacks_total", 0.0)
+            ),
+            "load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        }
+
+    async def quiet(tally: ModeTally) -> None:
+        available: dict[str, float] = {}
+        crowd = Consumers(grpc, group, topic, tally, available, await_ms, track_early=True)
+        crowd.start(2)
+        await asyncio.sleep(0.5)
+        end = time.perf_counter() + quiet_s
+        while time.perf_counter() < end:
+            await asyncio.sleep(rng.uniform(0.2, 0.5))
+            msg_id = uuid.uuid4().hex.upper()
+            await rng.choice(system.broker_clients).send(
+                topic, b"x" * 64, properties={Prop.UNIQ_KEY: msg_id}
+            )
+            if msg_id in crowd.early:
+                tally.latencies.append(0.0)
+            else:
+                available[msg_id] = time.perf_counter()
+        drain_until = time.perf_counter() + await_ms / 1000 + 1
+        while available and time.perf_counter() < drain_until:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        tally.undelivered += len(available)
+        await note("quiet")
+        await crowd.stop()
+
+    async def busy_phase(tally: ModeTally) -> None:
+        # Consumers slower than the producers: a backlog builds, so first pops find
+        # messages (where adaptive may switch to coupled).
+        crowd = Consumers(
+            grpc, group, topic, tally, {}, await_ms, batch=busy_batch, work_s=work_ms / 1000
+        )
+        crowd.start(busy_consumers)
+        batch = [BatchEntry(b"x" * 64, {}) for _ in range(10)]
+        interval = len(batch) * len(system.broker_clients) / rate
+
+        async def produce(client) -> None:
+            next_at = time.perf_counter()
+            end = next_at + busy_s
+            while next_at < end:
+                await client.send_batch(topic, batch)
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+
+        await asyncio.gather(*(produce(c) for c in system.broker_clients))
+        await note("busy")
+        # Drain the backlog (bounded): the idle phase starts with nothing to find.
+        drain_until, last = time.perf_counter() + 60, -1
+        while tally.delivered != last and time.perf_counter() < drain_until:
+            last = tally.delivered
+            await asyncio.sleep(1.0)
+        await crowd.stop()
+
+    async def idle(tally: ModeTally) -> None:
+        crowd = Consumers(grpc, group, topic, tally, {}, idle_await_ms, batch=1)
+        await _ramp(proxy, crowd, idle_polls)
+        for _ in range(wakeups):
+            crowd.received.clear()
+            start = time.perf_counter()
+            await rng.choice(system.broker_clients).send(topic, b"wake")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(crowd.received.wait(), idle_await_ms / 1000)
+                tally.latencies.append(time.perf_counter() - start)
+            await asyncio.sleep(0.2)
+        await note("idle")
+        await crowd.stop()
+        await asyncio.sleep(idle_await_ms / 1000 + 1)  # parked remnants time out
+
+    await measure("quiet", ModeTally(), quiet)
+    await measure("busy", ModeTally(), busy_phase)
+    await measure("idle", ModeTally(), idle)
+    return phases
+
+
+# -- 5. overhead ----------------------------------------------------------------------------
 
 
 async def _fill(system: System, topic: str, messages: int) -> None:

@@ -99,12 +99,16 @@ class Backend:
             assert time.monotonic() < deadline, f"route of {topic} never listed {sorted(want)}"
             await asyncio.sleep(0.05)
 
-    async def create_group(self, group: str, retry_max_times: int = 16) -> None:
-        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (SubscriptionGroupConfig JSON) on every broker."""
+    async def create_group(
+        self, group: str, retry_max_times: int = 16, *, fifo: bool = False
+    ) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (SubscriptionGroupConfig JSON) on every broker;
+        ``fifo``: consumeMessageOrderly."""
         body = orjson.dumps(
             {
                 "groupName": group,
                 "consumeEnable": True,
+                "consumeMessageOrderly": fifo,
                 "consumeFromMinEnable": True,
                 "consumeBroadcastEnable": True,
                 "retryQueueNums": 1,

@@ -51,6 +51,7 @@ PROXY_ENV = {
     "RMQ_PROXY_RECEIVE_ADAPTIVE_HIGH_RATE": "3",
     "RMQ_PROXY_RECEIVE_ADAPTIVE_LOW_RATE": "1",
     "RMQ_PROXY_RECEIVE_ADAPTIVE_WINDOW_S": "2",
+    "RMQ_PROXY_RECEIVE_ADAPTIVE_MIN_POLLS": "4",  # first-pop hits before coupled polling
 }
 
 
@@ -147,7 +148,7 @@ async def workload(grpc: str) -> None:
             assert (await client.send(TOPIC, b"m", queue_id=queue)).status.code == pb.Code.OK
         got = await client.receive(GROUP, TOPIC, await_ms=1000, batch=1)  # short-poll hit
         assert got.messages
-        for _ in range(11):  # > 3 requests/s over 2 s: adaptive switches to coupled
+        for _ in range(11):  # > 3 requests/s over 2 s, first-pop hits: adaptive switches to coupled
             got = await client.receive(GROUP, TOPIC, await_ms=100, batch=1)
         assert got.messages
         message = got.messages[0]

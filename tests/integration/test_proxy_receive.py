@@ -4,6 +4,7 @@ statelessness and delivery safety."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -115,11 +116,17 @@ async def test_first_pop_hit_is_a_short_polling_hit(backend, lean):
 
 async def test_adaptive_switches_to_coupled_above_the_threshold_and_back(start_proxy, lean):
     app = await start_proxy(
-        mode="adaptive", adaptive_high_rate=4.0, adaptive_low_rate=1.0, adaptive_window_s=2.0
+        mode="adaptive",
+        adaptive_high_rate=4.0,
+        adaptive_low_rate=1.0,
+        adaptive_window_s=2.0,
+        adaptive_min_polls=5,
     )
     client = lean(app)
     modes = []
-    for _ in range(12):  # 12 requests in well under 2 s: 6/s > 4/s
+    # 12 requests in well under 2 s (6/s > 4/s), each finding its message with the first
+    # pop: after 5 such polls the evidence says coupled polling pays.
+    for _ in range(12):
         await send_to(app, "broker-a", b"m")
         await client.receive(G, T, await_ms=500, broker="broker-a")
         modes.append(app.engine.switch.snapshot(time.monotonic())[0]["mode"])
@@ -133,6 +140,93 @@ async def test_adaptive_switches_to_coupled_above_the_threshold_and_back(start_p
     assert snapshot[0]["mode"] == "notify"
     body = (app.metrics.render()[0]).decode()
     assert 'rocketmq_proxy_mode_switches_total{group="G",to="notify",topic="T"} 1.0' in body
+
+
+async def test_a_parked_coupled_poll_reports_its_miss_before_it_ends(start_proxy, lean):
+    """The switch hears a coupled poll's miss 10 ms after it parked, not when it ends."""
+    app = await start_proxy(
+        mode="adaptive",
+        adaptive_high_rate=4.0,
+        adaptive_low_rate=1.0,
+        adaptive_window_s=2.0,
+        adaptive_min_polls=2,
+    )
+    client = lean(app)
+    for _ in range(12):
+        await send_to(app, "broker-a", b"m")
+        await client.receive(G, T, await_ms=500, broker="broker-a")
+    switch = app.engine.switch
+    assert switch.current(G, T) == "coupled"
+    ratio = switch.snapshot(time.monotonic())[0]["hit_ratio"]
+    poll = asyncio.ensure_future(client.receive(G, T, await_ms=3000, broker="broker-a"))
+    await wait_until(lambda: app.engine.status()["in_flight"].get("coupled") == 1)
+    # Weight 1/2: one miss halves the moving average while the poll is still parked.
+    await wait_until(
+        lambda: abs(switch.snapshot(time.monotonic())[0]["hit_ratio"] - ratio / 2) < 0.002
+    )
+    assert not poll.done()
+    await send_to(app, "broker-a", b"late")
+    assert [m.body for m in (await poll).messages] == [b"late"]
+
+
+async def test_adaptive_keeps_idle_polls_at_a_high_rate_in_notify(start_proxy, lean):
+    """Many idle consumers: the rate is far above the threshold, but no first pop finds
+    anything, so every poll is served by notify and no pop is parked on a broker."""
+    app = await start_proxy(
+        mode="adaptive",
+        adaptive_high_rate=2.0,
+        adaptive_low_rate=1.0,
+        adaptive_window_s=2.0,
+        adaptive_min_polls=5,
+    )
+    clients = [lean(app, f"idle-{i}") for i in range(8)]
+    for _ in range(3):  # 24 requests in about 1 s: 12/s > 2/s, all empty
+        answers = await asyncio.gather(*(c.receive(G, T, await_ms=300) for c in clients))
+        assert all(a.status == NOT_FOUND for a in answers)
+    (entry,) = app.engine.switch.snapshot(time.monotonic())
+    assert entry["rate"] > 2.0 and entry["polls"] == 24 and entry["hit_ratio"] == 0.0
+    assert entry["mode"] == "notify"
+    body = (app.metrics.render()[0]).decode()
+    assert 'rocketmq_proxy_receive_total{group="G",is_long_polling' in body
+    assert 'mode="coupled"' not in body
+
+
+async def test_adaptive_thresholds_file_is_loaded_and_reloaded(start_proxy, lean, tmp_path):
+    path = tmp_path / "thresholds.json"
+
+    def write(high: float, low: float) -> None:
+        entry = {"group": G, "topic": T, "high_rate": high, "low_rate": low}
+        tmp = tmp_path / "next.json"
+        tmp.write_text(json.dumps({"thresholds": [entry]}))
+        tmp.replace(path)
+
+    write(3.0, 1.0)
+    app = await start_proxy(
+        mode="adaptive",
+        adaptive_thresholds_file=str(path),
+        adaptive_thresholds_check_s=0.05,
+        adaptive_window_s=2.0,
+        adaptive_min_polls=5,
+    )
+    switch = app.engine.switch
+    assert switch.thresholds(G, T).high_rate == 3.0  # loaded before the first request
+    assert switch.thresholds("other", T).high_rate == 50.0
+    client = lean(app)
+    for _ in range(12):  # ~6/s, each a first-pop hit: above the file's 3/s
+        await send_to(app, "broker-a", b"m")
+        await client.receive(G, T, await_ms=500, broker="broker-a")
+    assert switch.current(G, T) == "coupled"  # the default 50/s would have kept notify
+    path.write_text("{broken")
+    await asyncio.sleep(0.3)
+    assert switch.thresholds(G, T).high_rate == 3.0  # refused: kept
+    assert app.engine.status()["adaptive_thresholds"]["refused"] == 1
+    write(100.0, 60.0)
+    await wait_until(lambda: switch.thresholds(G, T).high_rate == 100.0)
+    path.unlink()
+    await wait_until(lambda: switch.thresholds(G, T).high_rate == 50.0)
+    task = app.engine.thresholds._task
+    await app.stop()
+    assert task is not None and task.cancelled()
 
 
 async def test_receive_through_one_proxy_ack_through_another(backend, lean):

@@ -39,6 +39,7 @@ LANGS = ("python", "node", "java")
 # The one line `rmq-proxy` prints on stdout once it serves.
 READY_LINE = re.compile(r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)\s*$")
 READY_TIMEOUT = 30.0
+RENEW_SLICE_MS = 10_000
 STOP_TIMEOUT = 10.0
 KILL_WAIT = 5.0
 LOG_TAIL = 4000
@@ -123,6 +124,9 @@ def start_proxy(
     stdout_log = workdir / "rmq-proxy.stdout.log"
     stderr_log = workdir / "rmq-proxy.stderr.log"
     cmd, env = proxy_command()
+    # Push consumers' messages are popped for 10 s slices and renewed (60 s by default),
+    # so a test sees a listener outlast a slice within seconds.
+    env.setdefault("RMQ_PROXY_RECEIVE_RENEW_SLICE_MS", str(RENEW_SLICE_MS))
     backend = ["--namesrv", namesrv] if namesrv else ["--embedded-brokers", str(brokers)]
     cmd += [*backend, "--grpc-port", "0", "--http-port", "0"]
     for topic in topics:
@@ -318,3 +322,26 @@ def create_topic_on_stubs(namesrv: str, topic: str, queues: int = 4, timeout: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"the route of {topic} does not list {sorted(masters)}")
         time.sleep(0.05)
+
+
+def create_group_on_stubs(namesrv: str, group: str, *, fifo: bool = False) -> None:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every broker the (stub) name server lists, as
+    ``RealCluster.create_group`` does on a real cluster (``fifo``: consumeMessageOrderly)."""
+    from proxy.remoting.codes import RequestCode, ResponseCode
+    from proxy.remoting.command import RemotingCommand
+    from tests.rocketmq.launcher import admin_call
+
+    info = admin_call(namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
+    if info.code != ResponseCode.SUCCESS or not info.body:
+        raise AssertionError(f"cluster info from {namesrv}: code {info.code} {info.remark}")
+    table = json.loads(info.body)["brokerAddrTable"]
+    body = json.dumps(
+        {"groupName": group, "consumeMessageOrderly": fifo, "retryMaxTimes": 16}
+    ).encode()
+    for name, entry in table.items():
+        address = entry["brokerAddrs"]["0"]
+        done = admin_call(
+            address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        )
+        if done.code != ResponseCode.SUCCESS:
+            raise AssertionError(f"creating group {group} on {name}: {done.code} {done.remark}")

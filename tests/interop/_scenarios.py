@@ -7,6 +7,7 @@ timeout), a running proxy and a topic of its own, and uses a consumer group of i
 
 from __future__ import annotations
 
+import itertools
 import time
 import traceback
 import uuid
@@ -188,11 +189,12 @@ def for_each_client(
     proxy: ProxyProcess,
     *,
     topic: Callable[[str], str],
+    **kwargs: object,
 ) -> None:
     """Run every scenario with every client, all at the same time, each pair on a fresh
     topic (``topic(prefix)`` creates it). The scenarios mostly wait (long polls, invisible
     times), so running them side by side keeps the matrix short; every failure is
-    reported under its client's and scenario's name."""
+    reported under its client's and scenario's name. ``kwargs`` go to every scenario."""
     if callable(scenarios):
         scenarios = (scenarios,)
     cases = {
@@ -206,7 +208,7 @@ def for_each_client(
         fn, lang, case_topic = cases[name]
         started = time.monotonic()
         try:
-            fn(run, lang, proxy, case_topic)
+            fn(run, lang, proxy, case_topic, **kwargs)
         finally:
             took[name] = time.monotonic() - started
 
@@ -239,3 +241,109 @@ def cross_client(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
     group = unique(f"interop-{producer}-to-{lang}")
     out = consume(run, lang, proxy, topic, group, "--expect", 5, "--max-rounds", 6, "--ack")
     assert_delivered_once(out, ids, prefix, topic, tag="TagX", keys=[key])
+
+
+# -- push consumers and FIFO (Python client) ---------------------------------------------
+
+#: A listener that outlasts the proxy's renewal slice (``_harness.RENEW_SLICE_MS``, 10 s) by
+#: more than a real broker's revive delay: without renewal its message would come back.
+LONG_CONSUME_SECONDS = 16
+PUSH_TIMEOUT = 90
+
+
+def push(run: Run, lang: str, proxy: ProxyProcess, topic: str, group: str, expect: int, *extra):
+    return run(
+        lang, "push", "--endpoint", proxy.grpc, "--group", group, "--topic", topic,
+        "--expect", expect, *extra, timeout=PUSH_TIMEOUT,
+    )  # fmt: skip
+
+
+def push_nack_then_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str, target) -> None:
+    """A PushConsumer (standard group): every message fails once (a nack: the client
+    changes its invisible time to the back-off of attempt 1), comes back as attempt 2 and
+    is acked."""
+    ids, prefix = produce(run, lang, proxy, topic, 8)
+    group = target.new_group(f"interop-{lang}-push")
+    out = push(run, lang, proxy, topic, group, 8, "--fail-first")
+    assert out["fifo"] is False, out
+    calls: dict[str, list[tuple[int, str]]] = {}
+    for call in out["messages"]:
+        assert call["body"] == f"{prefix}-{ids.index(call['id'])}", call
+        calls.setdefault(call["id"], []).append((call["attempt"], call["result"]))
+    assert calls == {i: [(1, "FAILURE"), (2, "SUCCESS")] for i in ids}, calls
+
+
+def push_outlasts_the_slice(run: Run, lang: str, proxy: ProxyProcess, topic: str, target):
+    """A PushConsumer whose listener takes longer than the proxy's invisible-time slice:
+    the proxy renews, so each message is consumed once, at attempt 1."""
+    ids, _ = produce(run, lang, proxy, topic, 4)
+    group = target.new_group(f"interop-{lang}-renew")
+    out = push(
+        run, lang, proxy, topic, group, 4, "--consume-seconds", LONG_CONSUME_SECONDS
+    )  # fmt: skip
+    got = [(c["id"], c["attempt"], c["result"]) for c in out["messages"]]
+    assert sorted(got) == sorted((i, 1, "SUCCESS") for i in ids), got
+    assert all(c["ended_at"] - c["started_at"] >= LONG_CONSUME_SECONDS for c in out["messages"])
+
+
+def assert_group_order(calls: list[dict], prefix: str, ids: list[str], groups: int) -> None:
+    """Per message group: bodies in the order sent, each consumption over before the next
+    began (calls: the push driver's records)."""
+    by_group: dict[str, list[dict]] = {}
+    for call in sorted(calls, key=lambda c: c["started_at"]):
+        by_group.setdefault(call["group"], []).append(call)
+    assert sorted(by_group) == [f"g{g}" for g in range(groups)], sorted(by_group)
+    for name, seq in by_group.items():
+        sent = [ids.index(c["id"]) for c in seq]
+        assert sent == sorted(sent), f"group {name} consumed out of order: {sent}"
+        for before, after in itertools.pairwise(seq):
+            assert after["started_at"] >= before["ended_at"], (name, before, after)
+    for call in calls:
+        assert call["body"] == f"{prefix}-{ids.index(call['id'])}", call
+
+
+def push_fifo(run: Run, lang: str, proxy: ProxyProcess, topic: str, target) -> None:
+    """A FIFO PushConsumer: the settings say FIFO; 3 message groups, each consumed in the
+    order sent, one message at a time, each once."""
+    ids, prefix = produce(run, lang, proxy, topic, 12, "--message-groups", 3)
+    group = target.new_group(f"interop-{lang}-pushfifo", fifo=True)
+    out = push(run, lang, proxy, topic, group, 12)
+    assert out["fifo"] is True, out
+    assert sorted(c["id"] for c in out["messages"]) == sorted(ids), out["messages"]
+    assert all(c["attempt"] == 1 and c["result"] == "SUCCESS" for c in out["messages"])
+    assert_group_order(out["messages"], prefix, ids, 3)
+
+
+def fifo_simple_consumers_in_order(run: Run, lang: str, proxy: ProxyProcess, topic: str, target):
+    """Three SimpleConsumers of one FIFO group at once, 24 messages in 4 message groups:
+    each delivered once, and a message of a group reaches a consumer only in the receive
+    that got the one before it, or after that one's ack was sent. At most 2 messages per
+    receive and 6 receives per consumer: no consumer can take all 24 alone."""
+    ids, prefix = produce(run, lang, proxy, topic, 24, "--message-groups", 4)
+    group = target.new_group(f"interop-{lang}-fifo", fifo=True)
+    rounds = ("--expect", 0, "--max-rounds", 6, "--batch", 2, "--ack")
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="fifo-consumer") as pool:
+        runs = [pool.submit(consume, run, lang, proxy, topic, group, *rounds) for _ in range(3)]
+        outs = [r.result() for r in runs]
+    got = []
+    for n, out in enumerate(outs):
+        assert out["errors"] == [], out["errors"]
+        got.extend({**m, "consumer": n} for m in out["messages"])
+    assert sorted(m["id"] for m in got) == sorted(ids), f"not each once: {got}"
+    assert all(m["attempt"] == 1 for m in got), got
+    by_group: dict[str, list[dict]] = {}
+    for m in got:
+        assert m["body"] == f"{prefix}-{ids.index(m['id'])}", m
+        by_group.setdefault(m["group"], []).append(m)
+    assert len(by_group) == 4, sorted(by_group)
+    for name, seq in by_group.items():
+        seq.sort(key=lambda m: ids.index(m["id"]))
+        for before, after in itertools.pairwise(seq):
+            same_receive = (before["consumer"], before["receive"]) == (
+                after["consumer"],
+                after["receive"],
+            )
+            assert same_receive or after["received_at"] >= before["ack_at"], (
+                f"group {name}: {after} delivered while {before} was in flight"
+            )
+    assert sum(1 for out in outs if out["messages"]) >= 2

@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.interop._harness import ProxyProcess, create_topic_on_stubs, start_proxy
+from tests.interop._harness import (
+    ProxyProcess,
+    create_group_on_stubs,
+    create_topic_on_stubs,
+    start_proxy,
+)
 from tests.interop._harness import run_client as _run_client
 
 MODES = ("notify", "coupled", "slicing", "adaptive")
@@ -98,11 +103,18 @@ class Target:
     mode: str
     proxy: ProxyProcess
     create_topic: Callable[[str], None]
+    create_group: Callable[..., None]
 
     def new_topic(self, prefix: str) -> str:
         topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
         self.create_topic(topic)
         return topic
+
+    def new_group(self, prefix: str, *, fifo: bool = False) -> str:
+        """A consumer group created on every broker (``fifo``: consumeMessageOrderly)."""
+        group = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        self.create_group(group, fifo=fifo)
+        return group
 
 
 @pytest.fixture
@@ -112,11 +124,12 @@ def target(request, proxy_pool) -> Target:
     if backend == "real":
         cluster = request.getfixturevalue("real_cluster")
         proxy = proxy_pool.get(backend, mode, cluster.namesrv_address)
-        create = cluster.create_topic
+        create, group = cluster.create_topic, cluster.create_group
     else:
         proxy = proxy_pool.get(backend, mode, None)
         create = functools.partial(create_topic_on_stubs, proxy.namesrv)
-    return Target(backend, mode, proxy, create)
+        group = functools.partial(create_group_on_stubs, proxy.namesrv)
+    return Target(backend, mode, proxy, create, group)
 
 
 @pytest.fixture

@@ -5,12 +5,22 @@ interpreter: the client bundles its own generated ``apache.rocketmq.v2`` descrip
 protobuf. Same command line as ``node/client.mjs``::
 
     produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
-        -> {"ids": [...]}            message i has the body "<P>-<i>"
+            [--message-groups G]
+        -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO
+                                     messages, message i in group "g<i mod G>"
     consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
             [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
-            [--no-ack-first] [--start-only]
-        -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt"}],
+            [--no-ack-first] [--start-only] [--batch B]
+        -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group",
+                          "receive", "received_at", "ack_at"}],
             "receives": <calls>, "empty_receives": <count>, "errors": [...]}
+            (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
+    push --endpoint HOST:PORT --group G --topic T --expect N [--fail-first]
+         [--consume-seconds S]
+        -> {"fifo": <settings said FIFO>, "messages": [{"id", "body", "group", "attempt",
+            "started_at", "ended_at", "result"}], "errors": [...]}
+        A PushConsumer whose listener records every call; --fail-first answers FAILURE the
+        first time an id arrives; stops once N distinct ids were consumed with SUCCESS.
         --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
 
 One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
@@ -77,6 +87,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     produce.add_argument("--tag")
     produce.add_argument("--keys", help="one message key")
     produce.add_argument("--body-prefix", default="msg", help='message i gets body "<P>-<i>"')
+    produce.add_argument("--message-groups", type=int, help="FIFO: message i in group g<i%%G>")
     produce.add_argument("--deadline-seconds", type=float)
 
     consume = sub.add_parser("consume", help="receive with a SimpleConsumer in a bounded loop")
@@ -90,6 +101,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--max-rounds", type=int, default=5, help="receive calls at most (default 5)"
     )
     consume.add_argument("--invisible-seconds", type=int, default=30)
+    consume.add_argument(
+        "--batch", type=int, default=MAX_MESSAGES_PER_RECEIVE, help="messages per receive"
+    )
     consume.add_argument("--ack", action="store_true", help="ack every message received")
     consume.add_argument(
         "--change-invisible-seconds",
@@ -108,6 +122,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="start (QueryRoute, Telemetry settings), send one Heartbeat, shut down",
     )
     consume.add_argument("--deadline-seconds", type=float)
+
+    push = sub.add_parser("push", help="consume with a PushConsumer until --expect succeeded")
+    push.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
+    push.add_argument("--group", required=True)
+    push.add_argument("--topic", required=True)
+    push.add_argument("--expect", type=int, required=True)
+    push.add_argument("--fail-first", action="store_true", help="FAILURE on an id's first call")
+    push.add_argument("--consume-seconds", type=float, default=0.0, help="listener sleeps this")
+    push.add_argument("--deadline-seconds", type=float, default=120.0)
     args = parser.parse_args(argv)
     if args.command == "consume" and not args.start_only:
         if args.await_seconds is None or args.expect is None:
@@ -210,6 +233,8 @@ def produce(args: argparse.Namespace) -> dict:
                 msg.tag = args.tag
             if args.keys:
                 msg.keys = args.keys
+            if args.message_groups:
+                msg.message_group = f"g{i % args.message_groups}"
             receipt = producer.send(msg)
             ids.append(receipt.message_id)
     finally:
@@ -249,7 +274,7 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
     while receives < args.max_rounds and (args.expect == 0 or len(messages) < args.expect):
         receives += 1
         try:
-            batch = consumer.receive(MAX_MESSAGES_PER_RECEIVE, args.invisible_seconds)
+            batch = consumer.receive(args.batch, args.invisible_seconds)
         except Exception as exc:
             errors.append(f"receive #{receives}: {describe(exc)}")
             continue
@@ -264,6 +289,10 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
                     "keys": sorted(msg.keys),
                     "topic": msg.topic,
                     "attempt": msg.delivery_attempt,
+                    "group": msg.message_group,
+                    "receive": receives,
+                    "received_at": time.time(),
+                    "ack_at": None,
                 }
             )
             if msg.corrupted:
@@ -274,6 +303,7 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
                 if args.change_invisible_seconds is not None:
                     consumer.change_invisible_duration(msg, args.change_invisible_seconds)
                 if args.ack and not (args.no_ack_first and first_time):
+                    messages[-1]["ack_at"] = time.time()
                     consumer.ack(msg)
             except Exception as exc:
                 errors.append(f"message {msg.message_id}: {describe(exc)}")
@@ -293,12 +323,77 @@ def consume(args: argparse.Namespace) -> dict:
         consumer.shutdown()
 
 
+def push(args: argparse.Namespace) -> dict:
+    """A PushConsumer: the listener records each call; done once --expect ids succeeded
+    (then a moment for the last acks to leave)."""
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        MessageListener,
+        PushConsumer,
+    )
+
+    calls: list[dict] = []
+    succeeded: set[str] = set()
+    seen: set[str] = set()
+    lock = threading.Lock()
+    done = threading.Event()
+
+    class Listener(MessageListener):
+        def consume(self, message) -> ConsumeResult:
+            started = time.time()
+            if args.consume_seconds:
+                time.sleep(args.consume_seconds)
+            with lock:
+                first = message.message_id not in seen
+                seen.add(message.message_id)
+                fail = args.fail_first and first
+                result = ConsumeResult.FAILURE if fail else ConsumeResult.SUCCESS
+                calls.append(
+                    {
+                        "id": message.message_id,
+                        "body": message.body.decode("utf-8", "replace") if message.body else "",
+                        "group": message.message_group,
+                        "attempt": message.delivery_attempt,
+                        "started_at": started,
+                        "ended_at": time.time(),
+                        "result": result.name,
+                    }
+                )
+                if not fail:
+                    succeeded.add(message.message_id)
+                    if len(succeeded) >= args.expect:
+                        done.set()
+            return result
+
+    config = ClientConfiguration(
+        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
+    )
+    consumer = PushConsumer(config, args.group, Listener(), {args.topic: FilterExpression("*")})
+    consumer.startup()
+    try:
+        route_endpoints(consumer, args.topic)
+        wait_for_settings(consumer)
+        if not done.wait(max(args.deadline_seconds - 15, 1)):
+            raise RuntimeError(
+                f"{len(succeeded)} of {args.expect} messages consumed: {calls[-20:]}"
+            )
+        time.sleep(2)  # the last acks leave the consumption threads
+        with lock:
+            return {"fifo": consumer.fifo, "messages": list(calls), "errors": []}
+    finally:
+        consumer.shutdown()
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     arm_watchdog(args.deadline_seconds)
     started = time.monotonic()
     try:
-        result = produce(args) if args.command == "produce" else consume(args)
+        command = {"produce": produce, "consume": consume, "push": push}[args.command]
+        result = command(args)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         sys.stderr.write(

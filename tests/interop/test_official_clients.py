@@ -51,3 +51,35 @@ def test_redelivery_without_ack(proxy, new_topic, run_client):
 @pytest.mark.parametrize("target", DEFAULT_ONLY, indirect=True)
 def test_each_client_receives_another_clients_messages(proxy, new_topic, run_client):
     scenario.for_each_client(LANGS, scenario.cross_client, run_client, proxy, topic=new_topic)
+
+
+#: Push and FIFO in notify mode (pop-with-notify) and in the default mode, both backends.
+PUSH_MODES = targets(tuple(dict.fromkeys(("notify", DEFAULT_MODE))))
+
+
+@pytest.mark.parametrize("target", PUSH_MODES, indirect=True)
+def test_push_consumer_standard_and_fifo(target, proxy, new_topic, run_client):
+    """The Python PushConsumer: nack and redelivery, a listener that outlasts the proxy's
+    renewal slice, and a FIFO group consumed in order, side by side."""
+    scenario.for_each_client(
+        ("python",),
+        (scenario.push_nack_then_ack, scenario.push_outlasts_the_slice, scenario.push_fifo),
+        run_client,
+        proxy,
+        topic=new_topic,
+        target=target,
+    )
+
+
+@pytest.mark.parametrize("target", targets(("notify",)), indirect=True)
+def test_fifo_simple_consumers_keep_group_order(target, proxy, new_topic, run_client):
+    """Three Python SimpleConsumers of one FIFO group at once keep each message group in
+    order (notify mode: the first pop, orderly probes, pops where one says hasMsg)."""
+    scenario.for_each_client(
+        ("python",),
+        scenario.fifo_simple_consumers_in_order,
+        run_client,
+        proxy,
+        topic=new_topic,
+        target=target,
+    )

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -285,6 +286,12 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         # Tests create topics and groups on the fly, as clients of a dev cluster do.
         "autoCreateTopicEnable": "true",
         "autoCreateSubscriptionGroup": "true",
+        # Transaction checks (defaults: every 30 s, of half messages older than 6 s) soon
+        # enough for a test to see one: every second, of half messages older than 3 s.
+        "transactionCheckInterval": "1000",
+        "transactionTimeOut": "3000",
+        # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
+        "recallMessageEnable": "true",
         **extra,
     }
     return "".join(f"{k}={v}\n" for k, v in conf.items())
@@ -323,13 +330,15 @@ class RealCluster:
         apache_proxy: bool = False,
         profile: Profile = Profile.TEST,
         broker_conf: dict[str, str] | None = None,
+        broker_conf_of: Callable[[str], dict[str, str]] | None = None,
         names: tuple[str, ...] | None = None,
         ports: tuple[int, ...] | None = None,
         namesrv_port: int | None = None,
         ready_timeout_s: float = 90.0,
     ) -> RealCluster:
         """Start a name server and ``brokers`` brokers (their start overlaps); wait until
-        every broker has registered. On any failure everything started is stopped."""
+        every broker has registered. On any failure everything started is stopped.
+        ``broker_conf_of(name)`` adds settings of one broker (e.g. its own metrics port)."""
         owns_root = root is None
         root = Path(tempfile.mkdtemp(prefix="rmq-real-")) if root is None else root
         root.mkdir(parents=True, exist_ok=True)
@@ -357,7 +366,8 @@ class RealCluster:
                 conf = proc.home / "broker.conf"
                 conf.write_text(
                     _broker_conf(name, port, cluster.namesrv_address, proc.home / "store",
-                                 broker_conf or {})
+                                 {**(broker_conf or {}),
+                                  **(broker_conf_of(name) if broker_conf_of else {})})
                 )  # fmt: skip
                 proc.spawn("org.apache.rocketmq.broker.BrokerStartup", ["-c", str(conf)], profile)
                 cluster.brokers.append(RealBroker(name, port, proc))

@@ -223,6 +223,8 @@ class SimBroker:
         poll_ms: int = 0,
         expression: str = "*",
         init_mode: int = 1,
+        order: bool = False,  # FIFO groups are not simulated
+        attempt_id: str | None = None,
         timeout: float | None = None,
         on_late=None,
     ) -> PopResult:
@@ -251,6 +253,7 @@ class SimBroker:
         *,
         queue_id: int = -1,
         poll_ms: int = 0,
+        order: bool = False,  # FIFO groups are not simulated
         timeout: float | None = None,
     ) -> NotificationResult:
         self.requests["notification"] += 1

@@ -11,7 +11,7 @@ from proxy.remoting.broker_client import NotificationResult
 class _Broker:
     """A broker client that always has a message."""
 
-    async def notification(self, group, topic, *, poll_ms, timeout):
+    async def notification(self, group, topic, *, poll_ms, order, timeout):
         return NotificationResult(has_msg=True, polling_full=False)
 
 

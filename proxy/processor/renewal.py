@@ -1,0 +1,234 @@
+"""Invisible-time renewal for push consumers: the one piece of state the proxy keeps.
+
+A push consumer's ReceiveMessage sets ``auto_renew`` and no invisible duration: the
+official clients (Java, Python, Node) never renew a message themselves while their listener
+consumes it; they rely on the proxy, as the Apache proxy does it
+(``ReceiveMessageActivity`` with ``enableProxyAutoRenew``, ``DefaultReceiptHandleManager``):
+
+- the message is popped with a *slice* of invisible time (``renewSliceTimeMillis``, 60 s);
+- every ``period_s`` (5 s) each handle due within ``ahead_ms`` (10 s) of visibility gets a
+  new invisible time (CHANGE_MESSAGE_INVISIBLETIME) of 1, 3, 5, 10, 30 min, then 1 h per
+  renewal (``RenewStrategyPolicy``), for at most ``max_time_ms`` (3 h) from delivery, then
+  it is handed back with the retry back-off of its attempt;
+- an ack, a change of invisible time or a forward to the dead-letter queue through this
+  proxy ends the renewal and is made with the handle's *current* checkpoint (the client
+  still holds the one it received, which the renewals have replaced on the broker);
+- a client that says goodbye (NotifyClientTermination) or is not heard from for
+  ``client_idle_s`` has its messages handed back with ``clear_invisible_ms`` (1 s).
+
+The state: one entry per message delivered to a push consumer and not yet settled, at most
+``max_handles`` (past that a message simply keeps its slice and is redelivered after it if
+its consumer is slower). If this proxy dies the renewals stop: each message comes back
+when its current invisible time ends (at most one renewal, 1 h, after the last one; 60 s
+for a message in its first minute) and is delivered again with the attempt counted up:
+at-least-once, as with any lost consumer. The client's later ack with its original handle
+then finds a checkpoint the renewals replaced: the message is delivered again. A push
+consumer's requests must therefore reach the proxy that delivered to it: one gRPC channel
+per endpoint does this with any L4 balancer; an L7 balancer must pin a client
+(``x-mq-client-id``) to one proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.processor.consumer import ConsumerProcessor, Popped
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import DELAY_LEVELS_S
+from proxy.remoting.popinfo import PopCheckpointInfo
+
+log = logging.getLogger(__name__)
+
+RENEW_POLICY_MS = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
+# (group, broker, retry flag, queue id, queue offset): a message, whatever its handle.
+HandleKey = tuple[str, str, int, int, int]
+
+
+def handle_key(group: str, ck: PopCheckpointInfo) -> HandleKey:
+    return (group, ck.broker_name, ck.retry, ck.queue_id, ck.queue_offset)
+
+
+@dataclass(slots=True, eq=False)
+class _Renewed:
+    client_id: str
+    popped: Popped  # checkpoint: the current one
+    reconsume_times: int
+    delivered_ms: int
+    renewals: int = 0
+    failures: int = 0
+    renewing: asyncio.Future[None] | None = None
+
+    @property
+    def checkpoint(self) -> PopCheckpointInfo:
+        return PopCheckpointInfo.parse(self.popped.checkpoint)
+
+
+class HandleRenewer:
+    def __init__(
+        self,
+        consumer: ConsumerProcessor,
+        *,
+        slice_ms: int = 60_000,
+        ahead_ms: int = 10_000,
+        period_s: float = 5.0,
+        max_time_ms: int = 3 * 3600 * 1000,
+        max_handles: int = 100_000,
+        client_idle_s: float = 60.0,
+        clear_invisible_ms: int = 1_000,
+        max_failures: int = 3,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.consumer = consumer
+        self.slice_ms = slice_ms
+        self.ahead_ms = ahead_ms
+        self.period_s = period_s
+        self.max_time_ms = max_time_ms
+        self.max_handles = max_handles
+        self.client_idle_s = client_idle_s
+        self.clear_invisible_ms = clear_invisible_ms
+        self.max_failures = max_failures
+        self.clock_ms = clock_ms
+        self._handles: dict[HandleKey, _Renewed] = {}
+        self._last_seen: dict[str, float] = {}  # client id -> loop time
+        self._task: asyncio.Task[None] | None = None
+        self.renewed = 0
+        self.dropped = 0  # not tracked: over max_handles
+
+    @property
+    def size(self) -> int:
+        return len(self._handles)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    # -- what the activities tell it ---------------------------------------------------------
+
+    def seen(self, client_id: str) -> None:
+        """The client is alive (any RPC of it); only clients with handles are tracked."""
+        if client_id in self._last_seen:
+            self._last_seen[client_id] = asyncio.get_running_loop().time()
+
+    def add(self, client_id: str, popped: Popped, reconsume_times: int) -> None:
+        """A message delivered to a push consumer: keep it invisible until it is settled."""
+        key = handle_key(popped.group, PopCheckpointInfo.parse(popped.checkpoint))
+        if key not in self._handles and len(self._handles) >= self.max_handles:
+            self.dropped += 1
+            return
+        self._handles[key] = _Renewed(client_id, popped, reconsume_times, self.clock_ms())
+        self._last_seen[client_id] = asyncio.get_running_loop().time()
+
+    async def take(self, group: str, checkpoint: PopCheckpointInfo) -> str | None:
+        """Stop renewing the message ``checkpoint`` names; its current checkpoint (POP_CK),
+        or None when this proxy does not renew it. Waits for a renewal in flight."""
+        key = handle_key(group, checkpoint)
+        entry = self._handles.get(key)
+        if entry is None:
+            return None
+        if entry.renewing is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.shield(entry.renewing), self.consumer.broker_timeout_s + 1
+                )
+        if self._handles.get(key) is entry:
+            del self._handles[key]
+        return entry.popped.checkpoint
+
+    def client_gone(self, client_id: str) -> None:
+        """The client ended its session: hand back whatever it had not settled."""
+        self._last_seen.pop(client_id, None)
+        gone = [k for k, e in self._handles.items() if e.client_id == client_id]
+        self._clear(gone, "client_gone")
+
+    # -- the renewal loop --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            try:
+                await self.renew_due()
+            except Exception:
+                log.exception("renewal round failed")
+
+    async def renew_due(self) -> None:
+        """One round: clear idle clients' handles, renew those due."""
+        now = asyncio.get_running_loop().time()
+        idle = {c for c, at in self._last_seen.items() if now - at > self.client_idle_s}
+        for client_id in idle:
+            log.info("push consumer %s not heard from; handing back its messages", client_id)
+            self.client_gone(client_id)
+        live = {e.client_id for e in self._handles.values()}
+        for client_id in list(self._last_seen):
+            if client_id not in live:
+                del self._last_seen[client_id]
+        now_ms = self.clock_ms()
+        due = [
+            (k, e)
+            for k, e in self._handles.items()
+            if e.renewing is None and e.checkpoint.next_visible_time - now_ms <= self.ahead_ms
+        ]
+        if due:
+            await asyncio.gather(*(self._renew(k, e, now_ms) for k, e in due))
+
+    async def _renew(self, key: HandleKey, entry: _Renewed, now_ms: int) -> None:
+        entry.renewing = asyncio.get_running_loop().create_future()
+        popped = entry.popped
+        try:
+            if now_ms - entry.delivered_ms >= self.max_time_ms:
+                # Consumed for too long: back with the retry back-off of its attempt.
+                delay_s = DELAY_LEVELS_S[min(entry.reconsume_times, len(DELAY_LEVELS_S) - 1)]
+                del self._handles[key]
+                await self._change(popped, delay_s * 1000)
+                return
+            invisible = RENEW_POLICY_MS[min(entry.renewals, len(RENEW_POLICY_MS) - 1)]
+            checkpoint = await self._change(popped, invisible)
+            entry.popped = Popped(
+                popped.broker,
+                popped.group,
+                popped.topic,
+                checkpoint,
+                popped.commit_log_offset,
+                popped.msg_id,
+            )
+            entry.renewals += 1
+            entry.failures = 0
+            self.renewed += 1
+        except RemotingError as exc:
+            entry.failures += 1
+            log.info("renewing %s failed (%d): %s", popped.msg_id, entry.failures, exc)
+            if entry.failures >= self.max_failures and self._handles.get(key) is entry:
+                del self._handles[key]
+        finally:
+            entry.renewing.set_result(None)
+            entry.renewing = None
+
+    async def _change(self, popped: Popped, invisible_ms: int) -> str:
+        client = await self.consumer.broker(popped.broker, popped.topic)
+        return await client.change_invisible_time(
+            popped.group,
+            popped.topic,
+            popped.checkpoint,
+            invisible_ms,
+            timeout=self.consumer.broker_timeout_s,
+        )
+
+    def _clear(self, keys: list[HandleKey], reason: str) -> None:
+        popped = [self._handles.pop(k).popped for k in keys if k in self._handles]
+        if popped:
+            self.consumer.hand_back(popped, reason, invisible_ms=self.clear_invisible_ms)
+
+    async def close(self) -> None:
+        """Stop renewing. Messages still held keep their current invisible time: a client
+        that moves to another proxy can still ack those never renewed."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._handles.clear()
+        self._last_seen.clear()

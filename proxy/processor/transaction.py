@@ -1,0 +1,211 @@
+"""Transactions: end a half message on its broker, and route a broker's transaction-state
+check to a producer of the message's group that holds a Telemetry stream on this proxy.
+
+The proxy keeps no transaction state. What EndTransaction needs (broker, commit-log offset,
+offset in the half queue) travels in the transaction id the client was given, so any proxy
+can end any transaction.
+
+What it does keep is soft and tied to live connections: the producer groups (a producer's
+group is its topic, as in Apache RocketMQ's proxy) of the Telemetry streams open on this
+proxy. Every ``heartbeat_s`` (and at once when a group first appears) it names them to
+the brokers of each group's topic in a HEART_BEAT on its one connection per broker; a
+broker's check of a half message goes to a connection that named the message's group,
+i.e. to a proxy with a live producer of that group, and that proxy writes it to one of its
+streams for the group. When a proxy dies its broker connections close, the brokers forget
+it, and their next check of the same half message goes to another proxy that named the
+group (brokers check again every ``transactionCheckInterval`` until ``transactionCheckMax``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import RequestCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader, HeaderError
+from proxy.remoting.message import MessageExt, Prop, decode_messages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class HalfMessageRef:
+    """Where a half message is: what END_TRANSACTION names."""
+
+    broker: str
+    commit_log_offset: int
+    tran_state_table_offset: int
+    msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCheck:
+    """A broker's question about a half message, for a producer of ``group``."""
+
+    group: str
+    ref: HalfMessageRef
+    message: MessageExt
+
+
+# A producer's Telemetry stream: takes a check, False when it cannot (stream full or gone).
+CheckSink = Callable[[TransactionCheck], bool]
+
+
+class TransactionProcessor:
+    def __init__(
+        self,
+        pool: BrokerPool,
+        client_id: str,
+        heartbeat_s: float = 10.0,
+        broker_timeout_s: float = 3.0,
+    ) -> None:
+        self.pool = pool
+        self.client_id = client_id
+        self.heartbeat_s = heartbeat_s
+        self.broker_timeout_s = broker_timeout_s
+        self._sinks: dict[str, dict[int, CheckSink]] = {}
+        self._ids = itertools.count()
+        self._turn = itertools.count()
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.checks_delivered = 0
+        self.checks_dropped = 0
+
+    def start(self) -> None:
+        self.pool.server_handler = self.on_broker_request
+        self._task = asyncio.get_running_loop().create_task(self._heartbeats())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # -- producers on this proxy ------------------------------------------------------------
+
+    def register(self, groups: list[str], sink: CheckSink) -> Callable[[], None]:
+        """A producer stream of ``groups``; returns the call that forgets it."""
+        key = next(self._ids)
+        new = False
+        for group in groups:
+            sinks = self._sinks.setdefault(group, {})
+            new = new or not sinks
+            sinks[key] = sink
+        if new:
+            self._kick.set()
+
+        def unregister() -> None:
+            for group in groups:
+                sinks = self._sinks.get(group)
+                if sinks is not None:
+                    sinks.pop(key, None)
+                    if not sinks:
+                        del self._sinks[group]
+
+        return unregister
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted(self._sinks)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self.heartbeat_s)
+            self._kick.clear()
+            try:
+                await self.heartbeat_once()
+            except Exception:  # never let one bad round end the loop
+                log.exception("producer heartbeat round failed")
+
+    async def heartbeat_once(self) -> None:
+        """Name every group with a live producer here to the brokers of its topic."""
+        per_broker: dict[str, list[str]] = {}
+        for group in self.groups:
+            try:
+                route = await self.pool.route(group)
+            except (TopicNotFound, RemotingError):
+                continue
+            for broker in route.brokers:
+                per_broker.setdefault(broker.name, []).append(group)
+        for name, groups in per_broker.items():
+            client = self.pool.broker(name)
+            if client is None:
+                continue
+            try:
+                await client.heartbeat(self.client_id, groups, self.broker_timeout_s)
+            except RemotingError as exc:
+                log.info("producer heartbeat to %s failed: %s", name, exc)
+
+    # -- the broker's side ------------------------------------------------------------------
+
+    def on_broker_request(self, broker: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        """A request a broker sent on our connection; only CHECK_TRANSACTION_STATE is
+        served (one-way: nothing to answer)."""
+        if cmd.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return None
+        try:
+            header = CheckTransactionStateHeader.decode(cmd.ext_fields)
+            messages = decode_messages(cmd.body)
+        except (HeaderError, ValueError) as exc:
+            log.warning("bad CHECK_TRANSACTION_STATE from %s: %s", broker, exc)
+            return None
+        if not messages:
+            return None
+        message = messages[0]
+        group = message.properties.get(Prop.PRODUCER_GROUP, "")
+        ref = HalfMessageRef(
+            broker,
+            header.commit_log_offset,
+            header.tran_state_table_offset,
+            header.msg_id or message.msg_id,
+        )
+        self.deliver(TransactionCheck(group, ref, message))
+        return None
+
+    def deliver(self, check: TransactionCheck) -> bool:
+        """Hand the check to one producer stream of its group (round-robin); False when
+        none here takes it (the broker asks again at its next check)."""
+        sinks = list(self._sinks.get(check.group, {}).values())
+        start = next(self._turn)
+        for i in range(len(sinks)):
+            if sinks[(start + i) % len(sinks)](check):
+                self.checks_delivered += 1
+                return True
+        self.checks_dropped += 1
+        log.info("no producer of %r on this proxy for a transaction check", check.group)
+        return False
+
+    async def end(
+        self,
+        ref: HalfMessageRef,
+        group: str,
+        topic: str,
+        resolution: int,
+        transaction_id: str,
+        from_check: bool,
+    ) -> None:
+        """Send END_TRANSACTION (commit or rollback type) for the half message. Raises
+        BrokerError/RemotingError, LookupError when the broker is not known."""
+        client = await self.pool.broker_by_name(ref.broker, topic)
+        if client is None:
+            raise LookupError(f"broker {ref.broker!r} is not in the route of {topic!r}")
+        header = EndTransactionHeader(
+            producer_group=group,
+            tran_state_table_offset=ref.tran_state_table_offset,
+            commit_log_offset=ref.commit_log_offset,
+            commit_or_rollback=resolution,
+            msg_id=ref.msg_id,
+            topic=topic,
+            from_transaction_check=from_check,
+            transaction_id=transaction_id,
+        )
+        await client.end_transaction(header)

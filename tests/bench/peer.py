@@ -1,0 +1,729 @@
+"""Head to head with the Apache RocketMQ proxy (issue 12), in one run.
+
+    .venv/bin/python -m tests.bench.peer [--scenarios reported,sparse,busy,fanin,overhead,stub]
+        [--rounds 2] [--out results/bench-peer]        # make bench-peer
+
+One real cluster (Apache RocketMQ 5.5.0 from ``make rocketmq``: a name server and 2 brokers,
+Profile.BENCH JVMs) with the Apache proxy (cluster mode) in front, and our proxy in
+``notify``, ``adaptive`` and ``coupled`` on the same brokers; every scenario runs them in
+shuffled order within each round. ``stub`` then runs sparse and busy on our proxy over
+broker stubs, as ``make bench-modes`` does, in the same run (after the real ones).
+
+Scenarios:
+
+- ``reported``: apache/rocketmq#9145. One official Python SimpleConsumer
+  (``official_consumer.py`` in ``.venv-interop``, await 10 s) per proxy; messages sent one
+  at a time, at random intervals, each to a random broker. False empties and
+  send-to-receive latency (wall clock in both processes).
+- ``sparse``, ``busy``: scenarios.py's code unchanged, with the Apache proxy as one more
+  "mode". The lean load generator sends its settings over Telemetry first, as the official
+  clients do (``SettingsClient``): the Apache proxy reads a receive's subscription from them.
+- ``fanin``: idle long polls on each proxy in turn: RSS per poll (slope from half to all of
+  the polls) of each proxy process, and pops parked on the brokers (POLLING_INFO).
+- ``overhead``: pop+ack of a backlog through each proxy and straight to the brokers:
+  msg/s and CPU ms per 1,000 messages of the proxy, the brokers and the load generator.
+
+Broker requests are counted on the brokers' side for every proxy (the brokers' own
+``rocketmq_rpc_latency`` histogram, Prometheus exporter, summed per request code over the
+slots of that proxy): the Apache proxy has no count of its own broker requests. Our proxies
+also count them themselves (``rocketmq_proxy_rpc_latency``); both are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.remoting.broker_client import BrokerError
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.message import Prop
+from tests.bench import scenarios
+from tests.bench.bench_proxy import aligned, load_average, machine
+from tests.bench.calibrate_client import DRIVER, INTEROP_PYTHON
+from tests.bench.processes import Process, System
+from tests.bench.scenarios import ModeTally, ms, percentile
+from tests.lean_client import LeanClient, millis
+
+PEER = "apache"
+OURS = ("notify", "adaptive", "coupled")
+# Requests of the harness itself (sends, topic and group creation, POLLING_INFO), left
+# out of a proxy's broker requests counted on the brokers' side.
+HARNESS_CODES = {
+    "send_message", "send_message_v2", "send_batch_message", "update_and_create_topic",
+    "update_and_create_subscriptiongroup", "polling_info", "get_broker_runtime_info",
+}  # fmt: skip
+
+
+# -- the load generator's client: settings over Telemetry first -----------------------------
+
+
+class SettingsClient(LeanClient):
+    """A LeanClient that, before its first receive, opens a Telemetry stream and sends its
+    SimpleConsumer settings, and waits for the answer, as the official clients do. The
+    Apache proxy takes a receive's subscription from these settings; ours answers them too,
+    so every proxy gets the same calls."""
+
+    def __init__(self, endpoint: str, client_id: str | None = "lean-client", **kw) -> None:
+        super().__init__(endpoint, client_id, **kw)
+        self.endpoint = endpoint
+        self.metadata = (
+            *self.metadata,
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"),
+            ("x-mq-client-version", "5.0.0"),
+        )
+        self._commands: asyncio.Queue | None = None
+        self._telemetry = None
+
+    async def _settings(self, group: str, topic: str, await_ms: int) -> None:
+        if self._telemetry is not None:
+            return
+        host, port = self.endpoint.rsplit(":", 1)
+        settings = pb.Settings(
+            client_type=pb.ClientType.SIMPLE_CONSUMER,
+            access_point=pb.Endpoints(
+                scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))]
+            ),
+            request_timeout=millis(3000),
+            subscription=pb.Subscription(
+                group=pb.Resource(name=group),
+                subscriptions=[
+                    pb.SubscriptionEntry(
+                        topic=pb.Resource(name=topic),
+                        expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+                    )
+                ],
+                long_polling_timeout=millis(await_ms),
+            ),
+            user_agent=pb.UA(language=pb.Language.PYTHON, version="5.0.0", platform="linux"),
+        )
+        self._commands = asyncio.Queue()
+        self._commands.put_nowait(api.TelemetryCommand(settings=settings))
+        commands = self._commands
+
+        async def stream():
+            while (command := await commands.get()) is not None:
+                yield command
+
+        self._telemetry = self.stub.Telemetry(stream(), metadata=self.metadata)
+        await asyncio.wait_for(self._telemetry.read(), 15)
+
+    async def receive(self, group: str, topic: str, **options):
+        await self._settings(group, topic, options.get("await_ms", 5000))
+        return await super().receive(group, topic, **options)
+
+    async def close(self) -> None:
+        if self._telemetry is not None:
+            self._commands.put_nowait(None)
+            self._telemetry.cancel()
+        await super().close()
+
+
+# -- the system: a real cluster with the Apache proxy, broker metrics on --------------------
+
+
+class PeerSystem(System):
+    """``System(backend="real")`` plus the Apache proxy (``proxies["apache"]``, its JVM) and
+    the brokers' Prometheus exporters, from which broker requests are counted per slot."""
+
+    def __init__(self, brokers: int = 2, modes=OURS, apache: bool = True) -> None:
+        super().__init__(brokers=brokers, modes=modes, backend="real")
+        self.apache = apache
+        self.metrics_ports: dict[str, int] = {}
+        self.broker_side: dict[str, Counter] = {}
+        self._at_start: Counter | None = None
+
+    async def _start_real(self) -> str:
+        from tests.rocketmq.launcher import Profile, RealCluster, free_port_block
+
+        def conf_of(name: str) -> dict[str, str]:
+            port = self.metrics_ports.setdefault(name, free_port_block())
+            return {
+                "metricsExporterType": "PROM",
+                "metricsPromExporterHost": "127.0.0.1",
+                "metricsPromExporterPort": str(port),
+            }
+
+        self.cluster = await asyncio.to_thread(
+            RealCluster.start,
+            self.broker_count,
+            profile=Profile.BENCH,
+            apache_proxy=self.apache,
+            broker_conf_of=conf_of,
+        )
+        c = self.cluster
+        self.namesrv = Process("namesrv", c.namesrv.proc, {"remoting": c.namesrv_address})
+        for b in c.brokers:
+            self.brokers.append(Process(b.name, b.process.proc, {"remoting": b.address}))
+            self.broker_clients.append(scenarios_broker_client(b.name, b.address))
+        if self.apache:
+            self.proxies[PEER] = Process(PEER, c.proxy.process.proc, {"grpc": c.proxy.grpc_address})
+            self.modes = (PEER, *self.modes)
+        return c.namesrv_address
+
+    async def stop(self) -> None:
+        # The launcher stops the Apache proxy's JVM (by pid) with the cluster.
+        self.proxies.pop(PEER, None)
+        await super().stop()
+
+    async def broker_counts(self) -> Counter:
+        """Requests every broker has answered so far, by request code (all brokers)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        totals: Counter = Counter()
+        async with aiohttp.ClientSession() as http:
+            for port in self.metrics_ports.values():
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    text = await response.text()
+                for family in text_string_to_metric_families(text):
+                    if not family.name.startswith("rocketmq_rpc_latency"):
+                        continue
+                    for s in family.samples:
+                        if s.name.endswith("_count") and "request_code" in s.labels:
+                            totals[s.labels["request_code"].lower()] += s.value
+        return totals
+
+    def reset_counts(self) -> None:
+        self.broker_side = {label: Counter() for label in self.modes}
+
+    async def slot_edge(self, label: str, starting: bool) -> None:
+        counts = await self.broker_counts()
+        if starting:
+            self._at_start = counts
+            return
+        side = self.broker_side.setdefault(label, Counter())
+        for code, n in counts.items():
+            if code not in HARNESS_CODES:
+                side[code] += n - (self._at_start or Counter()).get(code, 0)
+
+    async def metrics(self, label: str) -> dict[str, float]:
+        if label == PEER:  # the brokers' count over its slots, as if it were its own
+            return {f"rpc:remoting:{c}": n for c, n in self.broker_side.get(label, {}).items()}
+        return await super().metrics(label)
+
+    async def parked_pops(self, group: str, topic: str, queues: int = 4) -> int:
+        """POP requests parked on all brokers for (group, topic): POLLING_INFO per queue
+        (a real broker counts parked pops per queue, -1 for "any queue"; it has no count
+        of parked NOTIFICATION requests)."""
+        total = 0
+        for client in self.broker_clients:
+            for queue in range(-1, queues):
+                response = await client.remoting.invoke(
+                    RemotingCommand(
+                        RequestCode.POLLING_INFO,
+                        {"consumerGroup": group, "topic": topic, "queueId": str(queue)},
+                    ),
+                    3.0,
+                )
+                if response.code == 0:
+                    total += int(response.fields.get("pollingNum", 0))
+        return total
+
+
+def scenarios_broker_client(name: str, address: str):
+    from proxy.remoting.broker_client import BrokerClient
+
+    return BrokerClient(name, address)
+
+
+def broker_side_summary(system: PeerSystem, rows: dict[str, dict]) -> None:
+    """Add the brokers' count of each proxy's requests to its row of a scenario."""
+    for label, row in rows.items():
+        side = system.broker_side.get(label, Counter())
+        total = sum(side.values())
+        row["broker_requests_brokers_count"] = round(total)
+        row["broker_requests_by_code_brokers_count"] = {str(c): round(n) for c, n in side.items()}
+        delivered = row.get("delivered")
+        row["broker_requests_per_message_brokers_count"] = (
+            round(total / delivered, 2) if delivered else None
+        )
+
+
+# -- the reported case: one official SimpleConsumer per proxy -------------------------------
+
+
+async def _official(system: PeerSystem, label: str, topic: str, group: str, await_s: int,
+                    home: Path, work) -> tuple[list[dict], list[str]]:  # fmt: skip
+    """Run the official consumer on ``label``'s proxy while ``work()`` runs; its events."""
+    env = dict(os.environ, HOME=str(home))
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONHOME", None)
+    stderr_path = home / f"official-{topic}.stderr"
+    with stderr_path.open("wb") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            str(INTEROP_PYTHON), str(DRIVER),
+            "--endpoint", system.proxies[label].address["grpc"],
+            "--group", group, "--topic", topic, "--await-seconds", str(await_s),
+            "--deadline-seconds", "600",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
+            env=env,
+        )  # fmt: skip
+    events: list[dict] = []
+    errors: list[str] = []
+    reader = None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 90)
+        if not line.strip() or json.loads(line).get("event") != "ready":
+            raise RuntimeError(f"official consumer did not start on {label}: {line!r}: "
+                               f"{stderr_path.read_text(errors='replace')[-1500:]}")  # fmt: skip
+
+        async def read() -> None:
+            while line := await proc.stdout.readline():
+                events.append(json.loads(line))
+
+        reader = asyncio.ensure_future(read())
+        await work(events)
+        proc.stdin.write(b"stop\n")
+        await proc.stdin.drain()
+        proc.stdin.close()
+        await asyncio.wait_for(proc.wait(), await_s + 30)
+        await asyncio.wait_for(reader, 5)
+    finally:
+        if reader is not None and not reader.done():
+            reader.cancel()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    errors += [e["error"] for e in events if e["event"] == "error"]
+    return events, errors
+
+
+async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: int,
+                   gap_s: tuple[float, float], home: Path) -> dict:  # fmt: skip
+    """apache/rocketmq#9145: one official SimpleConsumer, messages one at a time at random
+    intervals to either broker. A false empty is an empty answer while a message had been
+    waiting (send acknowledged, not yet received) for 100 ms or more."""
+    rng = random.Random(9145)
+    rows: dict[str, dict] = {}
+    system.reset_counts()
+    for round_no in range(rounds):
+        for label in random.sample(system.modes, len(system.modes)):
+            topic, group = f"reported-{label}-{round_no}", f"reported-{label}"
+            await system.create_topic(topic)
+            sent: dict[str, float] = {}
+            retries = 0
+
+            async def work(events: list[dict], topic=topic, sent=sent) -> None:
+                nonlocal retries
+                await asyncio.sleep(1.0)  # the first receive is out
+                end = time.time() + slot_s
+                while time.time() < end:
+                    await asyncio.sleep(rng.uniform(*gap_s))
+                    msg_id = uuid.uuid4().hex.upper()
+                    for attempt in range(3):
+                        try:
+                            await rng.choice(system.broker_clients).send(
+                                topic, b"x" * 64, properties={Prop.UNIQ_KEY: msg_id}
+                            )
+                            break
+                        except BrokerError as exc:
+                            if exc.code != ResponseCode.SYSTEM_BUSY or attempt == 2:
+                                raise
+                            retries += 1
+                    sent[msg_id] = time.time()
+                drain_end = time.time() + await_s + 5
+                while time.time() < drain_end:
+                    got = {e["id"] for e in events if e["event"] == "message"}
+                    if all(i in got for i in sent):
+                        break
+                    await asyncio.sleep(0.1)
+
+            proxy = system.proxies[label]
+            cpu0, load0 = proxy.cpu_seconds(), os.getloadavg()[0]
+            await system.slot_edge(label, True)
+            events, errors = await _official(system, label, topic, group, await_s, home, work)
+            await system.slot_edge(label, False)
+            received: dict[str, float] = {}
+            for e in events:
+                if e["event"] == "message":
+                    received.setdefault(e["id"], e["t"])
+            row = rows.setdefault(label, {"latencies": [], "empties": 0, "false_empties": 0,
+                                          "sent": 0, "undelivered": 0, "receives": 0,
+                                          "errors": [], "send_retries": 0, "proxy_cpu_s": 0.0,
+                                          "slots": []})  # fmt: skip
+            lat = [received[i] - t for i, t in sent.items() if i in received]
+            row["latencies"] += lat
+            row["sent"] += len(sent)
+            row["undelivered"] += sum(1 for i in sent if i not in received)
+            row["send_retries"] += retries
+            row["errors"] += errors[:5]
+            row["proxy_cpu_s"] += proxy.cpu_seconds() - cpu0
+            for e in events:
+                if e["event"] == "empty":
+                    row["empties"] += 1
+                    t = e["t"]
+                    if any(s <= t - 0.1 and received.get(i, float("inf")) > t
+                           for i, s in sent.items()):  # fmt: skip
+                        row["false_empties"] += 1
+                elif e["event"] == "done":
+                    row["receives"] += e["receives"]
+            row["slots"].append(
+                {
+                    "round": round_no,
+                    "load_1m": [load0, os.getloadavg()[0]],
+                    "sent": len(sent),
+                    "latency_ms_max": ms(max(lat, default=0)),
+                }
+            )
+            print(
+                f"  reported {label} r{round_no}: sent {len(sent)}, max "
+                f"{ms(max(lat, default=0))} ms, load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    out = {}
+    for label, row in rows.items():
+        lat = row.pop("latencies")
+        out[label] = row | {
+            "delivered": len(lat),
+            "latency_ms_p50": ms(percentile(lat, 0.5)),
+            "latency_ms_p99": ms(percentile(lat, 0.99)),
+            "latency_ms_max": ms(max(lat) if lat else None),
+            "latencies_ms": [round(x * 1000, 2) for x in lat],
+        }
+    broker_side_summary(system, out)
+    return out
+
+
+# -- idle fan-in ----------------------------------------------------------------------------
+
+
+async def _in_flight_ours(proxy: Process) -> int:
+    return await scenarios._in_flight(proxy)
+
+
+async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
+                 wakeups: int = 5) -> dict:  # fmt: skip
+    """``polls`` idle long polls (lean consumers, settings sent) on each proxy in turn."""
+    results = {}
+    for label in random.sample(system.modes, len(system.modes)):
+        proxy = system.proxies[label]
+        topic = group = f"fanin-{label}-{polls}"
+        await system.create_topic(topic)
+        tally = ModeTally()
+        crowd = scenarios.Consumers(proxy.address["grpc"], group, topic, tally, {}, await_ms,
+                                    batch=1)  # fmt: skip
+
+        async def holding(n: int, group=group, topic=topic, proxy=proxy, label=label) -> int:
+            """Polls held: ours count them; the Apache proxy's are its parked pops."""
+            end = time.perf_counter() + 90
+            seen = 0
+            while time.perf_counter() < end:
+                if label == PEER:
+                    seen = await system.parked_pops(group, topic)
+                else:
+                    seen = await _in_flight_ours(proxy)
+                if seen >= n * 0.98:
+                    break
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(2.0)
+            return seen
+
+        rss0 = proxy.rss_bytes()
+        crowd.start(polls // 2)
+        half = await holding(polls // 2)
+        rss_half = proxy.rss_bytes()
+        crowd.start(polls - polls // 2)
+        held = await holding(polls)
+        rss_full = proxy.rss_bytes()
+        parked = await system.parked_pops(group, topic)
+        lat = []
+        for _ in range(wakeups):
+            crowd.received.clear()
+            t0 = time.perf_counter()
+            await random.choice(system.broker_clients).send(
+                topic, b"wake", properties={Prop.UNIQ_KEY: uuid.uuid4().hex.upper()}
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(crowd.received.wait(), await_ms / 1000 + 5)
+                lat.append(time.perf_counter() - t0)
+            await asyncio.sleep(0.3)
+        await crowd.stop()
+        results[label] = {
+            "polls_requested": polls,
+            "polls_held": held,
+            "rss_mb_before": round(rss0 / 2**20, 1),
+            "rss_mb_with_polls": round(rss_full / 2**20, 1),
+            "kb_per_poll": round((rss_full - rss_half) / max(held - half, 1) / 1024, 2),
+            "kb_per_poll_from_zero": round((rss_full - rss0) / max(held, 1) / 1024, 2),
+            "broker_parked_pops": parked,
+            "wakeups": len(lat),
+            "wakeup_ms_p50": ms(statistics.median(lat)) if lat else None,
+            "wakeup_ms_max": ms(max(lat)) if lat else None,
+            "too_many_requests": tally.too_many,
+        }
+        print(f"  fan-in {label} {polls}: {results[label]}", flush=True)
+        await asyncio.sleep(await_ms / 1000 + 2)  # parked remnants time out
+    return results
+
+
+# -- overhead -------------------------------------------------------------------------------
+
+
+async def _consume_via(system: PeerSystem, label: str, topic: str, group: str, total: int,
+                       workers: int) -> float:  # fmt: skip
+    consumed = 0
+    done = asyncio.Event()
+
+    async def worker(i: int) -> None:
+        nonlocal consumed
+        client = SettingsClient(system.proxies[label].address["grpc"], f"over-{label}-{i}",
+                                own_connection=True)  # fmt: skip
+        try:
+            while consumed < total:
+                result = await client.receive(group, topic, await_ms=5000, batch=32)
+                if result.messages:
+                    await client.ack(group, topic, result.messages)
+                    consumed += len(result.messages)
+                    if consumed >= total:
+                        done.set()
+        finally:
+            await client.close()
+
+    start = time.perf_counter()
+    tasks = [asyncio.ensure_future(worker(i)) for i in range(workers)]
+    try:
+        await asyncio.wait_for(done.wait(), 300)
+        return consumed / (time.perf_counter() - start)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: int = 16,
+                   labels: tuple[str, ...] = (PEER, "notify")) -> dict:  # fmt: skip
+    """Pop+ack of a backlog through each proxy in ``labels`` and straight to the brokers."""
+    paths = [*labels, "direct"]
+    rates: dict[str, list[float]] = {p: [] for p in paths}
+    cpu: dict[str, Counter] = {p: Counter() for p in paths}
+    per = 32 * len(system.broker_clients)
+    total = messages // per * per
+    for round_no in range(rounds):
+        for path in random.sample(paths, len(paths)):
+            topic, group = f"over-{path}-{round_no}", f"over-{path}"
+            await system.create_topic(topic)
+            await scenarios._fill(system, topic, total)
+            await asyncio.sleep(1.0)
+            procs = {p: system.proxies[p] for p in labels}
+
+            def snapshot(procs=procs) -> dict[str, float]:
+                return {
+                    **{f"proxy {p}": proc.cpu_seconds() for p, proc in procs.items()},
+                    "brokers": sum(b.cpu_seconds() for b in system.brokers),
+                    "load_generator": time.process_time(),
+                }
+
+            before = snapshot()
+            if path == "direct":
+                rate, _ = await scenarios._consume(system, "direct", topic, group, total, workers)
+            else:
+                rate = await _consume_via(system, path, topic, group, total, workers)
+            after = snapshot()
+            rates[path].append(rate)
+            for who, s in after.items():
+                cpu[path][who] += (s - before[who]) * 1e6 / total / rounds
+            print(f"  overhead {path} r{round_no}: {rate:.0f} msg/s, load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    return {
+        "messages": total,
+        "workers": workers,
+        "msgs_per_s": {p: round(statistics.median(r)) for p, r in rates.items()},
+        "rounds": {p: [round(x) for x in r] for p, r in rates.items()},
+        "cpu_ms_per_1000": {p: {w: round(v, 1) for w, v in c.items()} for p, c in cpu.items()},
+    }
+
+
+# -- the run --------------------------------------------------------------------------------
+
+REPORTED_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
+                    "false_empties", "empties", "receives", "undelivered",
+                    "broker_requests_per_message_brokers_count"]  # fmt: skip
+SPARSE_COLUMNS = ["delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
+                  "false_empties", "empty_answers", "broker_requests_per_message",
+                  "broker_requests_per_message_brokers_count"]  # fmt: skip
+BUSY_COLUMNS = ["delivered_per_s", "receive_rate_per_s", "broker_requests_per_message",
+                "broker_requests_per_message_brokers_count", "proxy_cpu_s_per_1000"]  # fmt: skip
+
+
+def show(title: str, rows: dict[str, dict], columns: list[str]) -> None:
+    lines = [["proxy", *columns]] + [
+        [label, *("-" if row.get(c) is None else str(row.get(c)) for c in columns)]
+        for label, row in rows.items()
+    ]
+    print(f"\n{title}\n{aligned(lines)}", flush=True)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    wanted = args.scenarios.split(",")
+    results: dict = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "args": vars(args),
+                     "load_average_1_5_15": {"start": load_average()}}  # fmt: skip
+    scenarios.CLIENT_CLASS[0] = SettingsClient
+    real = [s for s in wanted if s != "stub"]
+    if real:
+        t0 = time.monotonic()
+        system = await PeerSystem(brokers=args.brokers).start()
+        from tests.rocketmq.launcher import rocketmq_version
+
+        results["rocketmq"] = rocketmq_version()
+        print(f"real RocketMQ {results['rocketmq']}: {args.brokers} brokers, the Apache proxy "
+              f"and {len(OURS)} of ours ready in {time.monotonic() - t0:.0f} s; load "
+              f"{load_average()}", flush=True)  # fmt: skip
+        try:
+            if "reported" in wanted:
+                home = Path(args.out) / "official-home"
+                home.mkdir(parents=True, exist_ok=True)
+                results["reported"] = await reported(
+                    system, rounds=args.rounds, slot_s=args.reported_slot_s,
+                    await_s=args.reported_await_s, gap_s=(args.gap_min_s, args.gap_max_s),
+                    home=home,
+                )  # fmt: skip
+                results["load_average_1_5_15"]["after_reported"] = load_average()
+                show(f"The reported case: official Python SimpleConsumer, await "
+                     f"{args.reported_await_s} s, a message every {args.gap_min_s}-"
+                     f"{args.gap_max_s} s to a random broker; load {load_average()}",
+                     results["reported"], REPORTED_COLUMNS)  # fmt: skip
+            if "sparse" in wanted:
+                system.reset_counts()
+                results["sparse"] = await scenarios.sparse(
+                    system, rounds=args.rounds, slot_s=12.0, warmup_s=5.0
+                )
+                broker_side_summary(system, results["sparse"])
+                results["load_average_1_5_15"]["after_sparse"] = load_average()
+                show(f"Sparse (real brokers): 2 consumers, await 10 s, a message every "
+                     f"200-500 ms; load {load_average()}",
+                     results["sparse"], SPARSE_COLUMNS)  # fmt: skip
+            if "busy" in wanted:
+                system.reset_counts()
+                results["busy"] = await scenarios.busy(
+                    system, rounds=args.rounds, slot_s=8.0, rate=args.busy_rate,
+                    consumers=args.busy_consumers,
+                )  # fmt: skip
+                broker_side_summary(system, results["busy"])
+                results["load_average_1_5_15"]["after_busy"] = load_average()
+                show(f"Busy (real brokers): {args.busy_consumers} consumers, {args.busy_rate} "
+                     f"msg/s; load {load_average()}", results["busy"], BUSY_COLUMNS)  # fmt: skip
+            if "fanin" in wanted:
+                results["fanin"] = {}
+                for polls in args.fanin_polls:
+                    results["fanin"][polls] = await fan_in(system, polls=polls)
+                    show(f"Idle fan-in: {polls} polls; load {load_average()}",
+                         results["fanin"][polls],
+                         ["polls_held", "kb_per_poll", "kb_per_poll_from_zero",
+                          "rss_mb_with_polls", "broker_parked_pops", "wakeup_ms_p50"])  # fmt: skip
+            if "overhead" in wanted:
+                results["overhead"] = await overhead(
+                    system, rounds=args.rounds, messages=args.overhead_messages
+                )
+                o = results["overhead"]
+                print(f"\nOverhead (real brokers): {o['msgs_per_s']}; load {load_average()}")
+                for path, spent in o["cpu_ms_per_1000"].items():
+                    print(f"  {path}: CPU ms per 1,000 msgs {spent}", flush=True)
+        finally:
+            await system.stop()
+    if "stub" in wanted:
+        stub = await System(brokers=4, modes=OURS, backend="stub").start()
+        try:
+            results["stub"] = {
+                "sparse": await scenarios.sparse(stub, rounds=args.rounds, slot_s=12.0),
+                "busy": await scenarios.busy(stub, rounds=args.rounds, slot_s=8.0,
+                                             rate=args.busy_rate,
+                                             consumers=args.busy_consumers),
+            }  # fmt: skip
+            show("Sparse (4 stub brokers)", results["stub"]["sparse"], SPARSE_COLUMNS[:-1])
+            show("Busy (4 stub brokers)", results["stub"]["busy"], BUSY_COLUMNS)
+        finally:
+            await stub.stop()
+    results["load_average_1_5_15"]["end"] = load_average()
+    return results
+
+
+def charts(results: dict, out: Path) -> list[str]:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no charts")
+        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for scenario in ("reported", "sparse"):
+        for label, row in results.get(scenario, {}).items():
+            values = sorted(row.get("latencies_ms", []))
+            if values:
+                ax.plot([max(v, 0.1) for v in values],
+                        [(i + 1) / len(values) for i in range(len(values))],
+                        label=f"{label} ({scenario})",
+                        linestyle="-" if scenario == "reported" else ":")  # fmt: skip
+    if ax.lines:
+        ax.set_xscale("log")
+        ax.set_xlabel("send acknowledged to received (ms, log)")
+        ax.set_ylabel("share of messages")
+        ax.set_title("Delivery latency by proxy, real RocketMQ brokers")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "latency_by_proxy.png", dpi=120)
+        written.append("latency_by_proxy.png")
+    plt.close(fig)
+    if "overhead" in results:
+        rates = results["overhead"]["msgs_per_s"]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.bar(list(rates), list(rates.values()))
+        ax.set_ylabel("pop + ack, msg/s (median of rounds)")
+        ax.set_title("Throughput by proxy, real RocketMQ brokers")
+        fig.tight_layout()
+        fig.savefig(out / "throughput_by_proxy.png", dpi=120)
+        written.append("throughput_by_proxy.png")
+        plt.close(fig)
+    return written
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--scenarios", default="reported,sparse,busy,fanin,overhead,stub")
+    p.add_argument("--brokers", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--reported-slot-s", type=float, default=30.0)
+    p.add_argument("--reported-await-s", type=int, default=10)
+    p.add_argument("--gap-min-s", type=float, default=0.5)
+    p.add_argument("--gap-max-s", type=float, default=3.0)
+    p.add_argument("--busy-rate", type=int, default=1000)
+    p.add_argument("--busy-consumers", type=int, default=64)
+    p.add_argument("--fanin-polls", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[2000])  # fmt: skip
+    p.add_argument("--overhead-messages", type=int, default=20_000)
+    p.add_argument("--out", default="results/bench-peer")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        import uvloop
+
+        results = uvloop.run(run(args))
+    except ImportError:
+        results = asyncio.run(run(args))
+    results["charts"] = charts(results, out)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    print(f"\nwrote {out / 'results.json'} {' '.join(results['charts'])}")
+
+
+if __name__ == "__main__":
+    main()

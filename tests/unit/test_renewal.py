@@ -1,0 +1,95 @@
+"""The renewer of push consumers' handles: renewal when due, the current checkpoint on
+settle, hand-back when the client goes, the bound on state."""
+
+from __future__ import annotations
+
+from proxy.processor.consumer import Popped
+from proxy.processor.renewal import RENEW_POLICY_MS, HandleRenewer
+from proxy.remoting.popinfo import PopCheckpointInfo
+
+
+class _Broker:
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, int]] = []
+
+    async def change_invisible_time(self, group, topic, extra_info, invisible_ms, timeout):
+        self.changes.append((extra_info, invisible_ms))
+        old = PopCheckpointInfo.parse(extra_info)
+        return PopCheckpointInfo(
+            old.queue_offset, NOW[0], invisible_ms, old.revive_qid, old.retry,
+            old.broker_name, old.queue_id, old.queue_offset,
+        ).encode()  # fmt: skip
+
+
+class _Consumer:
+    broker_timeout_s = 1.0
+
+    def __init__(self) -> None:
+        self.client = _Broker()
+        self.handed_back: list[tuple[list[Popped], str, int | None]] = []
+
+    async def broker(self, name, topic):
+        return self.client
+
+    def hand_back(self, messages, reason, invisible_ms=None):
+        self.handed_back.append((messages, reason, invisible_ms))
+
+
+NOW = [1_000_000]
+
+
+def popped(offset: int, pop_time: int = 1_000_000, invisible: int = 60_000) -> Popped:
+    ck = PopCheckpointInfo(offset, pop_time, invisible, 3, 0, "broker-a", 1, offset)
+    return Popped("broker-a", "G", "T", ck.encode(), 100 + offset, f"id{offset}")
+
+
+def renewer(consumer, **kw) -> HandleRenewer:
+    return HandleRenewer(consumer, clock_ms=lambda: NOW[0], **kw)  # type: ignore[arg-type]
+
+
+async def test_a_handle_is_renewed_when_due_and_settled_with_its_current_checkpoint():
+    consumer = _Consumer()
+    r = renewer(consumer)
+    r.add("c1", popped(5), 0)
+    NOW[0] = 1_000_000 + 40_000  # 20 s before visible: not due
+    await r.renew_due()
+    assert consumer.client.changes == []
+    NOW[0] = 1_000_000 + 51_000  # within 10 s: due
+    await r.renew_due()
+    assert [ms for _, ms in consumer.client.changes] == [RENEW_POLICY_MS[0]]
+    current = await r.take("G", PopCheckpointInfo.parse(popped(5).checkpoint))
+    assert current is not None
+    assert PopCheckpointInfo.parse(current).pop_time == NOW[0]
+    assert await r.take("G", PopCheckpointInfo.parse(popped(5).checkpoint)) is None
+    assert r.size == 0
+
+
+async def test_a_client_that_goes_has_its_messages_handed_back():
+    consumer = _Consumer()
+    r = renewer(consumer, clear_invisible_ms=1000)
+    r.add("c1", popped(1), 0)
+    r.add("c2", popped(2), 0)
+    r.client_gone("c1")
+    [(messages, reason, invisible)] = consumer.handed_back
+    assert [m.msg_id for m in messages] == ["id1"] and reason == "client_gone"
+    assert invisible == 1000
+    assert r.size == 1
+
+
+async def test_state_is_bounded():
+    consumer = _Consumer()
+    r = renewer(consumer, max_handles=2)
+    for offset in range(3):
+        r.add("c1", popped(offset), 0)
+    assert r.size == 2 and r.dropped == 1
+
+
+async def test_past_the_longest_renewal_a_message_goes_back_with_its_back_off():
+    consumer = _Consumer()
+    r = renewer(consumer, max_time_ms=10_000)
+    NOW[0] = 1_000_000
+    r.add("c1", popped(7, invisible=15_000), 2)
+    NOW[0] = 1_000_000 + 11_000
+    await r.renew_due()
+    assert [ms for _, ms in consumer.client.changes] == [10_000]  # 3rd attempt: 10 s
+    assert r.size == 0
