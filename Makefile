@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv system-deps test test-fast lint format run clean
+.PHONY: fuzz soak
 .PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics simulate
 
 help:
@@ -24,6 +25,8 @@ help:
 	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
 	@echo "make rocketmq     fetch the real RocketMQ jars (tests/rocketmq/pom.xml) into .cache/rocketmq"
 	@echo "                  and build the Java client driver (tests/rocketmq/java-client)"
+	@echo "make fuzz         the fuzzers of tests/fuzz with a long budget (FUZZ_EXAMPLES=3000, random)"
+	@echo "make soak         the chaos soak, 10 minutes on 3 real brokers, then on stubs (results/soak)"
 	@echo "make clean        remove the virtualenv and caches"
 
 $(STAMP): pyproject.toml
@@ -65,6 +68,18 @@ run: $(STAMP)
 .PHONY: stack
 stack: system-deps $(STAMP) $(if $(findstring --real,$(STACK_ARGS)),rocketmq)
 	$(BIN)/python deploy/local/stack.py $(STACK_ARGS)
+
+# The fuzzers of tests/fuzz with a long, random budget (the suite runs them derandomized,
+# with a small one); FUZZ_EXAMPLES sets the examples per test.
+fuzz: $(STAMP)
+	FUZZ_PROFILE=fuzz $(BIN)/python -m pytest -q -p no:cacheprovider -o timeout=0 tests/fuzz
+
+# The chaos soak (docs/reliability.md): real brokers, then stubs (whose killed broker loses
+# its messages, reported); SOAK_ARGS adds flags, e.g. SOAK_ARGS="--minutes 30 --seed 2".
+SOAK_MINUTES ?= 10
+soak: $(STAMP) rocketmq
+	$(BIN)/python -m tests.soak.soak --backend real --minutes $(SOAK_MINUTES) --out results/soak/real.json $(SOAK_ARGS)
+	$(BIN)/python -m tests.soak.soak --backend stub --minutes $(SOAK_MINUTES) --out results/soak/stub.json $(SOAK_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)

@@ -4,6 +4,7 @@ configuration list; ``proxy.cli`` composes embedded broker stubs in front of it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -188,5 +189,7 @@ class ProxyApp:
                 for name, c in self.pool.brokers.items()
             },
             "receive": self.engine.status(),
+            # Every task on the loop: a leak shows as a count that keeps growing.
+            "tasks": len(asyncio.all_tasks()),
             "event_log": self.events.stats() if self.events is not None else None,
         }

@@ -126,14 +126,19 @@ class BrokerPool:
         observer: CallObserver | None = None,
         timeout_s: float = 3.0,
         request_hook: RequestHook | None = None,
+        not_found_grace_s: float = 120.0,
     ) -> None:
-        """``request_hook`` signs every request to brokers and name servers (ACL)."""
+        """``request_hook`` signs every request to brokers and name servers (ACL).
+        ``not_found_grace_s``: how long past its TTL a route is still used when the name
+        server says the topic does not exist (a restarted name server, brokers not yet
+        registered again)."""
         if not namesrv_addrs:
             raise ValueError("at least one name server address is needed")
         self._request_hook = request_hook
         self._namesrvs = [RemotingClient(addr, request_hook=request_hook) for addr in namesrv_addrs]
         self._namesrv_turn = itertools.cycle(range(len(self._namesrvs)))
         self._ttl = route_ttl_s
+        self._grace = not_found_grace_s
         self._timeout = timeout_s
         self._observer = observer
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
@@ -161,13 +166,21 @@ class BrokerPool:
                 log.warning("name server unreachable; using the stale route of %s", topic)
                 return cached[1]
             raise
+        except TopicNotFound:
+            # A name server just restarted knows no topic until the brokers register again
+            # (a real broker every 30 s): keep a route seen lately rather than fail every
+            # client with TOPIC_NOT_FOUND meanwhile (found by the soak, docs/reliability.md).
+            if cached is not None and time.monotonic() - cached[0] < self._ttl + self._grace:
+                log.warning("name server does not know %s; using its stale route", topic)
+                return cached[1]
+            self._routes.pop(topic, None)
+            raise
 
     async def _fetch(self, topic: str) -> TopicRoute:
         client = self._namesrvs[next(self._namesrv_turn)]
         request = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         response = await client.invoke(request, self._timeout)
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
-            self._routes.pop(topic, None)
             raise TopicNotFound(topic)
         if response.code != ResponseCode.SUCCESS:
             raise RemotingError(f"route of {topic}: name server answered {response.code}")

@@ -7,9 +7,12 @@ Headers and response handling follow the RocketMQ client (``MQClientAPIImpl``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +26,7 @@ from proxy.remoting.client import (
     ServerHandler,
 )
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
-from proxy.remoting.command import RemotingCommand
+from proxy.remoting.command import RemotingCommand, RemotingProtocolError
 from proxy.remoting.headers import (
     INIT_MODE_MAX,
     AckMessageHeader,
@@ -32,7 +35,6 @@ from proxy.remoting.headers import (
     ConsumerSendMsgBackHeader,
     EndTransactionHeader,
     GroupHeader,
-    HeaderError,
     NotificationHeader,
     NotificationResponseHeader,
     PollingInfoHeader,
@@ -63,6 +65,8 @@ from proxy.remoting.popinfo import (
 
 DEFAULT_TIMEOUT = 3.0
 
+log = logging.getLogger(__name__)
+
 
 class BrokerError(RemotingError):
     """The broker answered with an error code."""
@@ -71,6 +75,25 @@ class BrokerError(RemotingError):
         super().__init__(f"{request}: broker answered {code} {remark or ''}".rstrip())
         self.code = code
         self.remark = remark
+
+
+class BrokerResponseError(RemotingError):
+    """The broker answered something that cannot be read: a header field missing or not a
+    number, a message body cut short. The request failed, as if the broker had not
+    answered; the caller's client gets an error code, never an exception."""
+
+
+# What decoding a broker's answer raises on bad input (HeaderError is a ValueError; so is
+# UnicodeDecodeError).
+_UNREADABLE = (ValueError, KeyError, IndexError, struct.error, RemotingProtocolError)
+
+
+@contextlib.contextmanager
+def _readable(broker: str, request: str) -> Iterator[None]:
+    try:
+        yield
+    except _UNREADABLE as exc:
+        raise BrokerResponseError(f"{request}: unreadable answer from {broker}: {exc}") from None
 
 
 @dataclass(slots=True)
@@ -212,7 +235,8 @@ class BrokerClient:
             await self._call(RequestCode.SEND_MESSAGE_V2, header.encode_v2(), body, timeout),
             "send",
         )
-        return self._send_result(response)
+        with _readable(self.name, "send"):
+            return self._send_result(response)
 
     async def send_batch(
         self,
@@ -233,11 +257,14 @@ class BrokerClient:
             ),
             "send batch",
         )
-        return self._send_result(response)
+        with _readable(self.name, "send batch"):
+            return self._send_result(response)
 
     @staticmethod
     def _send_result(response: RemotingCommand) -> SendResult:
         h = SendMessageResponseHeader.decode(response.ext_fields)
+        if not (0 <= h.queue_id < 2**31 and 0 <= h.queue_offset < 2**63):
+            raise ValueError(f"queue {h.queue_id} offset {h.queue_offset} out of range")
         return SendResult(
             msg_id=h.transaction_id,
             offset_msg_id=h.msg_id,
@@ -262,7 +289,8 @@ class BrokerClient:
             await self._call(RequestCode.RECALL_MESSAGE, header.encode(), timeout=timeout),
             "recall",
         )
-        return RecallMessageResponseHeader.decode(response.ext_fields).msg_id
+        with _readable(self.name, "recall"):
+            return RecallMessageResponseHeader.decode(response.ext_fields).msg_id
 
     async def heartbeat(
         self, client_id: str, producer_groups: list[str], timeout: float = DEFAULT_TIMEOUT
@@ -327,8 +355,16 @@ class BrokerClient:
         if on_late is not None:
 
             def late(response: RemotingCommand) -> None:
-                if response.code == ResponseCode.SUCCESS:
-                    on_late(self._pop_result(response, topic))
+                if response.code != ResponseCode.SUCCESS:
+                    return
+                try:
+                    with _readable(self.name, "late pop"):
+                        result = self._pop_result(response, topic)
+                except BrokerResponseError as exc:
+                    # Its messages (if any) come back after their invisible time.
+                    log.warning("%s", exc)
+                    return
+                on_late(result)
 
         response = await self._call(
             RequestCode.POP_MESSAGE,
@@ -344,7 +380,8 @@ class BrokerClient:
             ResponseCode.PULL_NOT_FOUND,
             ResponseCode.POLLING_FULL,
         )
-        return self._pop_result(response, topic)
+        with _readable(self.name, "pop"):
+            return self._pop_result(response, topic)
 
     def _pop_result(self, response: RemotingCommand, topic: str) -> PopResult:
         h = PopMessageResponseHeader.decode(response.ext_fields)
@@ -484,10 +521,8 @@ class BrokerClient:
             ),
             "change invisible time",
         )
-        try:
+        with _readable(self.name, "change invisible time"):
             answer = ChangeInvisibleTimeResponseHeader.decode(response.ext_fields)
-        except HeaderError as exc:
-            raise RemotingError(f"change invisible time: {exc}") from None
         return PopCheckpointInfo(
             info.queue_offset,
             answer.pop_time,
@@ -522,7 +557,8 @@ class BrokerClient:
             ),
             "notification",
         )
-        answer = NotificationResponseHeader.decode(response.ext_fields)
+        with _readable(self.name, "notification"):
+            answer = NotificationResponseHeader.decode(response.ext_fields)
         return NotificationResult(has_msg=answer.has_msg, polling_full=answer.polling_full)
 
     async def group_config(self, group: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
@@ -552,7 +588,8 @@ class BrokerClient:
             await self._call(RequestCode.POLLING_INFO, header.encode(), timeout=timeout),
             "polling info",
         )
-        return PollingInfoResponseHeader.decode(response.ext_fields).polling_num
+        with _readable(self.name, "polling info"):
+            return PollingInfoResponseHeader.decode(response.ext_fields).polling_num
 
     async def send_to_dead_letter(
         self,

@@ -1,0 +1,88 @@
+"""A broker whose answer cannot be read (found by tests/fuzz/test_remoting_fuzz.py): the
+call fails with a RemotingError (``BrokerResponseError``), which every caller already
+turns into a client's error code, never an exception escaping as gRPC UNKNOWN."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from proxy.remoting.broker_client import BrokerClient, BrokerResponseError
+from proxy.remoting.codes import ResponseCode
+from proxy.remoting.command import FrameDecoder, encode
+
+
+class OneAnswer:
+    """A broker that answers every request with ``fields`` and ``body``."""
+
+    def __init__(self, fields: dict[str, str], body: bytes = b"") -> None:
+        self.fields, self.body = fields, body
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader, writer) -> None:
+        decoder = FrameDecoder()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await self._answer(decoder, reader, writer)
+        writer.close()
+
+    async def _answer(self, decoder, reader, writer) -> None:
+        while data := await reader.read(65536):
+            for cmd in decoder.feed(data):
+                writer.write(
+                    encode(cmd.make_response(ResponseCode.SUCCESS, dict(self.fields), self.body))
+                )
+
+
+SEND_OK = {"msgId": "0A", "queueId": "1", "queueOffset": "5", "transactionId": "U1"}
+POP_OK = {
+    "popTime": "1",
+    "invisibleTime": "10000",
+    "reviveQid": "0",
+    "restNum": "0",
+    "startOffsetInfo": "0@0=0",
+    "msgOffsetInfo": "0@0=0",
+}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {**SEND_OK, "queueOffset": "99999999999999999999"},  # past int64: protobuf refused it
+        {**SEND_OK, "queueId": "-3"},
+        {**SEND_OK, "queueOffset": "1;2"},
+    ],
+)
+async def test_an_unreadable_send_answer_is_a_remoting_error(fields):
+    async with OneAnswer(fields) as address:
+        client = BrokerClient("broker-x", address)
+        try:
+            with pytest.raises(BrokerResponseError):
+                await client.send("T", b"x", timeout=3)
+        finally:
+            await client.close()
+
+
+@pytest.mark.parametrize(
+    ("fields", "body"),
+    [
+        (POP_OK, b"\x00\x00\x00\x91" + b"\x00" * 40),  # a record longer than the body
+        ({**POP_OK, "invisibleTime": "1;2"}, b""),  # a header number that is not one
+    ],
+)
+async def test_an_unreadable_pop_answer_is_a_remoting_error(fields, body):
+    async with OneAnswer(fields, body) as address:
+        client = BrokerClient("broker-x", address)
+        try:
+            with pytest.raises(BrokerResponseError):
+                await client.pop("G", "T", timeout=3)
+        finally:
+            await client.close()

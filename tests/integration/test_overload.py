@@ -1,0 +1,115 @@
+"""Overload and slow clients: the proxy refuses what is past its limits with a code the
+clients understand (TOO_MANY_REQUESTS), holds nothing for clients that stopped reading or
+went away, and recovers by itself when the load goes. Waits are bounded; nothing here
+asserts how fast the machine is."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from proxy.api.v2 import definition_pb2 as pb
+from tests.integration._util import wait_until
+from tests.lean_client import LeanClient, receive_request
+
+Code = pb.Code
+T, G = "T", "G"
+
+
+def in_flight(app) -> int:
+    return sum(app.engine.status()["in_flight"].values())
+
+
+async def test_a_burst_past_max_in_flight_is_refused_then_served_again(start_proxy, lean):
+    app = await start_proxy(mode="notify", brokers=2, max_in_flight=4)
+    client = lean(app)
+    # Four long polls on an empty topic hold the limit.
+    holders = [
+        asyncio.create_task(client.receive(G, T, await_ms=3_000, timeout_s=30)) for _ in range(4)
+    ]
+    await wait_until(lambda: in_flight(app) == 4, timeout=20)
+    burst = await asyncio.gather(
+        *(client.receive(G, T, await_ms=3_000, timeout_s=30) for _ in range(20))
+    )
+    assert {r.status for r in burst} == {Code.TOO_MANY_REQUESTS}
+    assert all(r.stream == ["status"] for r in burst)
+    assert {r.status for r in await asyncio.gather(*holders)} == {Code.MESSAGE_NOT_FOUND}
+    assert in_flight(app) == 0
+    # Recovered: a message is delivered to the next poll.
+    assert (await client.send(T, b"after the burst")).status.code == Code.OK
+    got = await client.receive(G, T, await_ms=3_000, timeout_s=30)
+    assert got.status == Code.OK and [m.body for m in got.messages] == [b"after the burst"]
+
+
+async def test_streams_never_read_and_clients_gone_leave_nothing_in_flight(start_proxy, lean):
+    """Clients that open ReceiveMessage and never read, and clients that cancel mid-poll:
+    every poll ends, the limit frees up, and the messages go back to the queue."""
+    app = await start_proxy(mode="notify", brokers=2, max_in_flight=64, nack_invisible_ms=1_000)
+    sender = lean(app)
+    for i in range(10):
+        assert (await sender.send(T, f"m{i}".encode())).status.code == Code.OK
+    lazy = [
+        LeanClient(f"127.0.0.1:{app.config.grpc_port}", "lazy", own_connection=True)
+        for _ in range(20)
+    ]
+    request = receive_request(G, T, await_ms=2_000, batch=32, invisible_ms=10_000)
+    calls = []
+    for i, client in enumerate(lazy):
+        call = client.stub.ReceiveMessage(request, metadata=client.metadata, timeout=30)
+        calls.append(call)
+        if i % 2:  # half of them give up mid-poll
+            await asyncio.sleep(0.05)
+            call.cancel()
+    await wait_until(lambda: in_flight(app) == 0, timeout=20)
+    for client in lazy:
+        await client.close()
+    # Nothing was acked: every message comes back (delivered to a lazy stream, or handed
+    # back when its client went away) and is received by a client that reads.
+    seen: set[bytes] = set()
+    reader = lean(app)
+
+    async def drain() -> None:
+        while len(seen) < 10:
+            got = await reader.receive(G, T, await_ms=2_000, batch=32, timeout_s=30)
+            seen.update(m.body for m in got.messages)
+
+    await asyncio.wait_for(drain(), timeout=90)
+    assert seen == {f"m{i}".encode() for i in range(10)}
+    assert in_flight(app) == 0
+
+
+async def test_many_connections_come_and_go(start_proxy):
+    app = await start_proxy(mode="notify", brokers=1)
+    endpoint = f"127.0.0.1:{app.config.grpc_port}"
+    before = len(asyncio.all_tasks())
+    for _ in range(3):
+        clients = [LeanClient(endpoint, f"c{i}", own_connection=True) for i in range(150)]
+        routes = await asyncio.gather(*(c.query_route(T) for c in clients))
+        assert {r.status.code for r in routes} == {Code.OK}
+        await asyncio.gather(*(c.close() for c in clients))
+    # The proxy keeps no task per connection once its clients are gone.
+    await wait_until(lambda: len(asyncio.all_tasks()) <= before + 2, timeout=20)
+    client = LeanClient(endpoint, "after")
+    try:
+        assert (await client.query_route(T)).status.code == Code.OK
+    finally:
+        await client.close()
+
+
+async def test_a_request_over_the_size_limit_is_refused_with_resource_exhausted(start_proxy):
+    app = await start_proxy(mode="notify", brokers=1)
+    client = LeanClient(f"127.0.0.1:{app.config.grpc_port}", "big")
+    try:
+        too_big = b"x" * (4 * app.config.max_body_bytes + (2 << 20))
+        try:
+            await client.send(T, too_big)
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        else:
+            raise AssertionError("a request past the gRPC limit was accepted")
+        big = await client.send(T, b"x" * (app.config.max_body_bytes + 1))
+        assert big.status.code == Code.MESSAGE_BODY_TOO_LARGE
+        assert (await client.send(T, b"small")).status.code == Code.OK
+    finally:
+        await client.close()

@@ -1,0 +1,92 @@
+"""A name server that restarts knows no topic until the brokers register again (a real
+broker every 30 s). The chaos soak saw every client call answered TOPIC_NOT_FOUND in that
+gap; a proxy now keeps a route it saw lately (``BrokerPool(not_found_grace_s=...)``).
+
+The name server here is a fake that answers with a real route (taken from a stub name
+server) and then, "restarted", TOPIC_NOT_EXIST: no race with the brokers' registration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from broker_stub import BrokerConfig, StubCluster
+from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.remoting.client import RemotingClient
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
+
+T = "TopicRestart"
+
+
+class ForgetfulNamesrv:
+    """Answers GET_ROUTEINFO_BY_TOPIC with ``route`` for ``T`` until ``forget()``, then
+    TOPIC_NOT_EXIST for everything, as a freshly restarted name server does."""
+
+    def __init__(self, route: bytes) -> None:
+        self.route = route
+        self.knows = True
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader, writer) -> None:
+        decoder = FrameDecoder()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            while data := await reader.read(65536):
+                for cmd in decoder.feed(data):
+                    if self.knows and cmd.fields.get("topic") == T:
+                        answer = cmd.make_response(ResponseCode.SUCCESS, body=self.route)
+                    else:
+                        answer = cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, remark="no")
+                    writer.write(encode(answer))
+        writer.close()
+
+
+@pytest.fixture
+async def route_body():
+    async with StubCluster(2, template=BrokerConfig(topics=[T])) as cluster:
+        client = RemotingClient(cluster.namesrv_address)
+        try:
+            response = await client.invoke(
+                RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": T}), 3.0
+            )
+        finally:
+            await client.close()
+    assert response.code == ResponseCode.SUCCESS
+    return response.body
+
+
+async def test_a_route_seen_lately_survives_a_name_server_restart(route_body):
+    fake = ForgetfulNamesrv(route_body)
+    async with fake as address:
+        pool = BrokerPool([address], route_ttl_s=0.0, not_found_grace_s=60.0)
+        try:
+            before = await pool.route(T)
+            assert {b.name for b in before.brokers} == {"broker-a", "broker-b"}
+            fake.knows = False  # restarted: nobody registered yet
+            assert await pool.route(T) == before
+            with pytest.raises(TopicNotFound):  # a topic never seen is still not found
+                await pool.route("NeverSeen")
+        finally:
+            await pool.close()
+
+
+async def test_past_the_grace_a_topic_the_name_server_does_not_know_is_not_found(route_body):
+    fake = ForgetfulNamesrv(route_body)
+    async with fake as address:
+        pool = BrokerPool([address], route_ttl_s=0.0, not_found_grace_s=0.0)
+        try:
+            await pool.route(T)
+            fake.knows = False
+            with pytest.raises(TopicNotFound):
+                await pool.route(T)
+        finally:
+            await pool.close()

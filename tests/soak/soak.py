@@ -1,0 +1,536 @@
+"""The chaos soak: messages flow through two proxies while faults strike on a seeded
+schedule; every message is counted.
+
+    python -m tests.soak.soak --backend real --minutes 10 --seed 1   (make soak)
+    python -m tests.soak.soak --backend stub --minutes 1 --faults proxy,stop,namesrv,client
+
+Topology: a name server, three brokers (real RocketMQ 5 from tests/rocketmq/launcher.py,
+whose store survives a kill; or broker_stub processes, in memory), two proxies
+(``python -m proxy.cli`` of this tree, each a process on free loopback ports), and in this
+process producers and SimpleConsumers (the lean client) on both proxies: each client takes
+both endpoints and moves to the other one when a call fails.
+
+Faults (``--faults``, on a schedule drawn from ``--seed``): ``proxy`` SIGKILL of a proxy and
+a restart on the same ports; ``broker`` SIGKILL and restart of a broker; ``stop`` SIGSTOP
+of a broker, SIGCONT some seconds later; ``namesrv`` the name server killed and
+restarted; ``client`` a consumer killed mid-poll (its channel closed under a pending
+ReceiveMessage) and one killed mid-ack (it received, and dies before acking).
+
+Accounting: each message body is a unique id. ``confirmed``: the send answered OK.
+``delivered``: received at least once. ``duplicates``: deliveries past the first.
+``lost``: confirmed, never delivered by the end of the drain. Redelivery delay: from a
+message's first delivery to its next one. Proxy health: tasks (``/v1/status``), open
+file descriptors and RSS of each proxy process, before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from proxy.api.v2 import definition_pb2 as pb
+from tests.bench.processes import Process, _spawn
+from tests.lean_client import LeanClient
+from tests.rocketmq.launcher import free_port_block
+
+TOPIC, GROUP = "SoakTopic", "SoakGroup"
+FAULTS = ("proxy", "broker", "stop", "namesrv", "client")
+INVISIBLE_MS = 10_000
+Code = pb.Code
+
+
+@dataclass
+class Ledger:
+    sent: int = 0
+    confirmed: dict[str, float] = field(default_factory=dict)  # id -> confirmed at
+    deliveries: dict[str, list[float]] = field(default_factory=dict)
+    acked: set[str] = field(default_factory=set)
+    errors: dict[str, int] = field(default_factory=dict)
+    faults: list[tuple[float, str]] = field(default_factory=list)
+    calls: int = 0
+    late_calls: int = 0  # calls that ran past their own deadline (a hang)
+
+    def error(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+    def report(self) -> dict:
+        delivered = {m for m in self.deliveries if m in self.confirmed}
+        redelivery = sorted(
+            (times[1] - times[0]) for times in self.deliveries.values() if len(times) > 1
+        )
+
+        def pct(p: float) -> float | None:
+            if not redelivery:
+                return None
+            return round(redelivery[min(len(redelivery) - 1, int(p * len(redelivery)))], 2)
+
+        return {
+            "sent": self.sent,
+            "confirmed": len(self.confirmed),
+            "delivered": len(delivered),
+            "acked": len(self.acked & set(self.confirmed)),
+            "duplicates": sum(len(t) - 1 for t in self.deliveries.values()),
+            "lost": len(set(self.confirmed) - set(self.deliveries)),
+            "unconfirmed_delivered": len(set(self.deliveries) - set(self.confirmed)),
+            "redelivery_s_p50": pct(0.5),
+            "redelivery_s_p99": pct(0.99),
+            "calls": self.calls,
+            "late_calls": self.late_calls,
+            "errors": self.errors,
+            "faults": [f"{t:.0f}s {what}" for t, what in self.faults],
+        }
+
+
+class Cluster:
+    """Name server, three brokers and two proxies, each restartable on its own ports."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.real = None
+        self.stub_namesrv: Process | None = None
+        self.stub_brokers: dict[str, tuple[int, Process]] = {}
+        self.proxies: dict[str, tuple[tuple[int, int], Process | None]] = {}
+        self.namesrv_port = 0
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    async def start(self) -> None:
+        if self.backend == "real":
+            from tests.rocketmq.launcher import RealCluster
+
+            self.real = await asyncio.to_thread(RealCluster.start, 3)
+            self.namesrv_port = self.real.namesrv_port
+            await asyncio.to_thread(self.real.create_topic, TOPIC)
+            await asyncio.to_thread(self.real.create_group, GROUP)
+        else:
+            self.namesrv_port = free_port_block()
+            await self._start_stub_namesrv()
+            for name in ("broker-a", "broker-b", "broker-c"):
+                self.stub_brokers[name] = (free_port_block(), None)
+                await self._start_stub_broker(name)
+        for name in ("proxy-1", "proxy-2"):
+            self.proxies[name] = ((free_port_block(), free_port_block()), None)
+            await self.start_proxy(name)
+
+    async def _start_stub_namesrv(self) -> None:
+        self.stub_namesrv = await _spawn(
+            "namesrv",
+            "broker_stub.cli",
+            "namesrv_main",
+            "--port",
+            str(self.namesrv_port),
+            "--log-level",
+            "error",
+        )
+
+    async def _start_stub_broker(self, name: str) -> None:
+        port, _ = self.stub_brokers[name]
+        proc = await _spawn(
+            name,
+            "broker_stub.cli",
+            "broker_main",
+            "--name",
+            name,
+            "--port",
+            str(port),
+            "--namesrv",
+            self.namesrv,
+            "--topic",
+            TOPIC,
+            "--log-level",
+            "error",
+        )
+        self.stub_brokers[name] = (port, proc)
+
+    async def start_proxy(self, name: str) -> None:
+        (grpc_port, http_port), _ = self.proxies[name]
+        proc = await _spawn(
+            name,
+            "proxy.cli",
+            "main",
+            "--namesrv",
+            self.namesrv,
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            "--proxy-id",
+            name,
+            "--workers",
+            "1",
+            "--log-level",
+            "error",
+        )
+        self.proxies[name] = ((grpc_port, http_port), proc)
+
+    def endpoints(self) -> list[str]:
+        return [f"127.0.0.1:{ports[0]}" for ports, _ in self.proxies.values()]
+
+    def broker_names(self) -> list[str]:
+        if self.real is not None:
+            return [b.name for b in self.real.brokers]
+        return list(self.stub_brokers)
+
+    # -- faults ---------------------------------------------------------------------------
+
+    async def kill_proxy(self, name: str) -> None:
+        _, proc = self.proxies[name]
+        proc.proc.kill()
+        await proc.proc.wait()
+        await asyncio.sleep(1)
+        await self.start_proxy(name)
+
+    async def kill_broker(self, name: str) -> None:
+        if self.real is not None:
+            broker = self.real.broker(name)
+            broker.process.signal(signal.SIGKILL)
+            await asyncio.to_thread(broker.process.proc.wait)
+            await asyncio.sleep(1)
+            await asyncio.to_thread(self.real.restart_broker, name)
+            return
+        _, proc = self.stub_brokers[name]
+        proc.proc.kill()
+        await proc.proc.wait()
+        await asyncio.sleep(1)
+        await self._start_stub_broker(name)
+        await self._create_stub_topic(name)
+
+    async def _create_stub_topic(self, name: str) -> None:
+        pass  # the stub broker creates --topic at start
+
+    async def pause_broker(self, name: str, seconds: float) -> None:
+        pid = (
+            self.real.broker(name).process.pid
+            if self.real is not None
+            else self.stub_brokers[name][1].pid
+        )
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    async def kill_namesrv(self) -> None:
+        if self.real is not None:
+            from tests.rocketmq.launcher import RealCluster  # noqa: F401
+
+            ns = self.real.namesrv
+            ns.signal(signal.SIGKILL)
+            await asyncio.to_thread(ns.proc.wait)
+            await asyncio.sleep(2)
+            ns.spawn(
+                "org.apache.rocketmq.namesrv.NamesrvStartup",
+                ["-c", str(ns.home / "namesrv.conf")],
+                self.real.profile,
+            )
+            await asyncio.to_thread(ns.wait_ready, 90)
+            return
+        self.stub_namesrv.proc.kill()
+        await self.stub_namesrv.proc.wait()
+        await asyncio.sleep(2)
+        await self._start_stub_namesrv()
+
+    # -- health ---------------------------------------------------------------------------
+
+    async def health(self) -> dict:
+        out = {}
+        async with aiohttp.ClientSession() as http:
+            for name, ((_, http_port), proc) in self.proxies.items():
+                try:
+                    async with http.get(
+                        f"http://127.0.0.1:{http_port}/v1/status",
+                        timeout=aiohttp.ClientTimeout(total=5),
+                    ) as r:
+                        status = await r.json()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    out[name] = {"error": str(exc)}
+                    continue
+                out[name] = {
+                    "tasks": status.get("tasks"),
+                    "in_flight": sum(status["receive"]["in_flight"].values()),
+                    "fds": len(os.listdir(f"/proc/{proc.pid}/fd")),
+                    "rss_mb": round(proc.rss_bytes() / 2**20, 1),
+                }
+        return out
+
+    async def stop(self) -> None:
+        for _, proc in self.proxies.values():
+            if proc is not None and proc.proc.returncode is None:
+                proc.proc.kill()
+                await proc.proc.wait()
+        if self.real is not None:
+            await asyncio.to_thread(self.real.stop, 10.0)
+        for _, proc in self.stub_brokers.values():
+            if proc is not None and proc.proc.returncode is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.proc.kill()
+                await proc.proc.wait()
+        if self.stub_namesrv is not None and self.stub_namesrv.proc.returncode is None:
+            self.stub_namesrv.proc.kill()
+            await self.stub_namesrv.proc.wait()
+
+
+class Client:
+    """A lean client over both proxies: a failed call moves it to the other one."""
+
+    _ids = itertools.count()
+
+    def __init__(self, endpoints: list[str], start: int) -> None:
+        self.endpoints = endpoints
+        self.index = start
+        self.lean = self._connect()
+
+    def _connect(self) -> LeanClient:
+        return LeanClient(
+            self.endpoints[self.index % len(self.endpoints)],
+            f"soak-{next(self._ids)}",
+            own_connection=True,
+        )
+
+    async def switch(self) -> None:
+        await self.lean.close()
+        self.index += 1
+        self.lean = self._connect()
+
+    async def close(self) -> None:
+        await self.lean.close()
+
+
+async def _timed(ledger: Ledger, coro, deadline_s: float):
+    """A client call; it has its own gRPC deadline, this checks the proxy kept it."""
+    ledger.calls += 1
+    started = time.monotonic()
+    try:
+        return await coro
+    finally:
+        if time.monotonic() - started > deadline_s + 2:
+            ledger.late_calls += 1
+
+
+async def produce(ledger: Ledger, client: Client, stop: asyncio.Event, rate: float) -> None:
+    while not stop.is_set():
+        mid = uuid.uuid4().hex
+        ledger.sent += 1
+        try:
+            sent = await _timed(
+                ledger, asyncio.wait_for(client.lean.send(TOPIC, mid.encode()), 10), 10
+            )
+            if sent.status.code == Code.OK:
+                ledger.confirmed[mid] = time.monotonic()
+            else:
+                ledger.error(f"send:{pb.Code.Name(sent.status.code)}")
+                await client.switch()
+        except Exception as exc:  # a proxy gone: the other one
+            ledger.error(f"send:{type(exc).__name__}")
+            await client.switch()
+        await asyncio.sleep(1 / rate)
+
+
+async def consume(
+    ledger: Ledger, client: Client, stop: asyncio.Event, t0: float, ack: bool = True
+) -> None:
+    while not stop.is_set():
+        try:
+            got = await _timed(
+                ledger,
+                client.lean.receive(
+                    GROUP, TOPIC, await_ms=5_000, batch=16, invisible_ms=INVISIBLE_MS
+                ),
+                8,
+            )
+        except Exception as exc:
+            ledger.error(f"receive:{type(exc).__name__}")
+            await client.switch()
+            await asyncio.sleep(0.2)
+            continue
+        if got.status not in (Code.OK, Code.MESSAGE_NOT_FOUND):
+            ledger.error(f"receive:{pb.Code.Name(got.status)}")
+            await client.switch()
+            continue
+        now = time.monotonic()
+        for m in got.messages:
+            ledger.deliveries.setdefault(m.body.decode(), []).append(now)
+        if got.messages and ack:
+            try:
+                answer = await _timed(
+                    ledger, asyncio.wait_for(client.lean.ack(GROUP, TOPIC, got.messages), 10), 10
+                )
+                if answer.status.code == Code.OK:
+                    ledger.acked.update(m.body.decode() for m in got.messages)
+                else:
+                    ledger.error(f"ack:{pb.Code.Name(answer.status.code)}")
+            except Exception as exc:
+                ledger.error(f"ack:{type(exc).__name__}")
+                await client.switch()
+
+
+async def client_faults(ledger: Ledger, cluster: Cluster, t0: float) -> None:
+    """A consumer killed mid-poll, and one killed between receive and ack."""
+    doomed = Client(cluster.endpoints(), random.randrange(2))
+    poll = asyncio.ensure_future(
+        doomed.lean.receive(GROUP, TOPIC, await_ms=5_000, batch=16, invisible_ms=INVISIBLE_MS)
+    )
+    await asyncio.sleep(0.3)
+    await doomed.close()  # the connection goes under the pending poll
+    try:
+        got = await poll
+        for m in got.messages:  # it may have answered first: those count as delivered
+            ledger.deliveries.setdefault(m.body.decode(), []).append(time.monotonic())
+    except (Exception, asyncio.CancelledError):  # closing the channel cancels the call
+        if asyncio.current_task().cancelling():
+            raise
+    ledger.faults.append((time.monotonic() - t0, "client killed mid-poll"))
+    doomed = Client(cluster.endpoints(), random.randrange(2))
+    try:
+        got = await doomed.lean.receive(
+            GROUP, TOPIC, await_ms=5_000, batch=16, invisible_ms=INVISIBLE_MS
+        )
+        now = time.monotonic()
+        for m in got.messages:
+            ledger.deliveries.setdefault(m.body.decode(), []).append(now)
+    except Exception as exc:
+        ledger.error(f"receive:{type(exc).__name__}")
+    await doomed.close()  # never acks: those come back after their invisible time
+    ledger.faults.append((time.monotonic() - t0, "client killed mid-ack"))
+
+
+async def chaos(
+    ledger: Ledger,
+    cluster: Cluster,
+    faults: list[str],
+    rng: random.Random,
+    stop: asyncio.Event,
+    t0: float,
+    interval: float,
+) -> None:
+    plan = itertools.cycle(rng.sample(faults, len(faults)))
+    await asyncio.sleep(interval / 2)
+    while not stop.is_set():
+        fault = next(plan)
+        started = time.monotonic() - t0
+        if fault == "proxy":
+            name = rng.choice(list(cluster.proxies))
+            await cluster.kill_proxy(name)
+            ledger.faults.append((started, f"SIGKILL+restart {name}"))
+        elif fault == "broker":
+            name = rng.choice(cluster.broker_names())
+            await cluster.kill_broker(name)
+            ledger.faults.append((started, f"SIGKILL+restart {name}"))
+        elif fault == "stop":
+            name = rng.choice(cluster.broker_names())
+            await cluster.pause_broker(name, rng.uniform(3, 8))
+            ledger.faults.append((started, f"SIGSTOP/SIGCONT {name}"))
+        elif fault == "namesrv":
+            await cluster.kill_namesrv()
+            ledger.faults.append((started, "SIGKILL+restart namesrv"))
+        elif fault == "client":
+            await client_faults(ledger, cluster, t0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval * rng.uniform(0.5, 1.5))
+
+
+async def run(
+    backend: str,
+    seconds: float,
+    seed: int,
+    faults: list[str],
+    rate: float,
+    drain_s: float = 90,
+    interval: float = 20,
+) -> dict:
+    rng = random.Random(seed)
+    random.seed(seed)
+    ledger = Ledger()
+    cluster = Cluster(backend)
+    load_before = os.getloadavg()
+    await cluster.start()
+    try:
+        await asyncio.sleep(3)
+        health_before = await cluster.health()
+        endpoints = cluster.endpoints()
+        stop_producing, stop_consuming = asyncio.Event(), asyncio.Event()
+        producers = [Client(endpoints, i) for i in range(2)]
+        consumers = [Client(endpoints, i) for i in range(4)]
+        t0 = time.monotonic()
+        tasks = [asyncio.ensure_future(produce(ledger, c, stop_producing, rate)) for c in producers]
+        tasks += [asyncio.ensure_future(consume(ledger, c, stop_consuming, t0)) for c in consumers]
+        chaos_task = asyncio.ensure_future(
+            chaos(ledger, cluster, faults, rng, stop_producing, t0, interval)
+        )
+        await asyncio.sleep(seconds)
+        stop_producing.set()
+        await chaos_task
+        # Drain: until every confirmed message was delivered and acked, or the drain ends.
+        drain_end = time.monotonic() + drain_s
+        while time.monotonic() < drain_end:
+            if set(ledger.confirmed) <= ledger.acked:
+                break
+            await asyncio.sleep(1)
+        stop_consuming.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for c in producers + consumers:
+            await c.close()
+        await asyncio.sleep(3)
+        health_after = await cluster.health()
+    finally:
+        await cluster.stop()
+    report = ledger.report()
+    report.update(
+        backend=backend,
+        seconds=seconds,
+        seed=seed,
+        drain_s=drain_s,
+        health_before=health_before,
+        health_after=health_after,
+        load_before=[round(x, 2) for x in load_before],
+        load_after=[round(x, 2) for x in os.getloadavg()],
+    )
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("real", "stub"), default="real")
+    p.add_argument("--minutes", type=float, default=10)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--faults", default=",".join(FAULTS))
+    p.add_argument("--rate", type=float, default=20, help="messages/s per producer (2)")
+    p.add_argument("--interval", type=float, default=20, help="mean seconds between faults")
+    p.add_argument("--drain", type=float, default=90)
+    p.add_argument("--out", help="write the report here (JSON)")
+    args = p.parse_args(argv)
+    faults = [f for f in args.faults.split(",") if f]
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        p.error(f"unknown faults: {sorted(unknown)}")
+    report = asyncio.run(
+        run(
+            args.backend, args.minutes * 60, args.seed, faults, args.rate, args.drain, args.interval
+        )
+    )
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write(text)
+    lost_ok = report["lost"] == 0 or (args.backend == "stub" and "broker" in faults)
+    return 0 if lost_ok and report["late_calls"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
