@@ -57,6 +57,7 @@ class Ledger:
     confirmed: dict[str, float] = field(default_factory=dict)  # id -> confirmed at
     deliveries: dict[str, list[float]] = field(default_factory=dict)
     acked: set[str] = field(default_factory=set)
+    ack_unknown: set[str] = field(default_factory=set)  # acks that got no answer
     errors: dict[str, int] = field(default_factory=dict)
     faults: list[tuple[float, str]] = field(default_factory=list)
     calls: int = 0
@@ -81,6 +82,9 @@ class Ledger:
             "confirmed": len(self.confirmed),
             "delivered": len(delivered),
             "acked": len(self.acked & set(self.confirmed)),
+            # Confirmed, delivered, never acked with an answer, but an ack was sent that got
+            # none: the broker may have applied it (so nothing comes back to be acked).
+            "ack_unknown": len((self.ack_unknown - self.acked) & set(self.confirmed)),
             "duplicates": sum(len(t) - 1 for t in self.deliveries.values()),
             "lost": len(set(self.confirmed) - set(self.deliveries)),
             "unconfirmed_delivered": len(set(self.deliveries) - set(self.confirmed)),
@@ -369,11 +373,18 @@ async def consume(
                 answer = await _timed(
                     ledger, asyncio.wait_for(client.lean.ack(GROUP, TOPIC, got.messages), 10), 10
                 )
-                if answer.status.code == Code.OK:
-                    ledger.acked.update(m.body.decode() for m in got.messages)
-                else:
-                    ledger.error(f"ack:{pb.Code.Name(answer.status.code)}")
+                # Per entry: a batch that partly failed (MULTIPLE_RESULTS) still acked the
+                # entries answered OK, and those never come back to be acked again.
+                body_of = {m.system_properties.message_id: m.body.decode() for m in got.messages}
+                for entry in answer.entries:
+                    if entry.status.code == Code.OK:
+                        ledger.acked.add(body_of[entry.message_id])
+                    else:
+                        ledger.error(f"ack:{pb.Code.Name(entry.status.code)}")
             except Exception as exc:
+                # No answer: the broker may or may not have applied the ack. Either the
+                # message comes back and is acked again, or it never does.
+                ledger.ack_unknown.update(m.body.decode() for m in got.messages)
                 ledger.error(f"ack:{type(exc).__name__}")
                 await client.switch()
 

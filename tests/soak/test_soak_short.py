@@ -23,7 +23,10 @@ async def test_a_short_soak_on_stubs_loses_nothing():
     assert len(report["faults"]) >= 4, report["faults"]
     assert report["lost"] == 0, report
     assert report["late_calls"] == 0, report  # every call answered within its deadline
-    assert report["acked"] == report["confirmed"], report
+    # Every message was acked, but for those whose ack got no answer during a fault (the
+    # broker may have applied it); those are at most a few batches.
+    assert report["acked"] + report["ack_unknown"] == report["confirmed"], report
+    assert report["ack_unknown"] <= 32, report
     for name, after in report["health_after"].items():
         before = report["health_before"][name]
         assert after["in_flight"] == 0, (name, after)
