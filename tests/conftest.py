@@ -64,6 +64,7 @@ async def start_proxy():
         topics=("T",),
         namesrv: str | None = None,
         event_log_dir: str | None = None,
+        security=None,  # a SecurityConfig; None: security off
         **receive,
     ):
         receive.setdefault("min_polling_ms", 200)
@@ -80,6 +81,8 @@ async def start_proxy():
             receive=ReceiveConfig(mode=mode, **receive),
             proxy_id=f"test-proxy-{len(running)}",
         )
+        if security is not None:
+            config.security = security
         proxy = ProxyOnStubs(config, cluster)
         running.append(proxy)
         await proxy.start()

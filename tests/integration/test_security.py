@@ -15,12 +15,9 @@ import aiohttp
 import grpc
 import pytest
 
-from broker_stub import BrokerConfig, StubCluster
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
-from proxy.config import ProxyConfig, ReceiveConfig
 from proxy.security.config import SecurityConfig
-from tests.conftest import ProxyOnStubs
 from tests.secure_client import SecureLeanClient
 from tests.tls_ca import make_ca
 
@@ -46,9 +43,8 @@ def ca(tmp_path):
 
 
 @pytest.fixture
-async def secure_proxy(tmp_path, ca):
+async def secure_proxy(tmp_path, ca, start_proxy):
     """A proxy with TLS and users in front of one broker stub; ``secure_proxy(**security)``."""
-    running: list[ProxyOnStubs] = []
 
     async def start(**security):
         cert, key = ca.issue("server")
@@ -56,24 +52,15 @@ async def secure_proxy(tmp_path, ca):
         users.write_text(USERS)
         settings = {"tls_cert_file": str(cert), "tls_key_file": str(key),
                     "users_file": str(users), **security}  # fmt: skip
-        cluster = StubCluster(1, template=BrokerConfig(topics=["orders", "audit-eu", "hidden"]))
-        await cluster.start()
-        config = ProxyConfig(
-            grpc_port=0,
-            http_port=0,
-            namesrv_addrs=[cluster.namesrv_address],
+        return await start_proxy(
+            mode="notify",
+            brokers=1,
+            topics=("orders", "audit-eu", "hidden"),
             event_log_dir=str(tmp_path / "events"),
-            receive=ReceiveConfig(mode="notify", min_polling_ms=200),
             security=SecurityConfig(**settings),
         )
-        proxy = ProxyOnStubs(config, cluster)
-        running.append(proxy)
-        await proxy.start()
-        return proxy
 
     yield start
-    for proxy in reversed(running):
-        await proxy.stop()
 
 
 @pytest.fixture
