@@ -347,3 +347,40 @@ def fifo_simple_consumers_in_order(run: Run, lang: str, proxy: ProxyProcess, top
                 f"group {name}: {after} delivered while {before} was in flight"
             )
     assert sum(1 for out in outs if out["messages"]) >= 2
+
+
+# -- transactions, timed and recalled messages -------------------------------------------
+
+#: The timed message is sent this far ahead; it must arrive no earlier than its time less
+#: RocketMQ's 1 s timer precision (EARLY_MS), and at most LATE_MS after it: the timer slot,
+#: then a SimpleConsumer long poll answered at once in notify mode.
+DELAY_SECONDS = 4
+EARLY_MS = 1000
+LATE_MS = 4000
+FEATURES_TIMEOUT = 90
+
+
+def transactions_timed_and_recalled(run: Run, lang: str, proxy: ProxyProcess, topic: str, target):
+    """A committed, a rolled-back and an orphaned-then-checked transaction, a timed message
+    delivered at its time, and a recalled one never (the driver's ``features``).
+
+    The brokers check a half message older than 3 s every second (the stub's default, the
+    real test brokers' ``transactionTimeOut`` / ``transactionCheckInterval``), so the orphan
+    is checked, through the producer's Telemetry stream, and committed within seconds."""
+    group = target.new_group(f"interop-{lang}-tx")
+    out = run(
+        lang, "features", "--endpoint", proxy.grpc, "--topic", topic, "--group", group,
+        "--delay-seconds", DELAY_SECONDS, timeout=FEATURES_TIMEOUT,
+    )  # fmt: skip
+    got = {r["id"]: r["at_ms"] for r in out["received"]}
+    assert out["committed"] in got, out
+    assert out["orphan"] in got, f"orphan never committed; checker saw {out['checked']}"
+    assert out["orphan"] in out["checked"], out  # it came through a check, not by itself
+    assert out["rolled_back"] not in got, out
+    assert out["recalled"] not in got, out
+    assert out["recall_answer"] == out["recalled"], out
+    assert out["timed"] in got, out
+    assert out["deliver_ms"] - EARLY_MS <= got[out["timed"]] <= out["deliver_ms"] + LATE_MS, out
+    # Transactions are at least once: a real broker may check a transaction again before
+    # the answer to its last check is in, and deliver a check-committed message twice.
+    assert set(got) == {out["committed"], out["orphan"], out["timed"]}, out["received"]

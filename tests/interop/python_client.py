@@ -22,6 +22,15 @@ protobuf. Same command line as ``node/client.mjs``::
         A PushConsumer whose listener records every call; --fail-first answers FAILURE the
         first time an id arrives; stops once N distinct ids were consumed with SUCCESS.
         --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
+    features --endpoint HOST:PORT --topic T --group G --delay-seconds D
+        -> {"committed", "rolled_back", "orphan", "timed", "recalled": ids,
+            "recall_answer": what RecallMessage returned, "deliver_ms": the timed message's
+            delivery time (epoch ms), "checked": ids the transaction checker was asked about,
+            "received": [{"id", "at_ms"}], "errors": [...]}
+        Sends a committed, a rolled-back and an orphaned (never ended) transactional message,
+        whose checker commits what it is asked about; a message timed D seconds ahead, and
+        another one recalled at once; then receives with a SimpleConsumer (acking) until the
+        committed, the orphan and the timed one came and two more seconds passed.
 
 One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
 an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds). Errors of single
@@ -131,6 +140,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     push.add_argument("--fail-first", action="store_true", help="FAILURE on an id's first call")
     push.add_argument("--consume-seconds", type=float, default=0.0, help="listener sleeps this")
     push.add_argument("--deadline-seconds", type=float, default=120.0)
+
+    features = sub.add_parser("features", help="transactions, a timed and a recalled message")
+    features.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
+    features.add_argument("--topic", required=True)
+    features.add_argument("--group", required=True)
+    features.add_argument("--delay-seconds", type=int, default=4)
+    features.add_argument("--deadline-seconds", type=float, default=60.0)
     args = parser.parse_args(argv)
     if args.command == "consume" and not args.start_only:
         if args.await_seconds is None or args.expect is None:
@@ -387,12 +403,83 @@ def push(args: argparse.Namespace) -> dict:
         consumer.shutdown()
 
 
+def features(args: argparse.Namespace) -> dict:
+    from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
+
+    checked: list[str] = []
+    lock = threading.Lock()
+
+    class Checker(TransactionChecker):
+        def check(self, message: Message) -> TransactionResolution:
+            with lock:
+                checked.append(message.message_id)
+            return TransactionResolution.COMMIT
+
+    def message(body: str) -> Message:
+        msg = Message()
+        msg.topic = args.topic
+        msg.body = body.encode()
+        return msg
+
+    out: dict = {"errors": []}
+    consumer = simple_consumer(args.endpoint, args.group, args.topic, "*", 5)
+    producer = Producer(
+        client_configuration(args.endpoint), topics=(args.topic,), checker=Checker()
+    )
+    producer.startup()
+    try:
+        wait_for_settings(consumer)
+        route_endpoints(producer, args.topic)
+        for name, end in (("committed", "commit"), ("rolled_back", "rollback"), ("orphan", None)):
+            tx = producer.begin_transaction()
+            receipt = producer.send(message(name), tx)
+            out[name] = receipt.message_id
+            if end is not None:
+                getattr(tx, end)()
+        # The client takes whole seconds (it sets Timestamp.seconds).
+        deliver_s = int(time.time()) + args.delay_seconds
+        deliver_ms = deliver_s * 1000
+        timed = message("timed")
+        timed.delivery_timestamp = deliver_s
+        out["timed"] = producer.send(timed).message_id
+        out["deliver_ms"] = deliver_ms
+        recalled = message("recalled")
+        recalled.delivery_timestamp = deliver_s
+        receipt = producer.send(recalled)
+        out["recalled"] = receipt.message_id
+        out["recall_answer"] = producer.recall_message(args.topic, receipt.recall_handle)
+        wanted = {out["committed"], out["orphan"], out["timed"]}
+        received: list[dict] = []
+        deadline = time.monotonic() + args.deadline_seconds - 5
+        done_at = None
+        while time.monotonic() < deadline and (done_at is None or time.monotonic() < done_at):
+            try:
+                batch = consumer.receive(16, 20)
+            except Exception as exc:  # one failed receive is reported, not fatal
+                out["errors"].append(f"receive: {exc}")
+                continue
+            for msg in batch:
+                received.append({"id": msg.message_id, "at_ms": int(time.time() * 1000)})
+                consumer.ack(msg)
+            if done_at is None and wanted <= {r["id"] for r in received}:
+                done_at = time.monotonic() + 2.0
+        out["received"] = received
+        with lock:
+            out["checked"] = list(checked)
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+    return out
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     arm_watchdog(args.deadline_seconds)
     started = time.monotonic()
     try:
-        command = {"produce": produce, "consume": consume, "push": push}[args.command]
+        command = {"produce": produce, "consume": consume, "push": push, "features": features}[
+            args.command
+        ]
         result = command(args)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.interop import _scenarios as scenario
-from tests.interop._harness import LANGS
+from tests.interop._harness import FIFO_LANGS, LANGS, PUSH_LANGS
 from tests.interop.conftest import DEFAULT_MODE, MODES, targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]
@@ -59,10 +59,10 @@ PUSH_MODES = targets(tuple(dict.fromkeys(("notify", DEFAULT_MODE))))
 
 @pytest.mark.parametrize("target", PUSH_MODES, indirect=True)
 def test_push_consumer_standard_and_fifo(target, proxy, new_topic, run_client):
-    """The Python PushConsumer: nack and redelivery, a listener that outlasts the proxy's
-    renewal slice, and a FIFO group consumed in order, side by side."""
+    """The PushConsumer: nack and redelivery, a listener that outlasts the proxy's renewal
+    slice, and a FIFO group consumed in order, side by side."""
     scenario.for_each_client(
-        ("python",),
+        PUSH_LANGS,
         (scenario.push_nack_then_ack, scenario.push_outlasts_the_slice, scenario.push_fifo),
         run_client,
         proxy,
@@ -73,10 +73,10 @@ def test_push_consumer_standard_and_fifo(target, proxy, new_topic, run_client):
 
 @pytest.mark.parametrize("target", targets(("notify",)), indirect=True)
 def test_fifo_simple_consumers_keep_group_order(target, proxy, new_topic, run_client):
-    """Three Python SimpleConsumers of one FIFO group at once keep each message group in
-    order (notify mode: the first pop, orderly probes, pops where one says hasMsg)."""
+    """Three SimpleConsumers of one FIFO group at once keep each message group in order
+    (notify mode: the first pop, orderly probes, pops where one says hasMsg)."""
     scenario.for_each_client(
-        ("python",),
+        FIFO_LANGS,
         scenario.fifo_simple_consumers_in_order,
         run_client,
         proxy,
