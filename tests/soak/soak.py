@@ -57,7 +57,8 @@ class Ledger:
     confirmed: dict[str, float] = field(default_factory=dict)  # id -> confirmed at
     deliveries: dict[str, list[float]] = field(default_factory=dict)
     acked: set[str] = field(default_factory=set)
-    ack_unknown: set[str] = field(default_factory=set)  # acks that got no answer
+    ack_unknown: set[str] = field(default_factory=set)  # acks whose outcome is unknown
+    ack_failures: dict[str, list[str]] = field(default_factory=dict)  # id -> refusals
     errors: dict[str, int] = field(default_factory=dict)
     faults: list[tuple[float, str]] = field(default_factory=list)
     calls: int = 0
@@ -85,6 +86,16 @@ class Ledger:
             # Confirmed, delivered, never acked with an answer, but an ack was sent that got
             # none: the broker may have applied it (so nothing comes back to be acked).
             "ack_unknown": len((self.ack_unknown - self.acked) & set(self.confirmed)),
+            # What became of each confirmed message never acked with an answer: its
+            # deliveries (seconds apart from the first) and the refusals of its acks.
+            "unacked": {
+                m: {
+                    "deliveries": [round(t - times[0], 1) for t in times],
+                    "ack_failures": self.ack_failures.get(m, []),
+                }
+                for m in sorted(set(self.confirmed) - self.acked - self.ack_unknown)
+                for times in [self.deliveries.get(m) or [0.0]]
+            },
             "duplicates": sum(len(t) - 1 for t in self.deliveries.values()),
             "lost": len(set(self.confirmed) - set(self.deliveries)),
             "unconfirmed_delivered": len(set(self.deliveries) - set(self.confirmed)),
@@ -377,10 +388,17 @@ async def consume(
                 # entries answered OK, and those never come back to be acked again.
                 body_of = {m.system_properties.message_id: m.body.decode() for m in got.messages}
                 for entry in answer.entries:
-                    if entry.status.code == Code.OK:
-                        ledger.acked.add(body_of[entry.message_id])
-                    else:
-                        ledger.error(f"ack:{pb.Code.Name(entry.status.code)}")
+                    body, code = body_of[entry.message_id], entry.status.code
+                    if code == Code.OK:
+                        ledger.acked.add(body)
+                    elif code == Code.PROXY_TIMEOUT:
+                        # The broker did not answer the proxy in time (it was stopped, say):
+                        # it may apply the ack when it runs again, as for no answer at all.
+                        ledger.ack_unknown.add(body)
+                    else:  # refused: the message comes back and is acked again
+                        ledger.ack_failures.setdefault(body, []).append(pb.Code.Name(code))
+                    if code != Code.OK:
+                        ledger.error(f"ack:{pb.Code.Name(code)}")
             except Exception as exc:
                 # No answer: the broker may or may not have applied the ack. Either the
                 # message comes back and is acked again, or it never does.
