@@ -17,6 +17,7 @@ from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import TopicTable
 from broker_stub.transactions import TransactionService
+from proxy.background import start_background, stop_background
 from proxy.remoting.client import RemotingClient, RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
@@ -88,17 +89,14 @@ class Broker:
         self._started = True
         if self._namesrv_clients:
             await self.register()
-            self._register_task = loop.create_task(
-                self._register_loop(), name=f"register-{self.name}"
+            self._register_task = start_background(
+                self._register_loop(), name=f"register-{self.name}", log=log
             )
         log.info("broker %s listening on %s", self.name, self.address)
 
     async def stop(self) -> None:
-        if self._register_task is not None:
-            self._register_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._register_task
-            self._register_task = None
+        task, self._register_task = self._register_task, None
+        await stop_background(task)
         if self._started:
             await self._unregister()
             self.pops.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import zlib
 from collections.abc import Callable
@@ -14,6 +13,7 @@ import orjson
 
 from broker_stub.config import NamesrvConfig
 from broker_stub.handlers import RequestError, dispatch
+from proxy.background import start_background, stop_background
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
@@ -66,17 +66,12 @@ class NameServer:
     async def start(self) -> None:
         self.server = RemotingServer(self._process)
         self.config.port = await self.server.start(self.config.host, self.config.port)
-        self._scan_task = asyncio.get_running_loop().create_task(
-            self._scan_loop(), name="namesrv-scan"
-        )
+        self._scan_task = start_background(self._scan_loop(), name="namesrv-scan", log=log)
         log.info("name server listening on %s", self.address)
 
     async def stop(self) -> None:
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scan_task
-            self._scan_task = None
+        task, self._scan_task = self._scan_task, None
+        await stop_background(task)
         if self.server is not None:
             await self.server.stop()
             self.server = None

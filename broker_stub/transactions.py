@@ -13,7 +13,6 @@ is dropped, as RocketMQ discards it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -24,6 +23,7 @@ import orjson
 from broker_stub.pop import now_ms
 from broker_stub.store import MessageStore, PutResult
 from broker_stub.timers import DeliveryScheduler
+from proxy.background import start_background, stop_background
 from proxy.remoting.codes import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -75,14 +75,11 @@ class TransactionService:
         self.checks_sent = 0
 
     def start(self) -> None:
-        self._task = self.loop.create_task(self._check_loop(), name="transaction-check")
+        self._task = start_background(self._check_loop(), name="transaction-check", log=log)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await stop_background(task)
 
     # -- producers --------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.background import start_background, stop_background
 from proxy.processor.consumer import ConsumerProcessor, Popped
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import DELAY_LEVELS_S
@@ -105,7 +106,7 @@ class HandleRenewer:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
+            self._task = start_background(self._run(), name="push-renewal", log=log)
 
     # -- what the activities tell it ---------------------------------------------------------
 
@@ -225,10 +226,7 @@ class HandleRenewer:
     async def close(self) -> None:
         """Stop renewing. Messages still held keep their current invisible time: a client
         that moves to another proxy can still ack those never renewed."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await stop_background(task)
         self._handles.clear()
         self._last_seen.clear()

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.background import start_background, stop_background
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import RequestCode
@@ -80,14 +81,11 @@ class TransactionProcessor:
 
     def start(self) -> None:
         self.pool.server_handler = self.on_broker_request
-        self._task = asyncio.get_running_loop().create_task(self._heartbeats())
+        self._task = start_background(self._heartbeats(), name="producer-heartbeats", log=log)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await stop_background(task)
 
     # -- producers on this proxy ------------------------------------------------------------
 

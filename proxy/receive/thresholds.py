@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.background import start_background, stop_background
 from proxy.receive.adaptive import Thresholds
 
 log = logging.getLogger(__name__)
@@ -140,10 +141,7 @@ class ThresholdsFile:
             log.info("adaptive thresholds: %d (group, topic) from %s", self.loaded, self.path)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"thresholds-reload {self.path}"
-        )
-        self._task.add_done_callback(_log_failure)
+        self._task = start_background(self._run(), name=f"thresholds-reload {self.path}", log=log)
 
     async def _run(self) -> None:
         while True:
@@ -155,14 +153,7 @@ class ThresholdsFile:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await stop_background(task)
 
     def status(self) -> dict[str, object]:
         return {"path": str(self.path), "loaded": self.loaded, "refused": self.refused}
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("adaptive thresholds reload stopped", exc_info=task.exception())

@@ -20,6 +20,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter
 
+from proxy.background import start_background, stop_background
 from proxy.security.config import SecurityConfig
 from proxy.security.guard import Guard
 from proxy.security.signing import RemotingSigner
@@ -81,9 +82,7 @@ class SecurityRuntime:
                 clock_skew_s=config.clock_skew_s,
             )
         if self.tls is not None or self.guard is not None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._watch(), name="security-reload"
-            )
+            self._task = start_background(self._watch(), name="security-reload", log=log)
             self._listen_sighup()
 
     def ops_ssl_context(self) -> ssl.SSLContext | None:
@@ -141,11 +140,8 @@ class SecurityRuntime:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             self._sighup = False
-        if self._task is not None:
-            task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        task, self._task = self._task, None
+        await stop_background(task)
 
     def status(self) -> dict[str, object]:
         """What /v1/status shows: which protections are on, never a secret."""
