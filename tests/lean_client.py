@@ -50,6 +50,10 @@ class LeanClient:
     async def close(self) -> None:
         await self.channel.close()
 
+    async def prepare(self, group: str, topic: str, await_ms: int) -> None:
+        """What a consumer does before its first receive: nothing for this client (the
+        benchmarks' SettingsClient exchanges its settings over Telemetry)."""
+
     async def query_route(self, topic: str) -> api.QueryRouteResponse:
         return await self.stub.QueryRoute(
             api.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=self.metadata

@@ -1,11 +1,13 @@
 """The memory floor of an idle long poll: what grpcio itself costs per parked call.
 
-    .venv/bin/python -m tests.bench.grpc_floor [--calls 2000]
+    .venv/bin/python -m tests.bench.grpc_floor [--calls 2000] [--telemetry]
 
 A bare grpc.aio server whose ReceiveMessage only waits, held open by client processes with
 the lean client's calls; prints the server's RSS growth per parked call, between half and
 all of the calls (as the fan-in scenario measures the proxy) and from none. Compare it with
-the proxy's KB per idle poll in the fan-in scenario (make bench).
+the proxy's KB per idle poll in the fan-in scenario (make bench). With ``--telemetry`` each
+call comes with an open Telemetry stream that has exchanged one command each way, as an
+official client (and ``make bench-peer``'s load generator) keeps one per client.
 """
 
 from __future__ import annotations
@@ -18,30 +20,46 @@ import sys
 
 import grpc
 
-from proxy.api.v2 import service_pb2_grpc
+from proxy.api.v2 import service_pb2, service_pb2_grpc
 
 CLIENT = """
 import asyncio, sys
 sys.path.insert(0, ".")
 from tests.lean_client import LeanClient
-async def main(endpoint, calls):
+from proxy.api.v2 import service_pb2 as api
+async def stream(client):
+    queue = asyncio.Queue()
+    queue.put_nowait(api.TelemetryCommand())
+    async def commands():
+        while (c := await queue.get()) is not None:
+            yield c
+    call = client.stub.Telemetry(commands(), metadata=client.metadata)
+    await call.read()
+    return call
+async def main(endpoint, calls, telemetry):
     client = LeanClient(endpoint, "floor")
-    polls = [asyncio.ensure_future(client.receive("G", "T", await_ms=20000, batch=1))
+    streams = [await stream(client) for _ in range(calls)] if telemetry else []
+    polls = [asyncio.ensure_future(client.receive("G", "T", await_ms=45000, batch=1))
              for _ in range(calls)]
-    await asyncio.sleep(30)
-asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    await asyncio.sleep(60)
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"))
 """
 
 
 class ParkingService(service_pb2_grpc.MessagingServiceServicer):
-    """Parks every ReceiveMessage until ``release`` is set (or 30 s pass)."""
+    """Parks every ReceiveMessage until ``release`` is set (or 60 s pass)."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
 
     async def ReceiveMessage(self, request, context):
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.release.wait(), 30)
+            await asyncio.wait_for(self.release.wait(), 60)
+
+    async def Telemetry(self, request_iterator, context):
+        """Answer the first command, then hold the stream open until the client ends it."""
+        async for _ in request_iterator:
+            yield service_pb2.TelemetryCommand()
 
 
 def rss_bytes() -> int:
@@ -49,7 +67,7 @@ def rss_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
-async def main(calls: int) -> None:
+async def main(calls: int, telemetry: bool) -> None:
     server = grpc.aio.server()
     port = server.add_insecure_port("127.0.0.1:0")
     service = ParkingService()
@@ -64,10 +82,15 @@ async def main(calls: int) -> None:
         for _ in range(2):  # two halves: the second shows the cost per call, not the arenas
             clients.append(
                 await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", CLIENT, f"127.0.0.1:{port}", str(half)
+                    sys.executable,
+                    "-c",
+                    CLIENT,
+                    f"127.0.0.1:{port}",
+                    str(half),
+                    str(int(telemetry)),
                 )
             )
-            await asyncio.sleep(8.0)  # the client opens its calls
+            await asyncio.sleep(15.0 if telemetry else 8.0)  # the client opens its calls
             grown.append(rss_bytes() - before)
         print(
             f"{2 * half} calls opened: {(grown[1] - grown[0]) / half / 1024:.1f} KB per call "
@@ -85,4 +108,6 @@ async def main(calls: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=2000)
-    asyncio.run(main(parser.parse_args().calls))
+    parser.add_argument("--telemetry", action="store_true", help="a Telemetry stream per call")
+    args = parser.parse_args()
+    asyncio.run(main(args.calls, args.telemetry))

@@ -54,7 +54,7 @@ from proxy.remoting.message import Prop
 from tests.bench import scenarios
 from tests.bench.bench_proxy import aligned, load_average, machine
 from tests.bench.calibrate_client import DRIVER, INTEROP_PYTHON
-from tests.bench.processes import Process, System
+from tests.bench.processes import Process, System, proxy_label
 from tests.bench.scenarios import ModeTally, ms, percentile
 from tests.lean_client import LeanClient, millis
 
@@ -89,7 +89,7 @@ class SettingsClient(LeanClient):
         self._commands: asyncio.Queue | None = None
         self._telemetry = None
 
-    async def _settings(self, group: str, topic: str, await_ms: int) -> None:
+    async def prepare(self, group: str, topic: str, await_ms: int) -> None:
         if self._telemetry is not None:
             return
         host, port = self.endpoint.rsplit(":", 1)
@@ -123,7 +123,7 @@ class SettingsClient(LeanClient):
         await asyncio.wait_for(self._telemetry.read(), 15)
 
     async def receive(self, group: str, topic: str, **options):
-        await self._settings(group, topic, options.get("await_ms", 5000))
+        await self.prepare(group, topic, options.get("await_ms", 5000))
         return await super().receive(group, topic, **options)
 
     async def close(self) -> None:
@@ -140,8 +140,14 @@ class PeerSystem(System):
     """``System(backend="real")`` plus the Apache proxy (``proxies["apache"]``, its JVM) and
     the brokers' Prometheus exporters, from which broker requests are counted per slot."""
 
-    def __init__(self, brokers: int = 2, modes=OURS, apache: bool = True) -> None:
+    def __init__(
+        self, brokers: int = 2, modes=OURS, apache: bool = True, notify_workers=(1,)
+    ) -> None:
         super().__init__(brokers=brokers, modes=modes, backend="real")
+        # Notify proxies of more workers (``rmq-proxy --workers N``), beside the others.
+        for n in notify_workers:
+            self.proxy_specs[proxy_label("notify", n)] = ("notify", n)
+        self.modes = tuple(self.proxy_specs)
         self.apache = apache
         self.metrics_ports: dict[str, int] = {}
         self.broker_side: dict[str, Counter] = {}
@@ -457,7 +463,11 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
             "polls_held": held,
             "rss_mb_before": round(rss0 / 2**20, 1),
             "rss_mb_with_polls": round(rss_full / 2**20, 1),
-            "kb_per_poll": round((rss_full - rss_half) / max(held - half, 1) / 1024, 2),
+            # The slope from half to all of the polls; none when the second half was not
+            # held (a proxy that turned clients away: too_many_requests).
+            "kb_per_poll": (
+                round((rss_full - rss_half) / (held - half) / 1024, 2) if held > half else None
+            ),
             "kb_per_poll_from_zero": round((rss_full - rss0) / max(held, 1) / 1024, 2),
             "broker_parked_pops": parked,
             "wakeups": len(lat),
@@ -473,42 +483,13 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
 # -- overhead -------------------------------------------------------------------------------
 
 
-async def _consume_via(system: PeerSystem, label: str, topic: str, group: str, total: int,
-                       workers: int) -> float:  # fmt: skip
-    consumed = 0
-    done = asyncio.Event()
-
-    async def worker(i: int) -> None:
-        nonlocal consumed
-        client = SettingsClient(system.proxies[label].address["grpc"], f"over-{label}-{i}",
-                                own_connection=True)  # fmt: skip
-        try:
-            while consumed < total:
-                result = await client.receive(group, topic, await_ms=5000, batch=32)
-                if result.messages:
-                    await client.ack(group, topic, result.messages)
-                    consumed += len(result.messages)
-                    if consumed >= total:
-                        done.set()
-        finally:
-            await client.close()
-
-    start = time.perf_counter()
-    tasks = [asyncio.ensure_future(worker(i)) for i in range(workers)]
-    try:
-        await asyncio.wait_for(done.wait(), 300)
-        return consumed / (time.perf_counter() - start)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: int = 16,
-                   labels: tuple[str, ...] = (PEER, "notify")) -> dict:  # fmt: skip
-    """Pop+ack of a backlog through each proxy in ``labels`` and straight to the brokers."""
+async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: int = 16) -> dict:
+    """Pop+ack of a backlog through the Apache proxy, our notify proxies (one of each worker
+    count in the system) and straight to the brokers, in shuffled order each round."""
+    labels = [PEER, *(label for label in system.modes if label.split("-w")[0] == "notify")]
     paths = [*labels, "direct"]
     rates: dict[str, list[float]] = {p: [] for p in paths}
+    waits: dict[str, list[float]] = {p: [] for p in paths}
     cpu: dict[str, Counter] = {p: Counter() for p in paths}
     per = 32 * len(system.broker_clients)
     total = messages // per * per
@@ -528,12 +509,11 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
                 }
 
             before = snapshot()
-            if path == "direct":
-                rate, _ = await scenarios._consume(system, "direct", topic, group, total, workers)
-            else:
-                rate = await _consume_via(system, path, topic, group, total, workers)
+            proxy = None if path == "direct" else path
+            rate, took = await scenarios._consume(system, proxy, topic, group, total, workers)
             after = snapshot()
             rates[path].append(rate)
+            waits[path] += took
             for who, s in after.items():
                 cpu[path][who] += (s - before[who]) * 1e6 / total / rounds
             print(f"  overhead {path} r{round_no}: {rate:.0f} msg/s, load "
@@ -543,6 +523,8 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
         "workers": workers,
         "msgs_per_s": {p: round(statistics.median(r)) for p, r in rates.items()},
         "rounds": {p: [round(x) for x in r] for p, r in rates.items()},
+        "receive_ms_p50": {p: ms(percentile(w, 0.5)) for p, w in waits.items()},
+        "receive_ms_p99": {p: ms(percentile(w, 0.99)) for p, w in waits.items()},
         "cpu_ms_per_1000": {p: {w: round(v, 1) for w, v in c.items()} for p, c in cpu.items()},
     }
 
@@ -556,7 +538,8 @@ SPARSE_COLUMNS = ["delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_m
                   "false_empties", "empty_answers", "broker_requests_per_message",
                   "broker_requests_per_message_brokers_count"]  # fmt: skip
 BUSY_COLUMNS = ["delivered_per_s", "receive_rate_per_s", "broker_requests_per_message",
-                "broker_requests_per_message_brokers_count", "proxy_cpu_s_per_1000"]  # fmt: skip
+                "broker_requests_per_message_brokers_count", "proxy_cpu_s_per_1000",
+                "client_setup_s"]  # fmt: skip
 
 
 def show(title: str, rows: dict[str, dict], columns: list[str]) -> None:
@@ -576,12 +559,12 @@ async def run(args: argparse.Namespace) -> dict:
     real = [s for s in wanted if s != "stub"]
     if real:
         t0 = time.monotonic()
-        system = await PeerSystem(brokers=args.brokers).start()
+        system = await PeerSystem(brokers=args.brokers, notify_workers=args.workers).start()
         from tests.rocketmq.launcher import rocketmq_version
 
         results["rocketmq"] = rocketmq_version()
         print(f"real RocketMQ {results['rocketmq']}: {args.brokers} brokers, the Apache proxy "
-              f"and {len(OURS)} of ours ready in {time.monotonic() - t0:.0f} s; load "
+              f"and {len(system.proxies) - 1} of ours ready in {time.monotonic() - t0:.0f} s; load "
               f"{load_average()}", flush=True)  # fmt: skip
         try:
             if "reported" in wanted:
@@ -710,6 +693,9 @@ def main() -> None:
     p.add_argument("--fanin-polls", type=lambda s: [int(x) for x in s.split(",")],
                    default=[2000])  # fmt: skip
     p.add_argument("--overhead-messages", type=int, default=20_000)
+    p.add_argument("--workers", type=lambda s: tuple(int(x) for x in s.split(",")),
+                   default=(1,), help="worker counts of notify proxies, e.g. 1,2: a notify "
+                   "proxy of each runs every scenario beside the others")  # fmt: skip
     p.add_argument("--out", default="results/bench-peer")
     args = p.parse_args()
     out = Path(args.out)

@@ -54,6 +54,9 @@ class ModeTally:
     send_retries: int = 0
     seconds: float = 0.0
     proxy_cpu: float = 0.0
+    # Time and proxy CPU a slot spent starting its clients, left out of the two above.
+    setup_seconds: float = 0.0
+    setup_cpu: float = 0.0
     before: dict | None = None
     after: dict | None = None
     # One entry per slot: when it ran, the machine's load then, its own latencies.
@@ -83,6 +86,7 @@ class ModeTally:
             "proxy_cpu_s_per_1000": (
                 round(self.proxy_cpu / self.delivered * 1000, 3) if self.delivered else None
             ),
+            "client_setup_s": round(self.setup_seconds, 1),
             "slots": self.slots,
         }
 
@@ -119,10 +123,28 @@ class Consumers:
 
     def start(self, count: int) -> None:
         """Start ``count`` more consumers."""
-        for i in range(len(self.clients), len(self.clients) + count):
-            client = CLIENT_CLASS[0](self.endpoint, f"bench-consumer-{i}")
-            self.clients.append(client)
+        for client in self._new_clients(count):
             self.tasks.append(asyncio.ensure_future(self._run(client)))
+
+    async def start_prepared(self, count: int, timeout_s: float = 60.0) -> None:
+        """Start ``count`` more consumers once each has done what it does before its first
+        receive (``LeanClient.prepare``: the settings exchange of a SettingsClient), so that
+        a slot measures receiving, not clients starting up."""
+        clients = self._new_clients(count)
+        await asyncio.wait_for(
+            asyncio.gather(*(c.prepare(self.group, self.topic, self.await_ms) for c in clients)),
+            timeout_s,
+        )
+        for client in clients:
+            self.tasks.append(asyncio.ensure_future(self._run(client)))
+
+    def _new_clients(self, count: int) -> list[LeanClient]:
+        first = len(self.clients)
+        self.clients += [
+            CLIENT_CLASS[0](self.endpoint, f"bench-consumer-{i}")
+            for i in range(first, first + count)
+        ]
+        return self.clients[first:]
 
     async def _run(self, client: LeanClient) -> None:
         while True:
@@ -178,12 +200,13 @@ async def _interleaved(system: System, rounds: int, slot) -> dict[str, ModeTally
         for mode in order:
             proxy, tally = system.proxies[mode], tallies[mode]
             cpu0, t0, seen = proxy.cpu_seconds(), time.perf_counter(), len(tally.latencies)
+            setup0 = (tally.setup_seconds, tally.setup_cpu)
             load0 = os.getloadavg()[0]
             await system.slot_edge(mode, True)
             await slot(mode, round_no, tally)
             await system.slot_edge(mode, False)
-            tally.seconds += time.perf_counter() - t0
-            tally.proxy_cpu += proxy.cpu_seconds() - cpu0
+            tally.seconds += time.perf_counter() - t0 - (tally.setup_seconds - setup0[0])
+            tally.proxy_cpu += proxy.cpu_seconds() - cpu0 - (tally.setup_cpu - setup0[1])
             mine = tally.latencies[seen:]
             tally.slots.append({
                 "round": round_no,
@@ -297,7 +320,10 @@ async def busy(
         crowd = Consumers(
             system.proxies[mode].address["grpc"], f"busy-{mode}", topic, tally, {}, await_ms
         )
-        crowd.start(consumers)
+        setup_t0, setup_cpu0 = time.perf_counter(), system.proxies[mode].cpu_seconds()
+        await crowd.start_prepared(consumers)
+        tally.setup_seconds += time.perf_counter() - setup_t0
+        tally.setup_cpu += system.proxies[mode].cpu_seconds() - setup_cpu0
         batch = [BatchEntry(b"x" * 64, {}) for _ in range(10)]
         interval = len(batch) * len(system.broker_clients) / rate
 
@@ -599,19 +625,20 @@ async def _fill(system: System, topic: str, messages: int) -> None:
     await asyncio.gather(*(fill(c) for c in system.broker_clients))
 
 
-def _path_proxy(path: str) -> str:
+def _path_proxy(path: str) -> str | None:
     """The proxy a path of the overhead scenario goes through: "proxy" the notify proxy,
-    "proxy-w<N>" the notify proxy of N workers (``bench_proxy --workers``)."""
-    return "notify" + path.removeprefix("proxy")
+    "proxy-w<N>" the notify proxy of N workers (``bench_proxy --workers``), "direct" none."""
+    return None if path == "direct" else "notify" + path.removeprefix("proxy")
 
 
 async def _consume(
-    system: System, path: str, topic: str, group: str, total: int, workers: int
+    system: System, proxy: str | None, topic: str, group: str, total: int, workers: int
 ) -> tuple[float, list[float]]:
-    """Pop and ack ``total`` messages with ``workers`` in parallel; return messages/s,
-    timed to the moment the last message is acked (workers still parked in a long poll
-    then are cancelled, not waited for), and the latency of every receive (pop on the
-    direct path) that returned messages."""
+    """Pop and ack ``total`` messages with ``workers`` in parallel, through the proxy
+    labelled ``proxy`` in ``system.proxies`` (clients of ``CLIENT_CLASS``), or straight to
+    the brokers when it is None; return messages/s, timed to the moment the last message
+    is acked (workers still parked in a long poll then are cancelled, not waited for), and
+    the latency of every receive (pop on the direct path) that returned messages."""
     consumed = 0
     all_done = asyncio.Event()
     latencies: list[float] = []
@@ -625,8 +652,9 @@ async def _consume(
     async def via_proxy(i: int) -> None:
         # A connection per worker task, as separate consumers have: a proxy of several
         # workers gets them spread over its workers by the kernel.
-        client = LeanClient(
-            system.proxies[_path_proxy(path)].address["grpc"], f"over-{i}", own_connection=True
+        assert proxy is not None
+        client = CLIENT_CLASS[0](
+            system.proxies[proxy].address["grpc"], f"over-{proxy}-{i}", own_connection=True
         )
         try:
             while consumed < total:
@@ -653,7 +681,7 @@ async def _consume(
             )
             count(len(result.messages))
 
-    worker = direct if path == "direct" else via_proxy
+    worker = direct if proxy is None else via_proxy
     start = time.perf_counter()
     tasks = [asyncio.ensure_future(worker(i)) for i in range(workers)]
     try:
@@ -731,10 +759,10 @@ async def overhead(
             if profile and path == "proxy" and round_no == rounds - 1:
                 profile_to = f"{profile}/proxy-overhead.speedscope.json"
             async with _profiled(system.proxies["notify"].pid, profile_to):
-                proxy = "notify" if path == "direct" else _path_proxy(path)
-                before = _cpu_seconds(system, proxy)
-                rate, waits = await _consume(system, path, topic, group, total, workers)
-                after = _cpu_seconds(system, proxy)
+                proxy = _path_proxy(path)
+                before = _cpu_seconds(system, proxy or "notify")
+                rate, waits = await _consume(system, proxy, topic, group, total, workers)
+                after = _cpu_seconds(system, proxy or "notify")
                 rates[path].append(rate)
                 latencies[path] += waits
             for who, seconds in after.items():

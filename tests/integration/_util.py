@@ -1,12 +1,15 @@
-"""Helpers shared by the integration tests: bounded waits and draining pops."""
+"""Helpers shared by the integration tests: bounded waits, draining pops, and a scripted
+remoting server for broker or name-server answers no real part gives on demand."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
 from proxy.remoting.broker_client import BrokerClient
+from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
 from proxy.remoting.message import MessageExt, Prop
 from proxy.remoting.popinfo import PopCheckpointInfo
 
@@ -45,3 +48,27 @@ async def send_to(app, broker_name: str, body: bytes, topic: str = "T") -> None:
         await client.send(topic, body)
     finally:
         await client.close()
+
+
+class ScriptedServer:
+    """A remoting server on a free loopback port that answers every request with
+    ``answer(request)``; ``async with`` yields its address and closes it after."""
+
+    def __init__(self, answer: Callable[[RemotingCommand], RemotingCommand]) -> None:
+        self.answer = answer
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            while data := await reader.read(65536):
+                for cmd in decoder.feed(data):
+                    writer.write(encode(self.answer(cmd)))
+        writer.close()

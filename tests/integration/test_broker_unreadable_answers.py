@@ -4,42 +4,16 @@ turns into a client's error code, never an exception escaping as gRPC UNKNOWN.""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import pytest
 
 from proxy.remoting.broker_client import BrokerClient, BrokerResponseError
 from proxy.remoting.codes import ResponseCode
-from proxy.remoting.command import FrameDecoder, encode
+from tests.integration._util import ScriptedServer
 
 
-class OneAnswer:
+def one_answer(fields: dict[str, str], body: bytes = b"") -> ScriptedServer:
     """A broker that answers every request with ``fields`` and ``body``."""
-
-    def __init__(self, fields: dict[str, str], body: bytes = b"") -> None:
-        self.fields, self.body = fields, body
-
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc) -> None:
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _serve(self, reader, writer) -> None:
-        decoder = FrameDecoder()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-            await self._answer(decoder, reader, writer)
-        writer.close()
-
-    async def _answer(self, decoder, reader, writer) -> None:
-        while data := await reader.read(65536):
-            for cmd in decoder.feed(data):
-                writer.write(
-                    encode(cmd.make_response(ResponseCode.SUCCESS, dict(self.fields), self.body))
-                )
+    return ScriptedServer(lambda cmd: cmd.make_response(ResponseCode.SUCCESS, dict(fields), body))
 
 
 SEND_OK = {"msgId": "0A", "queueId": "1", "queueOffset": "5", "transactionId": "U1"}
@@ -62,7 +36,7 @@ POP_OK = {
     ],
 )
 async def test_an_unreadable_send_answer_is_a_remoting_error(fields):
-    async with OneAnswer(fields) as address:
+    async with one_answer(fields) as address:
         client = BrokerClient("broker-x", address)
         try:
             with pytest.raises(BrokerResponseError):
@@ -79,7 +53,7 @@ async def test_an_unreadable_send_answer_is_a_remoting_error(fields):
     ],
 )
 async def test_an_unreadable_pop_answer_is_a_remoting_error(fields, body):
-    async with OneAnswer(fields, body) as address:
+    async with one_answer(fields, body) as address:
         client = BrokerClient("broker-x", address)
         try:
             with pytest.raises(BrokerResponseError):

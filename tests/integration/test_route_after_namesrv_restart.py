@@ -7,47 +7,31 @@ server) and then, "restarted", TOPIC_NOT_EXIST: no race with the brokers' regist
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import pytest
 
 from broker_stub import BrokerConfig, StubCluster
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
-from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
+from proxy.remoting.command import RemotingCommand
+from tests.integration._util import ScriptedServer
 
 T = "TopicRestart"
 
 
-class ForgetfulNamesrv:
-    """Answers GET_ROUTEINFO_BY_TOPIC with ``route`` for ``T`` until ``forget()``, then
-    TOPIC_NOT_EXIST for everything, as a freshly restarted name server does."""
+class ForgetfulNamesrv(ScriptedServer):
+    """Answers GET_ROUTEINFO_BY_TOPIC with ``route`` for ``T`` until ``knows`` is cleared,
+    then TOPIC_NOT_EXIST for everything, as a freshly restarted name server does."""
 
     def __init__(self, route: bytes) -> None:
+        super().__init__(self._route)
         self.route = route
         self.knows = True
 
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc) -> None:
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _serve(self, reader, writer) -> None:
-        decoder = FrameDecoder()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-            while data := await reader.read(65536):
-                for cmd in decoder.feed(data):
-                    if self.knows and cmd.fields.get("topic") == T:
-                        answer = cmd.make_response(ResponseCode.SUCCESS, body=self.route)
-                    else:
-                        answer = cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, remark="no")
-                    writer.write(encode(answer))
-        writer.close()
+    def _route(self, cmd: RemotingCommand) -> RemotingCommand:
+        if self.knows and cmd.fields.get("topic") == T:
+            return cmd.make_response(ResponseCode.SUCCESS, body=self.route)
+        return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, remark="no")
 
 
 @pytest.fixture
