@@ -18,6 +18,7 @@ import aiohttp
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
+from tests import admin
 
 MODES = ("notify", "coupled", "slicing", "adaptive")
 BACKENDS = ("stub", "real")
@@ -212,35 +213,9 @@ class System:
         """Create ``topic`` on every broker and wait until the name server routes it."""
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.create_topic, topic, queues)
-            return
-        for client in self.broker_clients:
-            await client.remoting.invoke(
-                RemotingCommand(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {
-                        "topic": topic,
-                        "readQueueNums": str(queues),
-                        "writeQueueNums": str(queues),
-                        "perm": "6",
-                    },
-                ),
-                3.0,
-            )
-        # Brokers register at once on a topic change; give the name server a moment.
-        namesrv = BrokerClient("namesrv", self.namesrv.address["remoting"])
-        try:
-            for _ in range(200):
-                response = await namesrv.remoting.invoke(
-                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), 3.0
-                )
-                if response.code == 0 and response.body.count(b"brokerName") >= 2 * len(
-                    self.broker_clients
-                ):
-                    return
-                await asyncio.sleep(0.01)
-            raise RuntimeError(f"topic {topic} never got a full route")
-        finally:
-            await namesrv.close()
+        else:
+            namesrv = self.namesrv.address["remoting"]
+            await asyncio.to_thread(admin.create_topic, namesrv, topic, queues)
 
     async def metrics(self, label: str) -> dict[str, float]:
         """A proxy's counters for the scenarios (``scrape``); tests/bench/peer.py answers

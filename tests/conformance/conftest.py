@@ -8,20 +8,15 @@ created with UPDATE_AND_CREATE_TOPIC / UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on ev
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from dataclasses import dataclass, field
 
-import orjson
 import pytest
 
 from broker_stub import BrokerConfig, StubCluster
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingClient
-from proxy.remoting.codes import RequestCode, ResponseCode
-from proxy.remoting.command import RemotingCommand
-
-TIMEOUT = 5.0
+from tests import admin
 
 
 @dataclass(frozen=True)
@@ -65,65 +60,22 @@ class Backend:
         return client
 
     async def create_topic(self, topic: str, queues: int = 4) -> None:
-        """UPDATE_AND_CREATE_TOPIC on every broker, then wait until the name server's route
-        lists every broker with ``queues`` queues."""
-        fields = {
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "readQueueNums": str(queues),
-            "writeQueueNums": str(queues),
-            "perm": "6",
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "false",
-        }
-        for b in self.brokers:
-            response = await self.remoting(b.address).invoke(
-                RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, dict(fields)), TIMEOUT
-            )
-            assert response.code == ResponseCode.SUCCESS, response.remark
-        namesrv = self.remoting(self.namesrv)
-        want = {b.name for b in self.brokers}
-        deadline = time.monotonic() + 20
-        while True:
-            response = await namesrv.invoke(
-                RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), TIMEOUT
-            )
-            if response.code == ResponseCode.SUCCESS:
-                route = orjson.loads(response.body)
-                have = {
-                    q["brokerName"] for q in route["queueDatas"] if q["readQueueNums"] == queues
-                }
-                if have >= want:
-                    return
-            assert time.monotonic() < deadline, f"route of {topic} never listed {sorted(want)}"
-            await asyncio.sleep(0.05)
+        """The topic on every broker, routed with ``queues`` queues each (``tests.admin``)."""
+        await asyncio.to_thread(
+            admin.create_topic, self.namesrv, topic, queues, brokers=self._addresses()
+        )
 
     async def create_group(
         self, group: str, retry_max_times: int = 16, *, fifo: bool = False
     ) -> None:
-        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (SubscriptionGroupConfig JSON) on every broker;
-        ``fifo``: consumeMessageOrderly."""
-        body = orjson.dumps(
-            {
-                "groupName": group,
-                "consumeEnable": True,
-                "consumeMessageOrderly": fifo,
-                "consumeFromMinEnable": True,
-                "consumeBroadcastEnable": True,
-                "retryQueueNums": 1,
-                "retryMaxTimes": retry_max_times,
-                "brokerId": 0,
-                "whichBrokerWhenConsumeSlowly": 1,
-                "notifyConsumerIdsChangedEnable": True,
-            }
-        )
-        for b in self.brokers:
-            response = await self.remoting(b.address).invoke(
-                RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body),
-                TIMEOUT,
-            )
-            assert response.code == ResponseCode.SUCCESS, response.remark
+        """The group on every broker (``fifo``: consumeMessageOrderly; ``tests.admin``)."""
+        await asyncio.to_thread(
+            admin.create_group, self.namesrv, group, retry_max_times=retry_max_times,
+            fifo=fifo, brokers=self._addresses(),
+        )  # fmt: skip
+
+    def _addresses(self) -> dict[str, str]:
+        return {b.name: b.address for b in self.brokers}
 
     async def close(self) -> None:
         for client in self._clients:

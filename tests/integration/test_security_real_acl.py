@@ -52,7 +52,8 @@ ACL_CONF = {
 
 @pytest.fixture(scope="module")
 def acl_cluster():
-    from tests.rocketmq.launcher import LauncherError, RealCluster, admin_call
+    from tests.admin import admin_call
+    from tests.rocketmq.launcher import LauncherError, RealCluster
 
     try:
         cluster = RealCluster.start(1, broker_conf=ACL_CONF)

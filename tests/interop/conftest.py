@@ -28,12 +28,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.interop._harness import (
-    ProxyProcess,
-    create_group_on_stubs,
-    create_topic_on_stubs,
-    start_proxy,
-)
+from tests import admin
+from tests.interop._harness import ProxyProcess, start_proxy
 from tests.interop._harness import run_client as _run_client
 
 MODES = ("notify", "coupled", "slicing", "adaptive")
@@ -127,8 +123,8 @@ def target(request, proxy_pool) -> Target:
         create, group = cluster.create_topic, cluster.create_group
     else:
         proxy = proxy_pool.get(backend, mode, None)
-        create = functools.partial(create_topic_on_stubs, proxy.namesrv)
-        group = functools.partial(create_group_on_stubs, proxy.namesrv)
+        create = functools.partial(admin.create_topic, proxy.namesrv)
+        group = functools.partial(admin.create_group, proxy.namesrv)
     return Target(backend, mode, proxy, create, group)
 
 

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxy.remoting.codes import RequestCode, ResponseCode
-from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
-from proxy.remoting.headers import CreateTopicHeader, TopicHeader
+from proxy.remoting.command import RemotingCommand
+from tests import admin
+from tests.admin import admin_call
 
 REPO = Path(__file__).resolve().parents[2]
 POM = Path(__file__).resolve().parent / "pom.xml"
@@ -471,78 +472,20 @@ class RealCluster:
     def create_topic(
         self, topic: str, queues: int = 4, *, fifo: bool = False, brokers: list[str] | None = None
     ) -> None:
-        """UPDATE_AND_CREATE_TOPIC on each broker, then wait until the route shows it."""
+        """The topic on every broker (or those named), routed (``tests.admin``)."""
         targets = [self.broker(n) for n in brokers] if brokers else self.brokers
-        for b in targets:
-            header = CreateTopicHeader(
-                topic,
-                read_queue_nums=queues,
-                write_queue_nums=queues,
-                attributes="+message.type=FIFO" if fifo else None,
-            )
-            _checked(
-                b.address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
-            )
-        # Brokers register a new topic with the name server at once; wait for the route.
-        deadline = time.monotonic() + 15
-        want = {b.name for b in targets}
-        while True:
-            response = admin_call(self.namesrv_address, RemotingCommand(
-                RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicHeader(topic).encode()))  # fmt: skip
-            if response.code == ResponseCode.SUCCESS and all(
-                f'"{n}"' in response.body.decode(errors="replace") for n in want
-            ):
-                return
-            if time.monotonic() > deadline:
-                raise LauncherError(f"route of {topic} does not list {sorted(want)}")
-            time.sleep(0.1)
+        admin.create_topic(
+            self.namesrv_address, topic, queues, fifo=fifo,
+            brokers={b.name: b.address for b in targets},
+        )  # fmt: skip
 
     def create_group(self, group: str, *, retry_max_times: int = 16, fifo: bool = False) -> None:
-        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on every broker (e.g. a short retry budget,
-        so a test reaches the dead-letter queue in a few redeliveries)."""
-        body = json.dumps(
-            {
-                "groupName": group,
-                "consumeEnable": True,
-                "consumeFromMinEnable": True,
-                "consumeBroadcastEnable": True,
-                "consumeMessageOrderly": fifo,
-                "retryQueueNums": 1,
-                "retryMaxTimes": retry_max_times,
-                "brokerId": 0,
-                "whichBrokerWhenConsumeSlowly": 1,
-                "notifyConsumerIdsChangedEnable": True,
-            }
-        ).encode()
-        for b in self.brokers:
-            _checked(b.address, RemotingCommand(
-                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))  # fmt: skip
-
-
-def admin_call(address: str, request: RemotingCommand, timeout_s: float = 10.0) -> RemotingCommand:
-    """One request over a fresh blocking connection; the response. For set-up only."""
-    host, port = address.rsplit(":", 1)
-    request.opaque = 1
-    decoder = FrameDecoder()
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-        sock.sendall(encode(request))
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise LauncherError(f"{address} closed the connection without answering")
-            for cmd in decoder.feed(data):
-                if cmd.is_response and cmd.opaque == request.opaque:
-                    return cmd
-
-
-def _checked(address: str, request: RemotingCommand) -> RemotingCommand:
-    response = admin_call(address, request)
-    if response.code != ResponseCode.SUCCESS:
-        raise LauncherError(
-            f"{RequestCode(request.code).name} to {address} answered {response.code}: "
-            f"{response.remark}"
-        )
-    return response
+        """The group on every broker (e.g. a short retry budget, so a test reaches the
+        dead-letter queue in a few redeliveries; ``tests.admin``)."""
+        admin.create_group(
+            self.namesrv_address, group, retry_max_times=retry_max_times, fifo=fifo,
+            brokers={b.name: b.address for b in self.brokers},
+        )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

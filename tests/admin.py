@@ -1,0 +1,130 @@
+"""Set-up requests to brokers and name servers, stub or real: the topic and group creation
+mqadmin does, written once for every test tier (the launcher, the conformance and
+integration backends, the interop targets, the benchmarks).
+
+Each call opens one blocking connection: these run before a test's traffic, never on an
+event loop (async callers use ``asyncio.to_thread``). Brokers are found through the name
+server (``masters``) unless the caller names them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Mapping
+
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
+from proxy.remoting.headers import CreateTopicHeader, TopicHeader
+
+
+class AdminError(AssertionError):
+    """A set-up request was refused or did not take effect in time (the test cannot run)."""
+
+
+def admin_call(address: str, request: RemotingCommand, timeout_s: float = 10.0) -> RemotingCommand:
+    """One request over a fresh blocking connection; the response."""
+    host, port = address.rsplit(":", 1)
+    request.opaque = 1
+    decoder = FrameDecoder()
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(encode(request))
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise AdminError(f"{address} closed the connection without answering")
+            for response in decoder.feed(data):
+                if response.is_response and response.opaque == request.opaque:
+                    return response
+
+
+def checked(address: str, request: RemotingCommand) -> RemotingCommand:
+    """``admin_call`` that fails unless the answer is SUCCESS."""
+    response = admin_call(address, request)
+    if response.code != ResponseCode.SUCCESS:
+        raise AdminError(
+            f"{RequestCode(request.code).name} to {address} answered {response.code}: "
+            f"{response.remark}"
+        )
+    return response
+
+
+def masters(namesrv: str) -> dict[str, str]:
+    """Broker name -> master address, as the name server lists them."""
+    info = checked(namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
+    # fastjson writes the integer keys of brokerAddrs unquoted; Python's json takes them.
+    table = json.loads(info.body)["brokerAddrTable"]
+    found = {name: e["brokerAddrs"]["0"] for name, e in table.items() if "0" in e["brokerAddrs"]}
+    if not found:
+        raise AdminError(f"the name server {namesrv} lists no master broker")
+    return found
+
+
+def create_topic(
+    namesrv: str,
+    topic: str,
+    queues: int = 4,
+    *,
+    fifo: bool = False,
+    brokers: Mapping[str, str] | None = None,
+    timeout_s: float = 20.0,
+) -> None:
+    """UPDATE_AND_CREATE_TOPIC on every broker (or those of ``brokers``: name -> address),
+    then wait until the name server's route lists each of them with ``queues`` queues.
+    ``fifo``: the topic's message type is FIFO (RocketMQ 5 checks it on send)."""
+    brokers = dict(brokers) if brokers is not None else masters(namesrv)
+    header = CreateTopicHeader(
+        topic,
+        read_queue_nums=queues,
+        write_queue_nums=queues,
+        attributes="+message.type=FIFO" if fifo else None,
+    )
+    for address in brokers.values():
+        checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        route = admin_call(
+            namesrv,
+            RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicHeader(topic).encode()),
+        )
+        if route.code == ResponseCode.SUCCESS:
+            listed = {
+                q["brokerName"]
+                for q in json.loads(route.body)["queueDatas"]
+                if q["readQueueNums"] == queues
+            }
+            if listed >= set(brokers):
+                return
+        if time.monotonic() > deadline:
+            raise AdminError(f"the route of {topic} does not list {sorted(brokers)}")
+        time.sleep(0.05)
+
+
+def create_group(
+    namesrv: str,
+    group: str,
+    *,
+    retry_max_times: int = 16,
+    fifo: bool = False,
+    brokers: Mapping[str, str] | None = None,
+) -> None:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (a SubscriptionGroupConfig) on every broker:
+    ``retry_max_times`` deliveries before the dead-letter queue, ``fifo`` for an orderly
+    (FIFO) group."""
+    body = json.dumps(
+        {
+            "groupName": group,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "consumeBroadcastEnable": True,
+            "consumeMessageOrderly": fifo,
+            "retryQueueNums": 1,
+            "retryMaxTimes": retry_max_times,
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True,
+        }
+    ).encode()
+    for address in (brokers if brokers is not None else masters(namesrv)).values():
+        checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
