@@ -72,54 +72,80 @@ class SessionActivity:
         context: Context,
     ) -> AsyncIterator[api.TelemetryCommand]:
         """Answer each Settings the client writes with the completed settings, status OK;
-        while a producer's stream is open, write it the transaction checks of its topics."""
+        while a producer's stream is open, write it the transaction checks of its topics.
+
+        A consumer's stream only ever carries those answers, so it is served here, in
+        turn with the client's commands: no task and no queue per open stream, which
+        every idle client keeps. A producer's stream also carries checks, written while
+        the client is silent, so from its first settings on it gets a reader task and a
+        bounded outbox (``_producer_stream``)."""
         try:
             check.require_client_id(context)
         except ApiError as err:
             yield api.TelemetryCommand(status=err.status)
             return
-        outbox: asyncio.Queue[api.TelemetryCommand | None] = asyncio.Queue(OUTBOX_LIMIT)
-        unregister: list[Callable[[], None]] = []
-        reader = asyncio.get_running_loop().create_task(self._read(commands, outbox, unregister))
+        async for command in commands:
+            answer, topics = await self._answer(command)
+            if answer is None:
+                continue
+            if topics and self.transactions is not None:
+                async for out in self._producer_stream(commands, answer, topics):
+                    yield out
+                return
+            yield answer
+
+    async def _answer(
+        self, command: api.TelemetryCommand
+    ) -> tuple[api.TelemetryCommand | None, list[str]]:
+        """The answer to a client's command (None: nothing to answer, e.g. the result of a
+        check we sent), and the topics a producer's settings publish to."""
+        if command.WhichOneof("command") != "settings":
+            return None, []
         try:
-            while True:
-                command = await outbox.get()
-                if command is None:
-                    break
+            settings = answer_settings(
+                command.settings,
+                max_body_bytes=self.config.max_body_bytes,
+                max_polling_ms=self.config.receive.max_polling_ms,
+                max_attempts=self.config.receive.max_delivery_attempts,
+                fifo=await self._fifo(command.settings),
+            )
+        except ApiError as err:
+            return api.TelemetryCommand(status=err.status), []
+        topics = [t.name for t in command.settings.publishing.topics]
+        return api.TelemetryCommand(status=ok(), settings=settings), topics
+
+    async def _producer_stream(
+        self,
+        commands: AsyncIterator[api.TelemetryCommand],
+        first: api.TelemetryCommand,
+        topics: list[str],
+    ) -> AsyncIterator[api.TelemetryCommand]:
+        """The rest of a producer's stream: the answer ``first``, then checks of ``topics``
+        and answers to further commands, in the order they are put in the outbox."""
+        assert self.transactions is not None
+        outbox: asyncio.Queue[api.TelemetryCommand | None] = asyncio.Queue(OUTBOX_LIMIT)
+        outbox.put_nowait(first)
+        forget = self.transactions.register(topics, _sink(outbox))
+        reader = asyncio.get_running_loop().create_task(self._read(commands, outbox))
+        try:
+            while (command := await outbox.get()) is not None:
                 yield command
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader  # the client's stream may have failed; nothing to tell it
-            for forget in unregister:
-                forget()
+            forget()
 
     async def _read(
         self,
         commands: AsyncIterator[api.TelemetryCommand],
         outbox: asyncio.Queue[api.TelemetryCommand | None],
-        unregister: list[Callable[[], None]],
     ) -> None:
         try:
             async for command in commands:
-                if command.WhichOneof("command") != "settings":
-                    continue  # results of commands we sent (nothing to do with them)
-                try:
-                    settings = answer_settings(
-                        command.settings,
-                        max_body_bytes=self.config.max_body_bytes,
-                        max_polling_ms=self.config.receive.max_polling_ms,
-                        max_attempts=self.config.receive.max_delivery_attempts,
-                        fifo=await self._fifo(command.settings),
-                    )
-                except ApiError as err:
-                    await outbox.put(api.TelemetryCommand(status=err.status))
-                    continue
-                if not unregister and self.transactions is not None:
-                    topics = [t.name for t in command.settings.publishing.topics]
-                    if topics:
-                        unregister.append(self.transactions.register(topics, _sink(outbox)))
-                await outbox.put(api.TelemetryCommand(status=ok(), settings=settings))
+                answer, _ = await self._answer(command)
+                if answer is not None:
+                    await outbox.put(answer)
         finally:
             # The client closed its side (or the stream failed): end ours. A full outbox
             # means the writer is gone too; it is cancelled with the stream.
