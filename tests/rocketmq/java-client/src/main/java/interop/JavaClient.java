@@ -6,57 +6,129 @@
  * line and output as tests/interop/python_client.py and node/client.mjs:
  *
  *   produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
- *       -> {"ids": [...]}            message i has the body "<P>-<i>"
+ *           [--message-groups G]
+ *       -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO
+ *                                    messages, message i in group "g<i mod G>"
  *   consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
  *           [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
- *           [--no-ack-first] [--start-only]
- *       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt"}],
+ *           [--no-ack-first] [--start-only] [--batch B]
+ *       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group",
+ *                         "receive", "received_at", "ack_at"}],
  *           "receives": <calls>, "empty_receives": <count>, "errors": [...]}
+ *           (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
  *       --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
+ *   push --endpoint HOST:PORT --group G --topic T --expect N [--fail-first]
+ *        [--consume-seconds S]
+ *       -> {"fifo": <settings said FIFO>, "messages": [{"id", "body", "group", "attempt",
+ *           "started_at", "ended_at", "result"}], "errors": [...]}
+ *       A PushConsumer whose listener records every call; --fail-first answers FAILURE the
+ *       first time an id arrives; stops once N distinct ids were consumed with SUCCESS.
+ *   features --endpoint HOST:PORT --topic T --group G --delay-seconds D
+ *       -> {"committed", "rolled_back", "orphan", "timed", "recalled": ids,
+ *           "recall_answer": what RecallMessage returned, "deliver_ms": the timed message's
+ *           delivery time (epoch ms), "checked": ids the transaction checker was asked about,
+ *           "received": [{"id", "at_ms"}], "errors": [...]}
+ *       A committed, a rolled-back and an orphaned (never ended) transactional message, whose
+ *       checker commits what it is asked about; a message timed D seconds ahead, and another
+ *       one recalled at once; then a SimpleConsumer receives (acking) until the committed, the
+ *       orphan and the timed one came and two more seconds passed.
  *
  * One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
  * an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds). Errors of single
  * operations inside the receive loop are reported in "errors" instead. The client logs to
  * ${user.home}/logs/rocketmq/rocketmq-client.log: pass -Duser.home to move it.
  *
- * What this client (5.2.0) requires of the server, read from its source (apache/rocketmq-clients,
- * tag java-5.2.0, java/client):
+ * What this client (5.2.0) requires of the server, read from its source (the
+ * rocketmq-client-java-5.2.0-sources.jar on Maven Central, java/client of apache/rocketmq-clients):
  * - TLS is on by default: the driver turns it off (enableSsl(false)), the proxy serves plaintext.
  * - Startup (ClientImpl.startUp): QueryRoute for every topic, up to maxStartupAttempts (3) times,
  *   then throws. For each new broker endpoint of a route it opens a Telemetry stream, writes
- *   Settings and waits WITHOUT a timeout for the settings answer (ClientSessionImpl's
- *   settingsInitFuture) before the route counts as fetched: startup success proves both.
+ *   Settings and waits for the settings answer (ClientSessionImpl's settingsInitFuture, given
+ *   up after 3 s plus the request timeout) before the route counts as fetched: startup success
+ *   proves both. Settings are sent again whenever a Telemetry stream is reopened.
  * - ChangeInvisibleDuration: the response's receipt_handle replaces the message's handle.
  * - Heartbeat: sent every 10 s by the client itself; --start-only sends one now, like the
  *   other drivers, through the client's own ClientManager.
+ * - Producer: with settings.publishing.validate_message_type, a queue's accept_message_types
+ *   must contain the message's type (NORMAL, FIFO with a message group, DELAY with a delivery
+ *   timestamp, TRANSACTION) or the send fails in the client. setDeliveryTimestamp takes epoch
+ *   milliseconds. beginTransaction needs a TransactionChecker; a RecoverOrphanedTransaction
+ *   command on the producer's Telemetry stream runs it and answers with EndTransaction (source
+ *   SOURCE_SERVER_CHECK). recallMessage(topic, handle) sends RecallMessage with the send
+ *   receipt's recall_handle and returns the response's message_id.
+ * - PushConsumer (PushConsumerImpl, ProcessQueueImpl, StandardConsumeService, FifoConsumeService):
+ *   - Settings it reads (PushSubscriptionSettings.sync): subscription.fifo, which picks the
+ *     FIFO or the standard consume service ONCE, at startup; subscription.receive_batch_size
+ *     (the batch is min(it, room in the cache: 1024 messages / 64 MiB spread over the queues),
+ *     so 0 would ask for nothing); subscription.long_polling_timeout; backoff_policy, which must
+ *     be exponential or customized (anything else throws and the settings are not taken).
+ *   - QueryAssignment for every subscribed topic 1 s after startup and then every 5 s, sent to
+ *     the access point if the route lists it; an empty answer is just retried later.
+ *   - For every assigned queue (the proxy assigns queue id -1 of each broker) a loop of
+ *     ReceiveMessage with auto_renew=true and NO invisible_duration, long_polling_timeout from
+ *     the settings, a gRPC deadline of that plus the request timeout, and an attempt_id that is
+ *     reused only after DEADLINE_EXCEEDED. The next receive is issued as soon as a response
+ *     arrives (not after consumption); 1 s back-off after an error (20 ms after
+ *     TooManyRequests), 1 s while the cache is full. A queue without a receive issued for
+ *     3 x (long polling + request timeout) is dropped and recreated.
+ *   - No invisible-time renewal in the client: while the listener runs it sends nothing; the
+ *     server must keep an auto_renew message invisible for as long as consumption takes, and
+ *     accept the receipt handle from ReceiveMessage for the ack (or nack) that follows.
+ *   - Standard: every message of a batch goes to the consumption pool (20 threads) at once.
+ *     SUCCESS -> AckMessage; FAILURE (or an exception) -> a nack: ChangeInvisibleDuration to the
+ *     retry policy's delay for the message's delivery attempt. Both are retried every second
+ *     until OK, except on INVALID_RECEIPT_HANDLE. The client never forwards a standard message
+ *     to the dead-letter queue: the server does after max_attempts.
+ *   - FIFO: the messages of one receive are consumed one after another in the order received
+ *     (enableFifoConsumeAccelerator is off by default); a FAILURE is retried locally after the
+ *     retry policy's delay, with the delivery attempt counted up by the client, until
+ *     max_attempts, then ForwardMessageToDeadLetterQueue (retried every second until OK);
+ *     SUCCESS -> AckMessage. The client does not order messages across receives: the server
+ *     must not deliver a message of a group while an earlier one is in flight.
+ *   - A corrupted message (body digest mismatch) is nacked (standard) or forwarded to the DLQ
+ *     (FIFO) without reaching the listener. VerifyMessage commands on Telemetry are consumed
+ *     and answered there.
+ *   - close(): no new receives, waits for the receives in flight up to long polling + request
+ *     timeout, drains the consumption pool, sleeps 1 s for the last acks, then
+ *     NotifyClientTermination.
  */
 package interop;
 
 import apache.rocketmq.v2.Code;
 import apache.rocketmq.v2.HeartbeatResponse;
+import java.io.Closeable;
 import java.lang.reflect.Method;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
 import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
+import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.message.MessageBuilder;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
 import org.apache.rocketmq.client.java.impl.ClientImpl;
+import org.apache.rocketmq.client.java.impl.consumer.PushSubscriptionSettings;
 import org.apache.rocketmq.client.java.message.MessageViewImpl;
 import org.apache.rocketmq.client.java.route.Address;
 import org.apache.rocketmq.client.java.route.Endpoints;
@@ -64,6 +136,9 @@ import org.apache.rocketmq.client.java.route.Endpoints;
 public final class JavaClient {
     private static final int REQUEST_TIMEOUT_SECONDS = 3; // the client's default, stated
     private static final int MAX_MESSAGES_PER_RECEIVE = 16;
+    /** The features command's SimpleConsumer: long polls and invisible time. */
+    private static final int FEATURES_AWAIT_SECONDS = 5;
+    private static final int FEATURES_INVISIBLE_SECONDS = 20;
 
     private static final class UsageError extends Exception {
         UsageError(String message) {
@@ -74,11 +149,15 @@ public final class JavaClient {
     private final Map<String, String> opts = new HashMap<>();
     private final Set<String> flags = new HashSet<>();
     private String command;
+    /** System.nanoTime() at which the watchdog ends the run. */
+    private long deadlineNanos;
 
+    private static final Set<String> COMMANDS = Set.of("produce", "consume", "push", "features");
     private static final Set<String> VALUED = Set.of("endpoint", "topic", "group", "count", "tag",
-        "keys", "body-prefix", "filter", "await-seconds", "expect", "max-rounds",
-        "invisible-seconds", "change-invisible-seconds", "deadline-seconds");
-    private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only");
+        "keys", "body-prefix", "message-groups", "filter", "await-seconds", "expect", "max-rounds",
+        "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
+        "delay-seconds", "deadline-seconds");
+    private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first");
 
     private void parse(String[] argv) throws UsageError {
         List<String> positionals = new ArrayList<>();
@@ -100,25 +179,42 @@ public final class JavaClient {
                 positionals.add(a);
             }
         }
-        if (positionals.size() != 1
-            || !(positionals.get(0).equals("produce") || positionals.get(0).equals("consume"))) {
-            throw new UsageError("usage: JavaClient produce|consume --endpoint HOST:PORT --topic T ...");
+        if (positionals.size() != 1 || !COMMANDS.contains(positionals.get(0))) {
+            throw new UsageError(
+                "usage: JavaClient produce|consume|push|features --endpoint HOST:PORT --topic T ...");
         }
         command = positionals.get(0);
         require("endpoint");
         require("topic");
-        if (command.equals("produce")) {
-            integer("count", null, true);
-        } else {
-            require("group");
-            if (!flags.contains("start-only")) {
-                integer("await-seconds", null, true);
+        switch (command) {
+            case "produce":
+                integer("count", null, true);
+                integer("message-groups", null, false);
+                break;
+            case "consume":
+                require("group");
+                if (!flags.contains("start-only")) {
+                    integer("await-seconds", null, true);
+                    integer("expect", null, true);
+                }
+                if (flags.contains("no-ack-first") && !flags.contains("ack")) {
+                    throw new UsageError("--no-ack-first only makes sense with --ack");
+                }
+                if (integer("batch", MAX_MESSAGES_PER_RECEIVE, false) < 1) {
+                    throw new UsageError("--batch must be at least 1");
+                }
+                break;
+            case "push":
+                require("group");
                 integer("expect", null, true);
-            }
-            if (flags.contains("no-ack-first") && !flags.contains("ack")) {
-                throw new UsageError("--no-ack-first only makes sense with --ack");
-            }
+                number("consume-seconds", 0.0);
+                break;
+            default: // features
+                require("group");
+                integer("delay-seconds", 4, false);
+                break;
         }
+        number("deadline-seconds", 0.0);
     }
 
     private void require(String name) throws UsageError {
@@ -146,14 +242,36 @@ public final class JavaClient {
         }
     }
 
+    private double number(String name, double fallback) throws UsageError {
+        String raw = opts.get(name);
+        if (raw == null) {
+            return fallback;
+        }
+        try {
+            double d = Double.parseDouble(raw);
+            if (!(d >= 0) || Double.isInfinite(d)) {
+                throw new NumberFormatException();
+            }
+            return d;
+        } catch (NumberFormatException e) {
+            throw new UsageError("--" + name + " must be a number of seconds");
+        }
+    }
+
     /** Start-up and shut-down allowance plus, for consume, every round at its gRPC deadline. */
     private double deadlineSeconds() throws UsageError {
-        String raw = opts.get("deadline-seconds");
-        if (raw != null) {
-            return Double.parseDouble(raw);
+        if (opts.containsKey("deadline-seconds")) {
+            return number("deadline-seconds", 0.0);
         }
-        if (command.equals("produce")) {
-            return 20 + integer("count", 0, true) * 3 * REQUEST_TIMEOUT_SECONDS;
+        switch (command) {
+            case "produce":
+                return 20 + integer("count", 0, true) * 3 * REQUEST_TIMEOUT_SECONDS;
+            case "push":
+                return 120;
+            case "features":
+                return 60;
+            default:
+                break;
         }
         if (flags.contains("start-only")) {
             return 30;
@@ -161,6 +279,11 @@ public final class JavaClient {
         int perRound = integer("await-seconds", 5, false) + REQUEST_TIMEOUT_SECONDS + 1;
         int perMessage = 2 * REQUEST_TIMEOUT_SECONDS;
         return 20 + integer("max-rounds", 5, false) * (perRound + MAX_MESSAGES_PER_RECEIVE * perMessage);
+    }
+
+    /** Seconds left before the watchdog ends the run. */
+    private double remainingSeconds() {
+        return (deadlineNanos - System.nanoTime()) / 1e9;
     }
 
     private ClientConfiguration configuration() {
@@ -171,12 +294,30 @@ public final class JavaClient {
             .build();
     }
 
+    /** Epoch seconds, microseconds as the fraction (the other drivers' time.time()). */
+    private static double now() {
+        Instant t = Instant.now();
+        return t.getEpochSecond() + t.getNano() / 1e9;
+    }
+
+    private static String text(MessageView msg) {
+        ByteBuffer body = msg.getBody().duplicate();
+        byte[] bytes = new byte[body.remaining()];
+        body.get(bytes);
+        return new String(bytes, StandardCharsets.UTF_8);
+    }
+
+    private static Object group(MessageView msg) {
+        return msg.getMessageGroup().isPresent() ? msg.getMessageGroup().get() : null;
+    }
+
     private String produce() throws Exception {
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         String topic = opts.get("topic");
         String prefix = opts.getOrDefault("body-prefix", "msg");
         int count = integer("count", null, true);
-        List<String> ids = new ArrayList<>();
+        Integer groups = integer("message-groups", null, false);
+        List<Object> ids = new ArrayList<>();
         try (Producer producer = provider.newProducerBuilder()
             .setClientConfiguration(configuration())
             .setTopics(topic)
@@ -191,26 +332,31 @@ public final class JavaClient {
                 if (opts.containsKey("keys")) {
                     builder.setKeys(opts.get("keys"));
                 }
+                if (groups != null && groups > 0) {
+                    builder.setMessageGroup("g" + (i % groups));
+                }
                 Message message = builder.build();
                 SendReceipt receipt = producer.send(message);
                 ids.add(receipt.getMessageId().toString());
             }
         }
-        return "{\"ids\": " + Json.strings(ids) + "}";
+        return Json.object("ids", ids);
+    }
+
+    private SimpleConsumer simpleConsumer(String filter, int awaitSeconds) throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        return provider.newSimpleConsumerBuilder()
+            .setClientConfiguration(configuration())
+            .setConsumerGroup(opts.get("group"))
+            .setSubscriptionExpressions(Collections.singletonMap(
+                opts.get("topic"), new FilterExpression(filter, FilterExpressionType.TAG)))
+            .setAwaitDuration(Duration.ofSeconds(awaitSeconds))
+            .build();
     }
 
     private String consume() throws Exception {
-        ClientServiceProvider provider = ClientServiceProvider.loadService();
-        String topic = opts.get("topic");
-        String filter = opts.getOrDefault("filter", "*");
-        int awaitSeconds = integer("await-seconds", 5, false);
-        SimpleConsumer consumer = provider.newSimpleConsumerBuilder()
-            .setClientConfiguration(configuration())
-            .setConsumerGroup(opts.get("group"))
-            .setSubscriptionExpressions(
-                Collections.singletonMap(topic, new FilterExpression(filter, FilterExpressionType.TAG)))
-            .setAwaitDuration(Duration.ofSeconds(awaitSeconds))
-            .build();
+        SimpleConsumer consumer = simpleConsumer(opts.getOrDefault("filter", "*"),
+            integer("await-seconds", 5, false));
         try {
             return flags.contains("start-only") ? startOnly(consumer) : receiveLoop(consumer);
         } finally {
@@ -229,7 +375,7 @@ public final class JavaClient {
         if (all.isEmpty()) {
             throw new IllegalStateException("startup succeeded but the route has no endpoints");
         }
-        List<String> facades = new ArrayList<>();
+        List<Object> facades = new ArrayList<>();
         for (Endpoints endpoints : all) {
             HeartbeatResponse res = client.getClientManager()
                 .heartbeat(endpoints, client.wrapHeartbeatRequest(), Duration.ofSeconds(REQUEST_TIMEOUT_SECONDS))
@@ -245,9 +391,8 @@ public final class JavaClient {
             }
             facades.add(String.join(";", addresses));
         }
-        Collections.sort(facades);
-        return "{\"started\": true, \"endpoints\": " + Json.strings(facades)
-            + ", \"settings\": true, \"heartbeat\": \"OK\"}";
+        facades.sort(null);
+        return Json.object("started", true, "endpoints", facades, "settings", true, "heartbeat", "OK");
     }
 
     private static String describe(Throwable t) {
@@ -258,11 +403,12 @@ public final class JavaClient {
         int expect = integer("expect", null, true);
         int maxRounds = integer("max-rounds", 5, false);
         int invisible = integer("invisible-seconds", 30, false);
+        int batchSize = integer("batch", MAX_MESSAGES_PER_RECEIVE, false);
         Integer change = integer("change-invisible-seconds", null, false);
         boolean ack = flags.contains("ack");
         boolean noAckFirst = flags.contains("no-ack-first");
-        List<String> messages = new ArrayList<>();
-        List<String> errors = new ArrayList<>();
+        List<Object> messages = new ArrayList<>();
+        List<Object> errors = new ArrayList<>();
         Set<String> seen = new HashSet<>();
         int receives = 0;
         int empty = 0;
@@ -270,27 +416,31 @@ public final class JavaClient {
             receives++;
             List<MessageView> batch;
             try {
-                batch = consumer.receive(MAX_MESSAGES_PER_RECEIVE, Duration.ofSeconds(invisible));
+                batch = consumer.receive(batchSize, Duration.ofSeconds(invisible));
             } catch (Exception e) {
                 errors.add("receive #" + receives + ": " + describe(e));
                 continue;
             }
+            double receivedAt = now();
             if (batch.isEmpty()) {
                 empty++;
             }
             for (MessageView msg : batch) {
                 String id = msg.getMessageId().toString();
-                ByteBuffer body = msg.getBody().duplicate();
-                byte[] bytes = new byte[body.remaining()];
-                body.get(bytes);
                 List<String> keys = new ArrayList<>(msg.getKeys());
                 Collections.sort(keys);
-                messages.add("{\"id\": " + Json.string(id)
-                    + ", \"body\": " + Json.string(new String(bytes, StandardCharsets.UTF_8))
-                    + ", \"tag\": " + (msg.getTag().isPresent() ? Json.string(msg.getTag().get()) : "null")
-                    + ", \"keys\": " + Json.strings(keys)
-                    + ", \"topic\": " + Json.string(msg.getTopic())
-                    + ", \"attempt\": " + msg.getDeliveryAttempt() + "}");
+                Map<String, Object> record = new LinkedHashMap<>();
+                record.put("id", id);
+                record.put("body", text(msg));
+                record.put("tag", msg.getTag().isPresent() ? msg.getTag().get() : null);
+                record.put("keys", keys);
+                record.put("topic", msg.getTopic());
+                record.put("attempt", msg.getDeliveryAttempt());
+                record.put("group", group(msg));
+                record.put("receive", receives);
+                record.put("received_at", receivedAt);
+                record.put("ack_at", null);
+                messages.add(record);
                 if (msg instanceof MessageViewImpl && ((MessageViewImpl) msg).isCorrupted()) {
                     errors.add("message " + id + ": body digest mismatch (corrupted)");
                 }
@@ -300,6 +450,7 @@ public final class JavaClient {
                         consumer.changeInvisibleDuration(msg, Duration.ofSeconds(change));
                     }
                     if (ack && !(noAckFirst && firstTime)) {
+                        record.put("ack_at", now());
                         consumer.ack(msg);
                     }
                 } catch (Exception e) {
@@ -307,8 +458,208 @@ public final class JavaClient {
                 }
             }
         }
-        return "{\"messages\": [" + String.join(", ", messages) + "], \"receives\": " + receives
-            + ", \"empty_receives\": " + empty + ", \"errors\": " + Json.strings(errors) + "}";
+        return Json.object("messages", messages, "receives", receives, "empty_receives", empty,
+            "errors", errors);
+    }
+
+    /**
+     * A PushConsumer: the listener records each call; done once --expect ids succeeded (then a
+     * moment for the last acks to leave).
+     */
+    private String push() throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        int expect = integer("expect", null, true);
+        boolean failFirst = flags.contains("fail-first");
+        long consumeMillis = Math.round(number("consume-seconds", 0.0) * 1000);
+        List<Object> calls = new ArrayList<>();
+        Set<String> seen = new HashSet<>();
+        Set<String> succeeded = new HashSet<>();
+        CountDownLatch done = new CountDownLatch(1);
+        Object lock = new Object();
+        PushConsumer consumer = provider.newPushConsumerBuilder()
+            .setClientConfiguration(configuration())
+            .setConsumerGroup(opts.get("group"))
+            .setSubscriptionExpressions(Collections.singletonMap(
+                opts.get("topic"), new FilterExpression("*", FilterExpressionType.TAG)))
+            .setMessageListener(message -> {
+                double started = now();
+                if (consumeMillis > 0) {
+                    try {
+                        Thread.sleep(consumeMillis);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+                String id = message.getMessageId().toString();
+                synchronized (lock) {
+                    boolean first = seen.add(id);
+                    boolean fail = failFirst && first;
+                    ConsumeResult result = fail ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+                    Map<String, Object> call = new LinkedHashMap<>();
+                    call.put("id", id);
+                    call.put("body", text(message));
+                    call.put("group", group(message));
+                    call.put("attempt", message.getDeliveryAttempt());
+                    call.put("started_at", started);
+                    call.put("ended_at", now());
+                    call.put("result", result.name());
+                    calls.add(call);
+                    if (!fail) {
+                        succeeded.add(id);
+                        if (succeeded.size() >= expect) {
+                            done.countDown();
+                        }
+                    }
+                    return result;
+                }
+            })
+            .build();
+        try {
+            // build() returned after QueryRoute and the Telemetry settings answer: the
+            // settings' fifo has picked the consume service.
+            boolean fifo = ((PushSubscriptionSettings) ((ClientImpl) consumer).getSettings()).isFifo();
+            long waitMillis = (long) (Math.max(remainingSeconds() - 15, 1) * 1000);
+            if (!done.await(waitMillis, TimeUnit.MILLISECONDS)) {
+                synchronized (lock) {
+                    List<Object> last = calls.subList(Math.max(0, calls.size() - 20), calls.size());
+                    throw new IllegalStateException(succeeded.size() + " of " + expect
+                        + " messages consumed; last calls: " + Json.value(last));
+                }
+            }
+            Thread.sleep(2000); // the last acks leave the consumption threads
+            synchronized (lock) {
+                return Json.object("fifo", fifo, "messages", new ArrayList<>(calls), "errors", List.of());
+            }
+        } finally {
+            closeWithin(consumer, "the PushConsumer");
+        }
+    }
+
+    /**
+     * close() that gives up (on stderr) before the deadline: a PushConsumer's close waits for
+     * its receives in flight, up to long polling + request timeout each.
+     */
+    private void closeWithin(Closeable client, String what) {
+        Thread closer = new Thread(() -> {
+            try {
+                client.close();
+            } catch (Exception e) {
+                System.err.println("JavaClient: closing " + what + ": " + describe(e));
+            }
+        }, "close");
+        closer.setDaemon(true);
+        closer.start();
+        double bound = Math.max(remainingSeconds() - 3, 0.5);
+        try {
+            closer.join((long) (bound * 1000));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (closer.isAlive()) {
+            System.err.printf("JavaClient: %s did not close within %.1fs, leaving it%n", what, bound);
+        }
+    }
+
+    /**
+     * Transactions (committed, rolled back, orphaned and checked), a timed message and a recalled
+     * one; then a SimpleConsumer receives until the committed, the orphan and the timed one came.
+     */
+    private String features() throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        String topic = opts.get("topic");
+        int delaySeconds = integer("delay-seconds", 4, false);
+        List<Object> checked = new ArrayList<>();
+        Map<String, Object> out = new LinkedHashMap<>();
+        List<Object> errors = new ArrayList<>();
+        out.put("errors", errors);
+        SimpleConsumer consumer = simpleConsumer("*", FEATURES_AWAIT_SECONDS);
+        Producer producer = null;
+        try {
+            producer = provider.newProducerBuilder()
+                .setClientConfiguration(configuration())
+                .setTopics(topic)
+                .setTransactionChecker(messageView -> {
+                    synchronized (checked) {
+                        checked.add(messageView.getMessageId().toString());
+                    }
+                    return TransactionResolution.COMMIT;
+                })
+                .build();
+            String[][] transactions = {{"committed", "commit"}, {"rolled_back", "rollback"}, {"orphan", null}};
+            for (String[] tx : transactions) {
+                Transaction transaction = producer.beginTransaction();
+                SendReceipt receipt = producer.send(message(provider, tx[0]).build(), transaction);
+                out.put(tx[0], receipt.getMessageId().toString());
+                if ("commit".equals(tx[1])) {
+                    transaction.commit();
+                } else if ("rollback".equals(tx[1])) {
+                    transaction.rollback();
+                }
+            }
+            // The Java client takes epoch milliseconds.
+            long deliverMs = System.currentTimeMillis() + delaySeconds * 1000L;
+            out.put("timed", producer.send(
+                message(provider, "timed").setDeliveryTimestamp(deliverMs).build()).getMessageId().toString());
+            out.put("deliver_ms", deliverMs);
+            SendReceipt recalled = producer.send(
+                message(provider, "recalled").setDeliveryTimestamp(deliverMs).build());
+            out.put("recalled", recalled.getMessageId().toString());
+            out.put("recall_answer",
+                producer.recallMessage(topic, recalled.getRecallHandle()).getMessageId().toString());
+            Set<Object> wanted = Set.of(out.get("committed"), out.get("orphan"), out.get("timed"));
+            Set<Object> got = new HashSet<>();
+            List<Object> received = new ArrayList<>();
+            // A receive takes up to the long poll plus the request timeout; leave time to close.
+            double perReceive = FEATURES_AWAIT_SECONDS + REQUEST_TIMEOUT_SECONDS + 1;
+            long doneAt = 0;
+            while (remainingSeconds() > perReceive + 5 && (doneAt == 0 || System.nanoTime() < doneAt)) {
+                List<MessageView> batch;
+                try {
+                    batch = consumer.receive(MAX_MESSAGES_PER_RECEIVE, Duration.ofSeconds(FEATURES_INVISIBLE_SECONDS));
+                } catch (Exception e) { // one failed receive is reported, not fatal
+                    errors.add("receive: " + describe(e));
+                    continue;
+                }
+                for (MessageView msg : batch) {
+                    String id = msg.getMessageId().toString();
+                    received.add(Json.map("id", id, "at_ms", System.currentTimeMillis()));
+                    got.add(id);
+                    consumer.ack(msg);
+                }
+                if (doneAt == 0 && got.containsAll(wanted)) {
+                    doneAt = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+                }
+            }
+            out.put("received", received);
+            synchronized (checked) {
+                out.put("checked", new ArrayList<>(checked));
+            }
+        } finally {
+            if (producer != null) {
+                closeWithin(producer, "the Producer");
+            }
+            closeWithin(consumer, "the SimpleConsumer");
+        }
+        return Json.value(out);
+    }
+
+    private MessageBuilder message(ClientServiceProvider provider, String body) {
+        return provider.newMessageBuilder()
+            .setTopic(opts.get("topic"))
+            .setBody(body.getBytes(StandardCharsets.UTF_8));
+    }
+
+    private String run() throws Exception {
+        switch (command) {
+            case "produce":
+                return produce();
+            case "consume":
+                return consume();
+            case "push":
+                return push();
+            default:
+                return features();
+        }
     }
 
     public static void main(String[] argv) {
@@ -323,7 +674,8 @@ public final class JavaClient {
             Runtime.getRuntime().halt(2);
             return;
         }
-        // Bound the whole run: startup waits for the Telemetry answer without a timeout.
+        driver.deadlineNanos = System.nanoTime() + (long) (deadline * 1e9);
+        // Bound the whole run: the client has waits without a timeout of their own.
         Thread watchdog = new Thread(() -> {
             try {
                 Thread.sleep((long) (deadline * 1000));
@@ -339,7 +691,7 @@ public final class JavaClient {
         long started = System.nanoTime();
         String result;
         try {
-            result = driver.command.equals("produce") ? driver.produce() : driver.consume();
+            result = driver.run();
         } catch (Throwable t) {
             t.printStackTrace(System.err);
             StringBuilder cause = new StringBuilder();
@@ -358,10 +710,64 @@ public final class JavaClient {
         Runtime.getRuntime().halt(0);
     }
 
-    /** Just enough JSON for the output contract: strings and lists of strings. */
+    /** Just enough JSON for the output contract: maps, lists, strings, numbers, booleans, null. */
     static final class Json {
-        static String string(String s) {
-            StringBuilder b = new StringBuilder("\"");
+        /** An object from alternating keys and values, in that order. */
+        static String object(Object... pairs) {
+            return value(map(pairs));
+        }
+
+        static Map<String, Object> map(Object... pairs) {
+            Map<String, Object> m = new LinkedHashMap<>();
+            for (int i = 0; i < pairs.length; i += 2) {
+                m.put((String) pairs[i], pairs[i + 1]);
+            }
+            return m;
+        }
+
+        static String value(Object v) {
+            StringBuilder b = new StringBuilder();
+            write(b, v);
+            return b.toString();
+        }
+
+        private static void write(StringBuilder b, Object v) {
+            if (v == null) {
+                b.append("null");
+            } else if (v instanceof String) {
+                string(b, (String) v);
+            } else if (v instanceof Boolean || v instanceof Integer || v instanceof Long) {
+                b.append(v);
+            } else if (v instanceof Double) {
+                // Fixed notation: epoch seconds with microseconds.
+                b.append(String.format(Locale.ROOT, "%.6f", (Double) v));
+            } else if (v instanceof Map) {
+                b.append('{');
+                String sep = "";
+                for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
+                    b.append(sep);
+                    string(b, (String) e.getKey());
+                    b.append(": ");
+                    write(b, e.getValue());
+                    sep = ", ";
+                }
+                b.append('}');
+            } else if (v instanceof List) {
+                b.append('[');
+                String sep = "";
+                for (Object item : (List<?>) v) {
+                    b.append(sep);
+                    write(b, item);
+                    sep = ", ";
+                }
+                b.append(']');
+            } else {
+                throw new IllegalArgumentException("no JSON for " + v.getClass());
+            }
+        }
+
+        private static void string(StringBuilder b, String s) {
+            b.append('"');
             for (int i = 0; i < s.length(); i++) {
                 char c = s.charAt(i);
                 switch (c) {
@@ -378,15 +784,7 @@ public final class JavaClient {
                         }
                 }
             }
-            return b.append('"').toString();
-        }
-
-        static String strings(List<String> items) {
-            List<String> quoted = new ArrayList<>();
-            for (String s : items) {
-                quoted.add(string(s));
-            }
-            return "[" + String.join(", ", quoted) + "]";
+            b.append('"');
         }
     }
 }
