@@ -38,9 +38,9 @@ LANGS = ("python", "node", "java")
 #: The clients whose drivers drive a PushConsumer (``push``), FIFO producers and consumers
 #: (``--message-groups``, ``--batch``) and transactions, timed and recalled messages
 #: (``features``).
-PUSH_LANGS = ("python",)
-FIFO_LANGS = ("python",)
-FEATURE_LANGS = ("python",)
+PUSH_LANGS = ("python", "node")
+FIFO_LANGS = ("python", "node")
+FEATURE_LANGS = ("python", "node")
 
 # The one line `rmq-proxy` prints on stdout once it serves.
 READY_LINE = re.compile(r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)\s*$")

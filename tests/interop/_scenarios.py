@@ -243,7 +243,7 @@ def cross_client(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
     assert_delivered_once(out, ids, prefix, topic, tag="TagX", keys=[key])
 
 
-# -- push consumers and FIFO (Python client) ---------------------------------------------
+# -- push consumers and FIFO (_harness.PUSH_LANGS, FIFO_LANGS) ---------------------------
 
 #: A listener that outlasts the proxy's renewal slice (``_harness.RENEW_SLICE_MS``, 10 s) by
 #: more than a real broker's revive delay: without renewal its message would come back.
