@@ -80,8 +80,9 @@
 //   Telemetry answer (`subscription` case only): `fifo`, `receive_batch_size` (an unset 0
 //   makes every batch_size 0), `long_polling_timeout`, and `backoff_policy` only when it is
 //   exponential_backoff (whole seconds of initial/max, multiplier, max_attempts); a
-//   customized_backoff is ignored, leaving NO retry policy: then a nack's delay is 0 and FIFO
-//   max attempts 1. Standard group: every message of a batch is consumed at once; SUCCESS ->
+//   customized_backoff (what this proxy answers, as the Apache proxy does for a group with the
+//   default retry policy) is ignored, leaving NO retry policy: then a nack's delay is 0 (the
+//   message is visible again at once) and a FIFO group's max attempts 1. Standard group: every message of a batch is consumed at once; SUCCESS ->
 //   AckMessage, FAILURE -> ChangeInvisibleDuration to the back-off of its delivery attempt
 //   (which 1.0.8 passes as a number of MILLISECONDS although the policy computes seconds; 0
 //   without a policy), so the message comes back as the next attempt; a non-OK answer other
