@@ -260,8 +260,9 @@ def push(run: Run, lang: str, proxy: ProxyProcess, topic: str, group: str, expec
 
 def push_nack_then_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str, target) -> None:
     """A PushConsumer (standard group): every message fails once (a nack: the client
-    changes its invisible time to the back-off of attempt 1), comes back as attempt 2 and
-    is acked."""
+    changes its invisible time to the back-off of attempt 1; the Node client 1.0.8 ignores
+    the customized back-off of the settings and changes it to 0), comes back as attempt 2
+    and is acked."""
     ids, prefix = produce(run, lang, proxy, topic, 8)
     group = target.new_group(f"interop-{lang}-push")
     out = push(run, lang, proxy, topic, group, 8, "--fail-first")
