@@ -35,12 +35,6 @@ JAVA_CLIENT_MAIN = "interop.JavaClient"
 # A short-lived client JVM: C1 only and the serial collector start fastest on 2 cores.
 JAVA_CLIENT_OPTS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 LANGS = ("python", "node", "java")
-#: The clients whose drivers drive a PushConsumer (``push``), FIFO producers and consumers
-#: (``--message-groups``, ``--batch``) and transactions, timed and recalled messages
-#: (``features``).
-PUSH_LANGS = ("python", "java")
-FIFO_LANGS = ("python", "java")
-FEATURE_LANGS = ("python", "java")
 
 # The one line `rmq-proxy` prints on stdout once it serves.
 READY_LINE = re.compile(r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)\s*$")

@@ -243,7 +243,7 @@ def cross_client(run: Run, lang: str, proxy: ProxyProcess, topic: str) -> None:
     assert_delivered_once(out, ids, prefix, topic, tag="TagX", keys=[key])
 
 
-# -- push consumers and FIFO (Python client) ---------------------------------------------
+# -- push consumers and FIFO ------------------------------------------------------------
 
 #: A listener that outlasts the proxy's renewal slice (``_harness.RENEW_SLICE_MS``, 10 s) by
 #: more than a real broker's revive delay: without renewal its message would come back.
@@ -260,8 +260,9 @@ def push(run: Run, lang: str, proxy: ProxyProcess, topic: str, group: str, expec
 
 def push_nack_then_ack(run: Run, lang: str, proxy: ProxyProcess, topic: str, target) -> None:
     """A PushConsumer (standard group): every message fails once (a nack: the client
-    changes its invisible time to the back-off of attempt 1), comes back as attempt 2 and
-    is acked."""
+    changes its invisible time to the back-off of attempt 1; the Node client 1.0.8 ignores
+    the customized back-off of the settings and changes it to 0), comes back as attempt 2
+    and is acked."""
     ids, prefix = produce(run, lang, proxy, topic, 8)
     group = target.new_group(f"interop-{lang}-push")
     out = push(run, lang, proxy, topic, group, 8, "--fail-first")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.interop import _scenarios as scenario
-from tests.interop._harness import FIFO_LANGS, LANGS, PUSH_LANGS
+from tests.interop._harness import LANGS
 from tests.interop.conftest import DEFAULT_MODE, MODES, targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]
@@ -62,7 +62,7 @@ def test_push_consumer_standard_and_fifo(target, proxy, new_topic, run_client):
     """The PushConsumer: nack and redelivery, a listener that outlasts the proxy's renewal
     slice, and a FIFO group consumed in order, side by side."""
     scenario.for_each_client(
-        PUSH_LANGS,
+        LANGS,
         (scenario.push_nack_then_ack, scenario.push_outlasts_the_slice, scenario.push_fifo),
         run_client,
         proxy,
@@ -76,7 +76,7 @@ def test_fifo_simple_consumers_keep_group_order(target, proxy, new_topic, run_cl
     """Three SimpleConsumers of one FIFO group at once keep each message group in order
     (notify mode: the first pop, orderly probes, pops where one says hasMsg)."""
     scenario.for_each_client(
-        FIFO_LANGS,
+        LANGS,
         scenario.fifo_simple_consumers_in_order,
         run_client,
         proxy,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.interop import _scenarios as scenario
-from tests.interop._harness import FEATURE_LANGS
+from tests.interop._harness import LANGS
 from tests.interop.conftest import targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]
 @pytest.mark.parametrize("target", targets(("notify",)), indirect=True)
 def test_transactions_timed_and_recalled(target, proxy, new_topic, run_client):
     scenario.for_each_client(
-        FEATURE_LANGS,
+        LANGS,
         scenario.transactions_timed_and_recalled,
         run_client,
         proxy,

@@ -291,6 +291,10 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         # enough for a test to see one: every second, of half messages older than 3 s.
         "transactionCheckInterval": "1000",
         "transactionTimeOut": "3000",
+        # A commit or rollback is recorded (an op message) in batches, every
+        # transactionOpBatchInterval (default 3 s): with the 3 s above, a check could find an
+        # ended transaction not yet recorded and ask its producer about it again.
+        "transactionOpBatchInterval": "200",
         # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
         "recallMessageEnable": "true",
         **extra,

@@ -1,30 +1,50 @@
 #!/usr/bin/env node
 // Drive the official RocketMQ 5 Node.js client (rocketmq-client-nodejs 1.0.8) as a test peer.
-// Installed by `make interop-deps` (npm ci in this directory). Same command line as
+// Installed by `make interop-deps` (npm ci in this directory). Same command line and output as
 // ../python_client.py:
 //
 //   produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
-//       -> {"ids": [...]}            message i has the body "<P>-<i>"
+//           [--message-groups G]
+//       -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO messages,
+//                                    message i in group "g<i mod G>"
 //   consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
 //           [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
-//           [--no-ack-first] [--start-only]
-//       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt"}],
+//           [--no-ack-first] [--start-only] [--batch B]
+//       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group", "receive",
+//                         "received_at", "ack_at"}],
 //           "receives": <calls>, "empty_receives": <count>, "errors": [...]}
+//           (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
 //       --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
+//   push --endpoint HOST:PORT --group G --topic T --expect N [--fail-first] [--consume-seconds S]
+//       -> {"fifo": <settings said FIFO>, "messages": [{"id", "body", "group", "attempt",
+//           "started_at", "ended_at", "result"}], "errors": [...]}
+//       A PushConsumer whose listener records every call; --fail-first answers FAILURE the first
+//       time an id arrives; stops once N distinct ids were consumed with SUCCESS.
+//   features --endpoint HOST:PORT --topic T --group G --delay-seconds D
+//       -> {"committed", "rolled_back", "orphan", "timed", "recalled": ids,
+//           "recall_answer": the id RecallMessage returned, "deliver_ms": the timed message's
+//           delivery time (epoch ms), "checked": ids the transaction checker was asked about,
+//           "received": [{"id", "at_ms"}], "errors": [...]}
+//       A committed, a rolled-back and an orphaned (never ended) transactional message, whose
+//       checker commits what it is asked about; a message timed D seconds ahead, and another
+//       one recalled at once; then a SimpleConsumer receives (acking) until the committed, the
+//       orphan and the timed one came and two more seconds passed.
 //
 // One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
-// an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds). Errors of single
-// operations inside the receive loop are reported in "errors" instead. The client's own log
-// goes to stderr (warnings and errors; everything with RMQ_INTEROP_VERBOSE=1).
+// an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds, naming the phase
+// it was in). Errors of single operations inside the receive loop are reported in "errors"
+// instead. The client's own log goes to stderr (warnings and errors; everything with
+// RMQ_INTEROP_VERBOSE=1).
 //
-// What this client (1.0.8) requires of the server, read from its source (src/ in the package):
+// What this client (1.0.8) requires of the server, read from its source (src/ and dist/ in the
+// package):
 // - Startup: QueryRoute for every topic (3 attempts, 1 s then 2 s apart, each with a 3 s
 //   deadline; throws when none succeeded), then a Telemetry stream per broker endpoint of the
-//   route, on which it writes Settings. With topics configured (a SimpleConsumer always; the
-//   producer here passes its topic) startup waits WITHOUT a timeout for the first Telemetry
-//   answer carrying `settings`; an answer with neither settings nor another known command is
-//   status-checked and rejects startup when not OK. If the server ends the stream the client
-//   reopens it after 1 s and writes Settings again, forever.
+//   route, on which it writes Settings. With topics configured (a SimpleConsumer and a
+//   PushConsumer always; the producer here passes its topic) startup waits WITHOUT a timeout
+//   for the first Telemetry answer carrying `settings`; an answer with neither settings nor
+//   another known command is status-checked and rejects startup when not OK. If the server ends
+//   the stream the client reopens it after 1 s and writes Settings again, forever.
 // - Producer settings answer: `backoff_policy` must be exponential_backoff (an assert, thrown
 //   inside the stream's data handler) and `publishing.max_body_size` replaces the 4 MiB default
 //   (0 makes every send fail); `validate_message_type` is taken from it too.
@@ -32,31 +52,85 @@
 //   MASTER_BROKER_ID) and the permission fits (READ/READ_WRITE to receive, WRITE/READ_WRITE to
 //   send): every broker needs a queue 0 or it is never used, and a route without one makes
 //   receive throw "No readable message queue found". The gRPC target is host:port of
-//   `broker.endpoints.addresses` (scheme unused). Sends require `accept_message_types` to
-//   contain NORMAL. SendMessage is retried on other queues (up to 3 attempts) on error.
+//   `broker.endpoints.addresses` (scheme unused). With validate_message_type, a send needs its
+//   type in the queue's `accept_message_types`: NORMAL, FIFO (a message group), DELAY (a
+//   delivery timestamp) or TRANSACTION. SendMessage is retried on other queues (up to 3
+//   attempts) on error, except a transactional one; a FIFO message goes to the queue its
+//   group's SipHash-2-4 picks.
 // - Received messages: `system_properties.body_digest` must be set (an unset one throws
 //   while decoding the batch); MD5/SHA1 are compared as upper-case hex, CRC32 as a decimal
 //   string (Python wants hex, so use MD5). GZIP bodies are inflated. `delivery_attempt`,
-//   `receipt_handle`, `message_id`, `tag`, `keys`, `queue_offset` are read as sent.
+//   `receipt_handle`, `message_id`, `tag`, `keys`, `message_group`, `queue_offset` are read
+//   as sent.
 // - ReceiveMessage: gRPC deadline = awaitDuration + requestTimeout (3 s); the stream is read to
 //   its end and its `status` checked (MESSAGE_NOT_FOUND = empty list); INTERNAL_ERROR is
 //   retried up to 3 times, 1 s apart. `long_polling_timeout` and `invisible_duration` are sent
 //   with millisecond precision.
 // - ChangeInvisibleDuration: the response's `receipt_handle` replaces the message's handle.
+// - PushConsumer: no receiving before QueryAssignment, sent 1 s after startup and then every
+//   5 s to the first endpoint of the topic's route, with `endpoints` = the access point; an
+//   empty answer just means "ask again later". Each assignment's `message_queue` is used as
+//   is (any queue id, its `broker.endpoints` is where the receives, acks and changes go) and
+//   gets its own loop of ReceiveMessage: batch_size = min(settings' receive_batch_size,
+//   1024 / assigned queues), `auto_renew` = true, NO invisible_duration, an `attempt_id`
+//   (reused when a receive failed), long_polling_timeout = the settings' one (the default
+//   30 s when unset), deadline = that + 3 s. A failed receive is retried 1 s later (20 ms
+//   after TOO_MANY_REQUESTS); the next receive is sent as soon as a batch arrived, while it is
+//   consumed. The client never renews an invisible time itself. Settings read from the
+//   Telemetry answer (`subscription` case only): `fifo`, `receive_batch_size` (an unset 0
+//   makes every batch_size 0), `long_polling_timeout`, and `backoff_policy` only when it is
+//   exponential_backoff (whole seconds of initial/max, multiplier, max_attempts); a
+//   customized_backoff (what this proxy answers, as the Apache proxy does for a group with the
+//   default retry policy) is ignored, leaving NO retry policy: then a nack's delay is 0 (the
+//   message is visible again at once) and a FIFO group's max attempts 1. Standard group: every message of a batch is consumed at once; SUCCESS ->
+//   AckMessage, FAILURE -> ChangeInvisibleDuration to the back-off of its delivery attempt
+//   (which 1.0.8 passes as a number of MILLISECONDS although the policy computes seconds; 0
+//   without a policy), so the message comes back as the next attempt; a non-OK answer other
+//   than INVALID_RECEIPT_HANDLE is retried every second. FIFO group (settings' fifo): a batch
+//   is consumed one message after another; a FAILURE is retried locally (delivery attempt + 1)
+//   until max_attempts, then ForwardMessageToDeadLetterQueue (delivery_attempt,
+//   max_delivery_attempts); each message is acked before the next is consumed, so the server
+//   must not hand out a group's next message before the ack (the receive that follows the
+//   batch is already in flight). Shutdown stops the receive loops, waits for the in-flight
+//   receives (up to long polling + 3 s) and the cached messages, 1 s more, then
+//   NotifyClientTermination.
+// - Transactions: SendMessage with message_type TRANSACTION; commit / rollback are
+//   EndTransaction (source CLIENT) to the broker endpoints of the queue sent to. An orphan is
+//   resolved through a RecoverOrphanedTransactionCommand on the producer's Telemetry stream
+//   (its `message` must decode like a received message, body digest included, and carry
+//   `transaction_id`); the checker's answer goes back as EndTransaction with source
+//   SERVER_CHECK.
+// - Timed messages: `delivery_timestamp` with millisecond precision, message type DELAY.
+//   RecallMessage goes to the access point with the send receipt's `recall_handle`; a non-OK
+//   status throws, the answer's `message_id` is returned.
 // - Shutdown: NotifyClientTermination to every route endpoint (an RPC error fails shutdown).
 // - Metadata: x-mq-client-id, x-mq-protocol=v2, x-mq-language=HTTP, x-mq-date-time,
 //   x-mq-request-id, x-mq-client-version; no authorization header without credentials.
 
 import { format, parseArgs } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
 import rocketmq from 'rocketmq-client-nodejs';
+// Not re-exported by the package's index: the resolution a transaction checker returns.
+import definition from 'rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb.js';
 
-const { Producer, SimpleConsumer } = rocketmq;
+const { ConsumeResult, Producer, PushConsumer, SimpleConsumer } = rocketmq;
+const { TransactionResolution } = definition;
 
+const COMMANDS = [ 'produce', 'consume', 'push', 'features' ];
 const REQUEST_TIMEOUT_MS = 3000; // the client's default, stated so deadlines can be computed
 const MAX_MESSAGES_PER_RECEIVE = 16;
 const CODE_OK = 20000;
+// A PushConsumer's shutdown waits for its in-flight receives: the settings' long polling
+// (the proxy's 20 s at most) + the request timeout, then 1 s, then NotifyClientTermination.
+const PUSH_SHUTDOWN_ALLOWANCE_S = 30;
+// features: the SimpleConsumer's long poll, and how long its receives make invisible.
+const FEATURES_AWAIT_MS = 5000;
+const FEATURES_INVISIBLE_MS = 20000;
 
 class UsageError extends Error {}
+
+// What the run is doing, for the deadline's message.
+let phase = 'starting';
 
 function parseCli(argv) {
   const { values, positionals } = parseArgs({
@@ -71,21 +145,26 @@ function parseCli(argv) {
       tag: { type: 'string' },
       keys: { type: 'string' },
       'body-prefix': { type: 'string', default: 'msg' },
+      'message-groups': { type: 'string' },
       filter: { type: 'string', default: '*' },
       'await-seconds': { type: 'string' },
       expect: { type: 'string' },
       'max-rounds': { type: 'string', default: '5' },
       'invisible-seconds': { type: 'string', default: '30' },
+      batch: { type: 'string', default: String(MAX_MESSAGES_PER_RECEIVE) },
       ack: { type: 'boolean', default: false },
       'change-invisible-seconds': { type: 'string' },
       'no-ack-first': { type: 'boolean', default: false },
       'start-only': { type: 'boolean', default: false },
+      'fail-first': { type: 'boolean', default: false },
+      'consume-seconds': { type: 'string', default: '0' },
+      'delay-seconds': { type: 'string', default: '4' },
       'deadline-seconds': { type: 'string' },
     },
   });
   const command = positionals[0];
-  if (positionals.length !== 1 || (command !== 'produce' && command !== 'consume')) {
-    throw new UsageError('usage: client.mjs produce|consume --endpoint HOST:PORT --topic T ...');
+  if (positionals.length !== 1 || !COMMANDS.includes(command)) {
+    throw new UsageError(`usage: client.mjs ${COMMANDS.join('|')} --endpoint HOST:PORT --topic T ...`);
   }
   const int = (name, required) => {
     const raw = values[name];
@@ -112,20 +191,34 @@ function parseCli(argv) {
     noAckFirst: values['no-ack-first'],
     startOnly: values['start-only'],
   };
+  if (command !== 'produce') {
+    if (!values.group) throw new UsageError(`${command} needs --group`);
+    args.group = values.group;
+  }
   if (command === 'produce') {
     args.count = int('count', true);
-  } else {
-    if (!values.group) throw new UsageError('consume needs --group');
-    args.group = values.group;
+    args.messageGroups = int('message-groups', false);
+    if (args.messageGroups === 0) throw new UsageError('--message-groups must be positive');
+  } else if (command === 'consume') {
     args.awaitSeconds = int('await-seconds', !args.startOnly);
     args.expect = int('expect', !args.startOnly);
     args.maxRounds = int('max-rounds', true);
     args.invisibleSeconds = int('invisible-seconds', true);
+    args.batch = int('batch', true);
+    if (args.batch === 0) throw new UsageError('--batch must be positive');
     args.changeInvisibleSeconds = int('change-invisible-seconds', false);
     if (args.noAckFirst && !args.ack) throw new UsageError('--no-ack-first only makes sense with --ack');
+  } else if (command === 'push') {
+    args.expect = int('expect', true);
+    args.failFirst = values['fail-first'];
+    args.consumeSeconds = Number(values['consume-seconds']);
+    if (!(args.consumeSeconds >= 0)) throw new UsageError('--consume-seconds must be a number >= 0');
+  } else {
+    args.delaySeconds = int('delay-seconds', true);
   }
   const deadline = values['deadline-seconds'];
   args.deadlineSeconds = deadline === undefined ? defaultDeadline(args) : Number(deadline);
+  if (!(args.deadlineSeconds > 0)) throw new UsageError('--deadline-seconds must be positive');
   return args;
 }
 
@@ -133,6 +226,8 @@ function parseCli(argv) {
 function defaultDeadline(args) {
   const timeout = REQUEST_TIMEOUT_MS / 1000;
   if (args.command === 'produce') return 20 + args.count * 3 * timeout;
+  if (args.command === 'push') return 120;
+  if (args.command === 'features') return 60;
   if (args.startOnly) return 30;
   const perRound = args.awaitSeconds + timeout + 1;
   const perMessage = 2 * timeout; // change + ack, in the worst case
@@ -156,27 +251,52 @@ function describe(err) {
   return `${err?.name ?? 'Error'}: ${err?.message ?? String(err)}`;
 }
 
-async function produce(args, logger) {
-  const producer = new Producer({
+function nowSeconds() {
+  return Date.now() / 1000;
+}
+
+function newProducer(args, logger, checker) {
+  return new Producer({
     endpoints: args.endpoint,
     namespace: '',
     topics: [ args.topic ],
     requestTimeout: REQUEST_TIMEOUT_MS,
     logger,
+    checker,
   });
+}
+
+function newSimpleConsumer(args, logger, awaitMs) {
+  return new SimpleConsumer({
+    endpoints: args.endpoint,
+    namespace: '',
+    consumerGroup: args.group,
+    subscriptions: new Map([[ args.topic, args.filter ]]),
+    awaitDuration: awaitMs,
+    requestTimeout: REQUEST_TIMEOUT_MS,
+    logger,
+  });
+}
+
+async function produce(args, logger) {
+  const producer = newProducer(args, logger);
+  phase = 'producer startup';
   await producer.startup();
   const ids = [];
   try {
     for (let i = 0; i < args.count; i++) {
+      phase = `sending message ${i}`;
       const receipt = await producer.send({
         topic: args.topic,
         tag: args.tag,
         keys: args.keys ? [ args.keys ] : [],
         body: Buffer.from(`${args.bodyPrefix}-${i}`),
+        messageGroup: args.messageGroups ? `g${i % args.messageGroups}` : undefined,
       });
       ids.push(receipt.messageId);
     }
   } finally {
+    phase = 'producer shutdown';
     await producer.shutdown();
   }
   return { ids };
@@ -207,23 +327,30 @@ async function receiveLoop(consumer, args) {
   let empty = 0;
   while (receives < args.maxRounds && (args.expect === 0 || messages.length < args.expect)) {
     receives++;
+    phase = `receive #${receives}`;
     let batch;
     try {
-      batch = await consumer.receive(MAX_MESSAGES_PER_RECEIVE, args.invisibleSeconds * 1000);
+      batch = await consumer.receive(args.batch, args.invisibleSeconds * 1000);
     } catch (err) {
       errors.push(`receive #${receives}: ${describe(err)}`);
       continue;
     }
+    const receivedAt = nowSeconds();
     if (batch.length === 0) empty++;
     for (const msg of batch) {
-      messages.push({
+      const record = {
         id: msg.messageId,
         body: msg.body.toString('utf8'),
         tag: msg.tag || null,
         keys: [ ...msg.keys ].sort(),
         topic: msg.topic,
         attempt: msg.deliveryAttempt ?? null,
-      });
+        group: msg.messageGroup || null,
+        receive: receives,
+        received_at: receivedAt,
+        ack_at: null,
+      };
+      messages.push(record);
       if (msg.corrupted) errors.push(`message ${msg.messageId}: body digest mismatch (corrupted)`);
       const firstTime = !seen.has(msg.messageId);
       seen.add(msg.messageId);
@@ -231,7 +358,10 @@ async function receiveLoop(consumer, args) {
         if (args.changeInvisibleSeconds !== undefined) {
           await consumer.changeInvisibleDuration(msg, args.changeInvisibleSeconds * 1000);
         }
-        if (args.ack && !(args.noAckFirst && firstTime)) await consumer.ack(msg);
+        if (args.ack && !(args.noAckFirst && firstTime)) {
+          record.ack_at = nowSeconds();
+          await consumer.ack(msg);
+        }
       } catch (err) {
         errors.push(`message ${msg.messageId}: ${describe(err)}`);
       }
@@ -241,21 +371,145 @@ async function receiveLoop(consumer, args) {
 }
 
 async function consume(args, logger) {
-  const consumer = new SimpleConsumer({
-    endpoints: args.endpoint,
-    namespace: '',
-    consumerGroup: args.group,
-    subscriptions: new Map([[ args.topic, args.filter ]]),
-    awaitDuration: (args.awaitSeconds ?? 5) * 1000,
-    requestTimeout: REQUEST_TIMEOUT_MS,
-    logger,
-  });
+  const consumer = newSimpleConsumer(args, logger, (args.awaitSeconds ?? 5) * 1000);
+  phase = 'consumer startup';
   await consumer.startup();
   try {
     return args.startOnly ? await startOnly(consumer) : await receiveLoop(consumer, args);
   } finally {
+    phase = 'consumer shutdown';
     await consumer.shutdown();
   }
+}
+
+// A PushConsumer: the listener records each call; done once --expect ids succeeded (then a
+// moment for the last acks to leave). The wait leaves the shutdown its allowance.
+async function push(args, logger, startedMs) {
+  const calls = [];
+  const succeeded = new Set();
+  const seen = new Set();
+  let markDone;
+  const done = new Promise(resolve => { markDone = resolve; });
+  const messageListener = {
+    async consume(message) {
+      const startedAt = nowSeconds();
+      if (args.consumeSeconds > 0) await sleep(args.consumeSeconds * 1000);
+      const first = !seen.has(message.messageId);
+      seen.add(message.messageId);
+      const fail = args.failFirst && first;
+      const result = fail ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+      calls.push({
+        id: message.messageId,
+        body: message.body.toString('utf8'),
+        group: message.messageGroup || null,
+        attempt: message.deliveryAttempt ?? null,
+        started_at: startedAt,
+        ended_at: nowSeconds(),
+        result: result.name,
+      });
+      if (!fail) {
+        succeeded.add(message.messageId);
+        if (succeeded.size >= args.expect) markDone(true);
+      }
+      return result;
+    },
+  };
+  const consumer = new PushConsumer({
+    endpoints: args.endpoint,
+    namespace: '',
+    consumerGroup: args.group,
+    subscriptions: new Map([[ args.topic, '*' ]]),
+    messageListener,
+    requestTimeout: REQUEST_TIMEOUT_MS,
+    logger,
+  });
+  phase = 'push consumer startup';
+  await consumer.startup();
+  try {
+    phase = 'consuming';
+    const waitMs = Math.max(startedMs + (args.deadlineSeconds - PUSH_SHUTDOWN_ALLOWANCE_S) * 1000 - Date.now(), 1000);
+    let timer;
+    const finished = await Promise.race([ done, new Promise(resolve => { timer = setTimeout(resolve, waitMs, false); }) ]);
+    clearTimeout(timer);
+    if (!finished) {
+      throw new Error(`${succeeded.size} of ${args.expect} messages consumed within ${(waitMs / 1000).toFixed(0)}s: `
+        + JSON.stringify(calls.slice(-20)));
+    }
+    await sleep(2000); // the last acks leave
+    return { fifo: consumer.getPushConsumerSettings().isFifo(), messages: [ ...calls ], errors: [] };
+  } finally {
+    phase = 'push consumer shutdown';
+    await consumer.shutdown();
+  }
+}
+
+async function features(args, logger, startedMs) {
+  const checked = [];
+  const checker = {
+    async check(messageView) {
+      checked.push(messageView.messageId);
+      return TransactionResolution.COMMIT;
+    },
+  };
+  const out = { errors: [] };
+  const message = (body, extra = {}) => ({ topic: args.topic, body: Buffer.from(body), ...extra });
+  const consumer = newSimpleConsumer(args, logger, FEATURES_AWAIT_MS);
+  const producer = newProducer(args, logger, checker);
+  phase = 'consumer startup';
+  await consumer.startup();
+  try {
+    phase = 'producer startup';
+    await producer.startup();
+    try {
+      for (const [ name, end ] of [[ 'committed', 'commit' ], [ 'rolled_back', 'rollback' ], [ 'orphan', null ]]) {
+        phase = `transaction ${name}`;
+        const tx = producer.beginTransaction();
+        const receipt = await producer.send(message(name), tx);
+        out[name] = receipt.messageId;
+        if (end === 'commit') await tx.commit();
+        if (end === 'rollback') await tx.rollback();
+      }
+      // Whole seconds, as the Python driver (its client sets Timestamp.seconds only).
+      const deliverMs = (Math.floor(Date.now() / 1000) + args.delaySeconds) * 1000;
+      phase = 'timed message';
+      out.timed = (await producer.send(message('timed', { deliveryTimestamp: new Date(deliverMs) }))).messageId;
+      out.deliver_ms = deliverMs;
+      phase = 'recalled message';
+      const receipt = await producer.send(message('recalled', { deliveryTimestamp: new Date(deliverMs) }));
+      out.recalled = receipt.messageId;
+      out.recall_answer = (await producer.recallMessage(args.topic, receipt.recallHandle)).messageId;
+      const wanted = [ out.committed, out.orphan, out.timed ];
+      const received = [];
+      // A receive takes up to its long poll + the request timeout; the shutdowns need a moment.
+      const endMs = startedMs + args.deadlineSeconds * 1000 - FEATURES_AWAIT_MS - REQUEST_TIMEOUT_MS - 5000;
+      let doneAtMs = null;
+      while (Date.now() < endMs && (doneAtMs === null || Date.now() < doneAtMs)) {
+        phase = `receiving (${received.length} so far)`;
+        let batch;
+        try {
+          batch = await consumer.receive(MAX_MESSAGES_PER_RECEIVE, FEATURES_INVISIBLE_MS);
+        } catch (err) { // one failed receive is reported, not fatal
+          out.errors.push(`receive: ${describe(err)}`);
+          continue;
+        }
+        for (const msg of batch) {
+          received.push({ id: msg.messageId, at_ms: Date.now() });
+          await consumer.ack(msg);
+        }
+        const ids = new Set(received.map(r => r.id));
+        if (doneAtMs === null && wanted.every(id => ids.has(id))) doneAtMs = Date.now() + 2000;
+      }
+      out.received = received;
+      out.checked = [ ...checked ];
+    } finally {
+      phase = 'producer shutdown';
+      await producer.shutdown();
+    }
+  } finally {
+    phase = 'consumer shutdown';
+    await consumer.shutdown();
+  }
+  return out;
 }
 
 function exit(code) {
@@ -273,19 +527,20 @@ async function main() {
   }
   // Bound the whole run: startup waits for the Telemetry answer without a timeout.
   setTimeout(() => {
-    process.stderr.write(`client.mjs: deadline of ${args.deadlineSeconds}s exceeded, giving up\n`);
+    process.stderr.write(`client.mjs ${args.command}: deadline of ${args.deadlineSeconds}s exceeded during ${phase}, giving up\n`);
     process.exit(3);
   }, args.deadlineSeconds * 1000);
   const started = Date.now();
   const logger = makeLogger();
+  const command = { produce, consume, push, features }[args.command];
   let result;
   try {
-    result = args.command === 'produce' ? await produce(args, logger) : await consume(args, logger);
+    result = await command(args, logger, started);
   } catch (err) {
     const elapsed = ((Date.now() - started) / 1000).toFixed(1);
     let cause = '';
     for (let c = err?.cause; c; c = c.cause) cause += ` <- ${describe(c)}`;
-    process.stderr.write(`client.mjs ${args.command} failed after ${elapsed}s: ${describe(err)}${cause}\n`);
+    process.stderr.write(`client.mjs ${args.command} failed after ${elapsed}s during ${phase}: ${describe(err)}${cause}\n`);
     return exit(1);
   }
   process.stdout.write(JSON.stringify(result) + '\n');
