@@ -67,11 +67,11 @@ class LeanClient:
         keys=(),
         properties=None,
         message_id: str | None = None,
-        queue_id: int = 0,
+        message_group: str | None = None,
     ) -> api.SendMessageResponse:
-        """Send one message to the queue at ``queue_id`` of the proxy's route listing."""
+        """Send one message (the proxy chooses its queue; with ``message_group``, a FIFO
+        message of that group)."""
         system = pb.SystemProperties(
-            queue_id=queue_id,
             keys=list(keys),
             message_id=message_id or f"LEAN{next(_ids):028d}",
             body_encoding=pb.Encoding.IDENTITY,
@@ -79,6 +79,9 @@ class LeanClient:
         )
         if tag is not None:
             system.tag = tag
+        if message_group is not None:
+            system.message_group = message_group
+            system.message_type = pb.MessageType.FIFO
         message = pb.Message(
             topic=pb.Resource(name=topic),
             body=body,

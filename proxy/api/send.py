@@ -74,7 +74,6 @@ class SendActivity:
             body = self._body(message)
             result = await self.producer.send(
                 route,
-                system.queue_id,
                 body,
                 properties,
                 producer_group=route.topic,

@@ -1,13 +1,24 @@
-"""Sending: which broker and queue a message goes to, and where it goes when that fails."""
+"""Sending: which broker and queue a message goes to, and where it goes when that fails.
+
+The proxy chooses the queue, as the Apache proxy does, not the client: the official Python
+client (5.1.2) never sets a message's queue, so honouring the client's choice sent all of
+its messages to one queue of one broker. A message of a message group (FIFO) goes to the
+queue its group hashes to among the route's writable queues, the same on every proxy, so
+that a group stays in one queue and in order whichever proxy sends it; any other message
+goes to the next writable queue in turn (the listing interleaves the brokers, so
+consecutive sends spread over them).
+"""
 
 from __future__ import annotations
 
 import itertools
+import zlib
 
 from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.remoting.broker_client import BrokerError, SendResult
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
+from proxy.remoting.message import Prop
 
 # Broker refusals that another broker may not share: the send is tried once elsewhere.
 RETRY_ELSEWHERE = frozenset(
@@ -40,19 +51,19 @@ class ProducerProcessor:
     async def send(
         self,
         route: TopicRoute,
-        position: int,
         body: bytes,
         properties: dict[str, str],
         *,
         producer_group: str = "PROXY_PRODUCER",
         sys_flag: int = 0,
     ) -> SendResult:
-        """Send to the queue at ``position`` of the route's listing (what QueryRoute showed
-        the client), else any writable broker; on a refusal another broker may not share,
-        or no answer, try one other broker. ``result.broker`` names the broker that took
-        it. Raises SendFailure."""
+        """Send to the queue chosen for it (see the module's docstring); on a refusal
+        another broker may not share, or no answer, try one other broker, unless the
+        message belongs to a message group (elsewhere, it could overtake the group's
+        earlier messages). ``result.broker`` names the broker that took it. Raises
+        SendFailure."""
         failure: SendFailure | None = None
-        for broker, queue_id in self._targets(route, position):
+        for broker, queue_id in self._targets(route, properties.get(Prop.SHARDING_KEY)):
             client = self.pool.broker(broker.name)
             if client is None:
                 continue
@@ -76,14 +87,20 @@ class ProducerProcessor:
                 failure = SendFailure(broker.name, exc)
         raise failure or SendFailure("", None)
 
-    def _targets(self, route: TopicRoute, position: int) -> list[tuple[BrokerRoute, int]]:
-        """The queue the client chose, then one other broker, any queue."""
-        queues = route.queues
-        writable = route.writable
+    def _targets(
+        self, route: TopicRoute, message_group: str | None
+    ) -> list[tuple[BrokerRoute, int]]:
+        """The queue chosen for the message, then (without a message group) one other
+        broker, any queue."""
+        queues = [q for q in route.queues if q.writable]
+        if not queues:
+            return []
+        if message_group:
+            # crc32, not hash(): the same on every proxy process.
+            chosen = queues[zlib.crc32(message_group.encode()) % len(queues)]
+            return [(chosen.broker, chosen.queue_id)]
         turn = next(self._turn)
-        if 0 <= position < len(queues) and queues[position].writable:
-            first = (queues[position].broker, queues[position].queue_id)
-        else:
-            first = (writable[turn % len(writable)], -1)
-        others = [b for b in writable if b != first[0]]
+        chosen = queues[turn % len(queues)]
+        others = [b for b in route.writable if b != chosen.broker]
+        first = (chosen.broker, chosen.queue_id)
         return [first, (others[turn % len(others)], -1)] if others else [first]

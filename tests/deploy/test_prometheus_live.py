@@ -144,8 +144,8 @@ async def workload(grpc: str) -> None:
     nack (a coupled poll cancelled while its broker pop is parked) and a dead-letter send."""
     client = LeanClient(grpc)
     try:
-        for queue in range(16):  # both brokers' queues, twice
-            assert (await client.send(TOPIC, b"m", queue_id=queue)).status.code == pb.Code.OK
+        for _ in range(16):  # the proxy takes the queues in turn: both brokers', twice
+            assert (await client.send(TOPIC, b"m")).status.code == pb.Code.OK
         got = await client.receive(GROUP, TOPIC, await_ms=1000, batch=1)  # short-poll hit
         assert got.messages
         received = len(got.messages)
@@ -170,8 +170,8 @@ async def workload(grpc: str) -> None:
         await asyncio.sleep(0.3)
         poll.cancel()
         await asyncio.gather(poll, return_exceptions=True)
-        for queue in range(8):
-            await client.send(TOPIC, b"n", queue_id=queue)
+        for _ in range(8):
+            await client.send(TOPIC, b"n")
         await asyncio.sleep(3)  # quiet: below 1 request/s, the next poll goes back to notify
         for _ in range(10):  # drain, including the handed-back message once visible again
             got = await client.receive(GROUP, TOPIC, await_ms=1200, batch=32)
@@ -180,7 +180,7 @@ async def workload(grpc: str) -> None:
         # A notify long poll woken by a probe, and one that runs out empty.
         poll = asyncio.ensure_future(client.receive(GROUP, TOPIC, await_ms=2000))
         await asyncio.sleep(0.3)
-        await client.send(TOPIC, b"late", queue_id=1)
+        await client.send(TOPIC, b"late")
         assert (await poll).messages
         got = await client.receive(GROUP, TOPIC, await_ms=600)
         assert got.status == pb.Code.MESSAGE_NOT_FOUND

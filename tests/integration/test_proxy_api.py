@@ -43,22 +43,26 @@ async def test_query_route_points_every_queue_at_the_proxy(app, lean, T):
         assert pb.MessageType.NORMAL in queue.accept_message_types
 
 
-async def test_send_goes_to_the_queue_the_client_chose(app, lean, backend, T):
+async def test_sends_take_the_queues_in_turn_and_a_message_group_keeps_one(app, lean, backend, T):
+    """The proxy chooses the queue, as the Apache proxy does (the Python client names
+    none): plain messages take the writable queues in turn, so 8 sends fill each of the
+    two brokers' 4 queues once; every message of a group goes to one queue."""
     client = lean(app)
-    route = await client.query_route(T)
-    assert [q.id for q in route.message_queues] == list(range(len(route.message_queues)))
-    chosen = route.message_queues[6]
-    sent = await client.send(T, b"here", queue_id=chosen.id)
-    assert sent.status.code == Code.OK
-    local_queue = [q for q in route.message_queues if q.broker.name == chosen.broker.name].index(
-        chosen
-    )
-    # QueryRoute interleaves the brokers' queues (a0 b0 a1 b1 ...), so that clients taking
-    # queues in turn also take brokers in turn: position 6 of two brokers is queue 3.
-    assert local_queue == 6 // 2
-    for queue in range(4):
-        expected = 1 if queue == local_queue else 0
-        assert await backend.max_offset(chosen.broker.name, T, queue) == expected
+    brokers = sorted({q.broker.name for q in (await client.query_route(T)).message_queues})
+    before = {(b, q): await backend.max_offset(b, T, q) for b in brokers for q in range(4)}
+    for i in range(8):
+        assert (await client.send(T, b"m%d" % i)).status.code == Code.OK
+
+    async def grown() -> dict[tuple[str, int], int]:
+        now = {(b, q): await backend.max_offset(b, T, q) for b, q in before}
+        return {key: now[key] - before[key] for key in before if now[key] != before[key]}
+
+    assert await grown() == {key: 1 for key in before}
+    for i in range(6):
+        sent = await client.send(T, b"g%d" % i, message_group="order-42")
+        assert sent.status.code == Code.OK
+    [(queue, count)] = [(k, n) for k, n in (await grown()).items() if n > 1]
+    assert count == 1 + 6, queue
 
 
 async def test_send_receive_change_ack(app, lean, backend, T, G):

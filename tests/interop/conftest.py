@@ -19,7 +19,6 @@ RMQ_INTEROP_PROXY=/path/to/rmq-proxy tests another build than this checkout's.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import uuid
@@ -95,21 +94,27 @@ def proxy_pool(tmp_path_factory):
 
 @dataclass
 class Target:
+    """A proxy of one (backend, mode) and the name server of the brokers behind it, on
+    which tests create fresh topics and groups (``tests.admin``)."""
+
     backend: str
     mode: str
     proxy: ProxyProcess
-    create_topic: Callable[[str], None]
-    create_group: Callable[..., None]
+    namesrv: str
 
-    def new_topic(self, prefix: str) -> str:
+    def new_topic(self, prefix: str, *, one_broker: bool = False) -> str:
+        """A topic on every broker (``one_broker``: on the first one only)."""
         topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        self.create_topic(topic)
+        brokers = admin.masters(self.namesrv)
+        if one_broker:
+            brokers = dict([min(brokers.items())])
+        admin.create_topic(self.namesrv, topic, brokers=brokers)
         return topic
 
     def new_group(self, prefix: str, *, fifo: bool = False) -> str:
         """A consumer group created on every broker (``fifo``: consumeMessageOrderly)."""
         group = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        self.create_group(group, fifo=fifo)
+        admin.create_group(self.namesrv, group, fifo=fifo)
         return group
 
 
@@ -118,14 +123,12 @@ def target(request, proxy_pool) -> Target:
     """The (backend, mode) proxy of this test's parameter, and a way to make fresh topics."""
     backend, mode = request.param
     if backend == "real":
-        cluster = request.getfixturevalue("real_cluster")
-        proxy = proxy_pool.get(backend, mode, cluster.namesrv_address)
-        create, group = cluster.create_topic, cluster.create_group
+        namesrv = request.getfixturevalue("real_cluster").namesrv_address
+        proxy = proxy_pool.get(backend, mode, namesrv)
     else:
         proxy = proxy_pool.get(backend, mode, None)
-        create = functools.partial(admin.create_topic, proxy.namesrv)
-        group = functools.partial(admin.create_group, proxy.namesrv)
-    return Target(backend, mode, proxy, create, group)
+        namesrv = proxy.namesrv
+    return Target(backend, mode, proxy, namesrv)
 
 
 @pytest.fixture

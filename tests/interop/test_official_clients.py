@@ -11,6 +11,8 @@ long polls and invisible-time waits overlap: the matrix takes minutes, not a qua
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from tests.interop import _scenarios as scenario
@@ -29,14 +31,21 @@ def test_start_only(proxy, new_topic, run_client):
 
 
 @pytest.mark.parametrize("target", EVERY_MODE, indirect=True)
-def test_receive_ack_and_change_invisible_duration(proxy, new_topic, run_client):
-    """Both receive scenarios, every client, side by side (the waits overlap)."""
+def test_receive_ack_and_change_invisible_duration(target, proxy, run_client):
+    """Both receive scenarios, every client, side by side (the waits overlap).
+
+    In coupled mode the topic lives on one broker. Coupled polling pops only the broker
+    of the queue a receive names, and the Python client names a random one each time:
+    with the messages spread over several brokers, its receives would miss them at
+    random. That is the defect this proxy's other modes exist to fix (apache/rocketmq#9145,
+    measured against the Apache proxy by ``make bench-peer``), not what this test checks:
+    that receiving, acking and changing the invisible time work in every mode."""
     scenario.for_each_client(
         LANGS,
         (scenario.produce_receive_ack, scenario.change_invisible_then_ack),
         run_client,
         proxy,
-        topic=new_topic,
+        topic=functools.partial(target.new_topic, one_broker=target.mode == "coupled"),
     )
 
 
