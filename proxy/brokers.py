@@ -84,7 +84,9 @@ class TopicRoute:
         them so), which says both the broker and its queue. Interleaved because the official
         clients take queues round-robin: grouped by broker, a SimpleConsumer would name the
         same broker for as many receives in a row as it has queues, and a coupled poll (which
-        pops only the broker named) would leave the other brokers' messages waiting."""
+        pops only the broker named) would leave the other brokers' messages waiting. Sends
+        take the writable queues of this listing in turn, so they spread over the brokers
+        alike (``processor/producer.py``)."""
         depth = {b.name: max(b.read_queues, b.write_queues) for b in self.brokers}
         return [
             RouteQueue(broker, queue_id)
