@@ -10,6 +10,7 @@ server (``masters``) unless the caller names them.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -53,8 +54,9 @@ def checked(address: str, request: RemotingCommand) -> RemotingCommand:
 def masters(namesrv: str) -> dict[str, str]:
     """Broker name -> master address, as the name server lists them."""
     info = checked(namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
-    # fastjson writes the integer keys of brokerAddrs unquoted; Python's json takes them.
-    table = json.loads(info.body)["brokerAddrTable"]
+    # A real name server (fastjson) writes the integer keys of brokerAddrs unquoted.
+    text = re.sub(r'([{,])(-?\d+):', r'\1"\2":', info.body.decode())
+    table = json.loads(text)["brokerAddrTable"]
     found = {name: e["brokerAddrs"]["0"] for name, e in table.items() if "0" in e["brokerAddrs"]}
     if not found:
         raise AdminError(f"the name server {namesrv} lists no master broker")
