@@ -202,7 +202,8 @@ deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
 
 # Head to head with the Apache RocketMQ proxy on real brokers (tests/bench/peer.py; about
 # 20 minutes): the reported case with the official Python client, sparse, busy, idle fan-in,
-# overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help).
+# overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help), e.g.
+# BENCH_ARGS="--workers 1,2" for a notify proxy of 2 workers beside the others.
 .PHONY: bench-peer
 bench-peer: $(BENCH_STAMP) rocketmq interop-deps
 	$(BIN)/python -m tests.bench.peer --out results/bench-peer $(BENCH_ARGS)
