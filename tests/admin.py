@@ -55,7 +55,7 @@ def masters(namesrv: str) -> dict[str, str]:
     """Broker name -> master address, as the name server lists them."""
     info = checked(namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
     # A real name server (fastjson) writes the integer keys of brokerAddrs unquoted.
-    text = re.sub(r'([{,])(-?\d+):', r'\1"\2":', info.body.decode())
+    text = re.sub(r"([{,])(-?\d+):", r'\1"\2":', info.body.decode())
     table = json.loads(text)["brokerAddrTable"]
     found = {name: e["brokerAddrs"]["0"] for name, e in table.items() if "0" in e["brokerAddrs"]}
     if not found:

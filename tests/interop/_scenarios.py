@@ -189,9 +189,11 @@ def for_each_client(
     proxy: ProxyProcess,
     *,
     topic: Callable[[str], str],
+    at_once: int | None = None,
     **kwargs: object,
 ) -> None:
-    """Run every scenario with every client, all at the same time, each pair on a fresh
+    """Run every scenario with every client, all at the same time (or ``at_once`` at a
+    time, for scenarios that each start several client processes), each pair on a fresh
     topic (``topic(prefix)`` creates it). The scenarios mostly wait (long polls, invisible
     times), so running them side by side keeps the matrix short; every failure is
     reported under its client's and scenario's name. ``kwargs`` go to every scenario."""
@@ -213,7 +215,8 @@ def for_each_client(
             took[name] = time.monotonic() - started
 
     failures = []
-    with ThreadPoolExecutor(max_workers=len(cases), thread_name_prefix="client") as pool:
+    workers = min(len(cases), at_once or len(cases))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="client") as pool:
         futures = {name: pool.submit(one, name) for name in cases}
         for name, future in futures.items():
             exc = future.exception()

@@ -360,8 +360,10 @@ def push(args: argparse.Namespace) -> dict:
     class Listener(MessageListener):
         def consume(self, message) -> ConsumeResult:
             started = time.time()
-            if args.consume_seconds:
-                time.sleep(args.consume_seconds)
+            # Until the wall clock the record uses has passed (sleep keeps another clock).
+            until = started + args.consume_seconds
+            while (left := until - time.time()) > 0:
+                time.sleep(left + 0.001)
             with lock:
                 first = message.message_id not in seen
                 seen.add(message.message_id)

@@ -66,16 +66,19 @@ def test_each_client_receives_another_clients_messages(proxy, new_topic, run_cli
 PUSH_MODES = targets(tuple(dict.fromkeys(("notify", DEFAULT_MODE))))
 
 
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("target", PUSH_MODES, indirect=True)
 def test_push_consumer_standard_and_fifo(target, proxy, new_topic, run_client):
     """The PushConsumer: nack and redelivery, a listener that outlasts the proxy's renewal
-    slice, and a FIFO group consumed in order, side by side."""
+    slice, and a FIFO group consumed in order; 5 of the 9 runs side by side (each client
+    is a process, a Java one a JVM, on the machine's cores with the brokers')."""
     scenario.for_each_client(
         LANGS,
         (scenario.push_nack_then_ack, scenario.push_outlasts_the_slice, scenario.push_fifo),
         run_client,
         proxy,
         topic=new_topic,
+        at_once=5,
         target=target,
     )
 
@@ -83,12 +86,14 @@ def test_push_consumer_standard_and_fifo(target, proxy, new_topic, run_client):
 @pytest.mark.parametrize("target", targets(("notify",)), indirect=True)
 def test_fifo_simple_consumers_keep_group_order(target, proxy, new_topic, run_client):
     """Three SimpleConsumers of one FIFO group at once keep each message group in order
-    (notify mode: the first pop, orderly probes, pops where one says hasMsg)."""
+    (notify mode: the first pop, orderly probes, pops where one says hasMsg). One client
+    language at a time: each run is already four processes."""
     scenario.for_each_client(
         LANGS,
         scenario.fifo_simple_consumers_in_order,
         run_client,
         proxy,
         topic=new_topic,
+        at_once=1,
         target=target,
     )

@@ -295,6 +295,10 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         # transactionOpBatchInterval (default 3 s): with the 3 s above, a check could find an
         # ended transaction not yet recorded and ask its producer about it again.
         "transactionOpBatchInterval": "200",
+        # A send may wait this long in the broker's queue before the broker sheds it as
+        # busy (default 200 ms): test machines run several JVMs and client processes on
+        # 2 cores, and a shed send fails a test that is not about flow control.
+        "waitTimeMillsInSendQueue": "1000",
         # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
         "recallMessageEnable": "true",
         **extra,

@@ -393,7 +393,11 @@ async function push(args, logger, startedMs) {
   const messageListener = {
     async consume(message) {
       const startedAt = nowSeconds();
-      if (args.consumeSeconds > 0) await sleep(args.consumeSeconds * 1000);
+      // Until the wall clock the record uses has passed: a timer may fire a little early by it.
+      const until = startedAt + args.consumeSeconds;
+      for (let left = until - nowSeconds(); left > 0; left = until - nowSeconds()) {
+        await sleep(left * 1000 + 1);
+      }
       const first = !seen.has(message.messageId);
       seen.add(message.messageId);
       const fail = args.failFirst && first;

@@ -483,11 +483,14 @@ public final class JavaClient {
                 opts.get("topic"), new FilterExpression("*", FilterExpressionType.TAG)))
             .setMessageListener(message -> {
                 double started = now();
-                if (consumeMillis > 0) {
+                // Until the wall clock the record uses has passed (sleep keeps another clock).
+                double until = started + consumeMillis / 1000.0;
+                for (double left = until - now(); left > 0; left = until - now()) {
                     try {
-                        Thread.sleep(consumeMillis);
+                        Thread.sleep((long) (left * 1000) + 1);
                     } catch (InterruptedException e) {
                         Thread.currentThread().interrupt();
+                        break;
                     }
                 }
                 String id = message.getMessageId().toString();
