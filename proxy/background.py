@@ -1,10 +1,14 @@
-"""Long-lived background tasks (reload loops, heartbeats, renewals) and their owners.
+"""Tasks no single request owns: long-lived background loops (reloads, heartbeats,
+renewals) with their owners, and look-ups that concurrent callers share.
 
 Every such task belongs to one object that starts it in ``start()`` and stops it in
 ``close()``. Between the two, nobody awaits the task, so a failure would go unseen until
 the owner closes; ``start_background`` therefore attaches a callback that logs a failure
 the moment it happens. ``stop_background`` cancels and waits, so nothing of the task
 outlives its owner. The broker stub uses the same two calls.
+
+A shared look-up (``shared_lookup``: a topic's route, a group's settings) is owned by its
+callers together: the first starts it, the others join it, and the last answer removes it.
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def start_background(
@@ -32,6 +39,20 @@ async def stop_background(task: asyncio.Task[Any] | None) -> None:
         return
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+def shared_lookup(
+    in_flight: dict[K, asyncio.Future[V]], key: K, start: Callable[[], Coroutine[Any, Any, V]]
+) -> Awaitable[V]:
+    """The look-up of ``key`` in ``in_flight``, started with ``start()`` if none is: callers
+    asking at the same time share one request. Shielded, so a caller that gives up
+    (cancelled) does not cancel the look-up the others wait on."""
+    lookup = in_flight.get(key)
+    if lookup is None:
+        lookup = asyncio.ensure_future(start())
+        in_flight[key] = lookup
+        lookup.add_done_callback(lambda _f: in_flight.pop(key, None))
+    return asyncio.shield(lookup)
 
 
 def _log_failure(log: logging.Logger, task: asyncio.Task[Any]) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from proxy.background import shared_lookup
 from proxy.remoting.broker_client import BrokerClient, CallObserver
 from proxy.remoting.client import RemotingClient, RemotingError, RequestHook
 from proxy.remoting.codes import RequestCode, ResponseCode
@@ -155,14 +156,8 @@ class BrokerPool:
         cached = self._routes.get(topic)
         if cached is not None and time.monotonic() - cached[0] < self._ttl:
             return cached[1]
-        lookup = self._lookups.get(topic)
-        if lookup is None:
-            lookup = asyncio.ensure_future(self._fetch(topic))
-            self._lookups[topic] = lookup
-            lookup.add_done_callback(lambda _f: self._lookups.pop(topic, None))
         try:
-            # shield: a cancelled caller must not cancel the look-up others share.
-            return await asyncio.shield(lookup)
+            return await shared_lookup(self._lookups, topic, lambda: self._fetch(topic))
         except RemotingError:
             if cached is not None:
                 log.warning("name server unreachable; using the stale route of %s", topic)

@@ -15,6 +15,7 @@ import logging
 import time
 from collections import OrderedDict
 
+from proxy.background import shared_lookup
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.client import RemotingError
 
@@ -49,12 +50,7 @@ class GroupSettings:
         known = self.known_fifo(group)
         if known is not None:
             return known
-        pending = self._pending.get(group)
-        if pending is None:
-            pending = asyncio.ensure_future(self._fetch(group, topic))
-            self._pending[group] = pending
-            pending.add_done_callback(lambda _f: self._pending.pop(group, None))
-        return await asyncio.shield(pending)
+        return await shared_lookup(self._pending, group, lambda: self._fetch(group, topic))
 
     async def _fetch(self, group: str, topic: str) -> bool:
         try:

@@ -407,10 +407,6 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
 # -- idle fan-in ----------------------------------------------------------------------------
 
 
-async def _in_flight_ours(proxy: Process) -> int:
-    return await scenarios._in_flight(proxy)
-
-
 async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
                  wakeups: int = 5) -> dict:  # fmt: skip
     """``polls`` idle long polls (lean consumers, settings sent) on each proxy in turn."""
@@ -431,7 +427,7 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
                 if label == PEER:
                     seen = await system.parked_pops(group, topic)
                 else:
-                    seen = await _in_flight_ours(proxy)
+                    seen = await scenarios._in_flight(proxy)
                 if seen >= n * 0.98:
                     break
                 await asyncio.sleep(0.5)

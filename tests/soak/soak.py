@@ -221,11 +221,7 @@ class Cluster:
         proc.proc.kill()
         await proc.proc.wait()
         await asyncio.sleep(1)
-        await self._start_stub_broker(name)
-        await self._create_stub_topic(name)
-
-    async def _create_stub_topic(self, name: str) -> None:
-        pass  # the stub broker creates --topic at start
+        await self._start_stub_broker(name)  # it creates --topic again at start
 
     async def pause_broker(self, name: str, seconds: float) -> None:
         pid = (
