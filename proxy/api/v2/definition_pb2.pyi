@@ -150,6 +150,13 @@ class Language(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DART: _ClassVar[Language]
     KOTLIN: _ClassVar[Language]
 
+class LiteSubscriptionAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PARTIAL_ADD: _ClassVar[LiteSubscriptionAction]
+    PARTIAL_REMOVE: _ClassVar[LiteSubscriptionAction]
+    COMPLETE_ADD: _ClassVar[LiteSubscriptionAction]
+    COMPLETE_REMOVE: _ClassVar[LiteSubscriptionAction]
+
 class QueryOffsetPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     BEGINNING: _ClassVar[QueryOffsetPolicy]
@@ -261,6 +268,10 @@ RUBY: Language
 OBJECTIVE_C: Language
 DART: Language
 KOTLIN: Language
+PARTIAL_ADD: LiteSubscriptionAction
+PARTIAL_REMOVE: LiteSubscriptionAction
+COMPLETE_ADD: LiteSubscriptionAction
+COMPLETE_REMOVE: LiteSubscriptionAction
 BEGINNING: QueryOffsetPolicy
 END: QueryOffsetPolicy
 TIMESTAMP: QueryOffsetPolicy
@@ -528,3 +539,23 @@ class Settings(_message.Message):
     metric: Metric
     client_properties: _containers.ScalarMap[str, str]
     def __init__(self, client_type: _Optional[_Union[ClientType, str]] = ..., access_point: _Optional[_Union[Endpoints, _Mapping]] = ..., backoff_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., request_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., publishing: _Optional[_Union[Publishing, _Mapping]] = ..., subscription: _Optional[_Union[Subscription, _Mapping]] = ..., user_agent: _Optional[_Union[UA, _Mapping]] = ..., metric: _Optional[_Union[Metric, _Mapping]] = ..., client_properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class OffsetOption(_message.Message):
+    __slots__ = ("policy", "offset", "tail_n", "timestamp")
+    class Policy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        LAST: _ClassVar[OffsetOption.Policy]
+        MIN: _ClassVar[OffsetOption.Policy]
+        MAX: _ClassVar[OffsetOption.Policy]
+    LAST: OffsetOption.Policy
+    MIN: OffsetOption.Policy
+    MAX: OffsetOption.Policy
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TAIL_N_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    policy: OffsetOption.Policy
+    offset: int
+    tail_n: int
+    timestamp: int
+    def __init__(self, policy: _Optional[_Union[OffsetOption.Policy, str]] = ..., offset: _Optional[int] = ..., tail_n: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
