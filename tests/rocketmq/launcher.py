@@ -301,6 +301,11 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         "waitTimeMillsInSendQueue": "1000",
         # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
         "recallMessageEnable": "true",
+        # Lite topics (5.5): a message to a LITE parent topic is stored in its lite topic's
+        # own queue (a light message queue, "%LMQ%$<parent>$<lite topic>") by multi-dispatch;
+        # with either off, lite consumers never see a message.
+        "enableLmq": "true",
+        "enableMultiDispatch": "true",
         **extra,
     }
     return "".join(f"{k}={v}\n" for k, v in conf.items())
