@@ -69,18 +69,21 @@ def create_topic(
     queues: int = 4,
     *,
     fifo: bool = False,
+    message_type: str | None = None,
     brokers: Mapping[str, str] | None = None,
     timeout_s: float = 20.0,
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC on every broker (or those of ``brokers``: name -> address),
     then wait until the name server's route lists each of them with ``queues`` queues.
-    ``fifo``: the topic's message type is FIFO (RocketMQ 5 checks it on send)."""
+    ``message_type``: the topic's ``message.type`` attribute (FIFO, PRIORITY, LITE, ...;
+    RocketMQ 5 checks a message against it on send); ``fifo`` is ``message_type="FIFO"``."""
     brokers = dict(brokers) if brokers is not None else masters(namesrv)
+    message_type = "FIFO" if fifo else message_type
     header = CreateTopicHeader(
         topic,
         read_queue_nums=queues,
         write_queue_nums=queues,
-        attributes="+message.type=FIFO" if fifo else None,
+        attributes=f"+message.type={message_type}" if message_type else None,
     )
     for address in brokers.values():
         checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
@@ -109,13 +112,16 @@ def create_group(
     *,
     retry_max_times: int = 16,
     fifo: bool = False,
+    attributes: Mapping[str, str] | None = None,
     brokers: Mapping[str, str] | None = None,
 ) -> None:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (a SubscriptionGroupConfig) on every broker:
     ``retry_max_times`` deliveries before the dead-letter queue, ``fifo`` for an orderly
-    (FIFO) group."""
+    (FIFO) group, ``attributes`` set on the group (e.g. ``lite.bind.topic``; the broker
+    keeps them without the ``+`` that marks each as added)."""
     body = json.dumps(
         {
+            "attributes": {f"+{k}": v for k, v in (attributes or {}).items()},
             "groupName": group,
             "consumeEnable": True,
             "consumeFromMinEnable": True,

@@ -50,6 +50,7 @@ class Prop:
     TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
     TIMER_OUT_MS = "TIMER_OUT_MS"
     TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+    LITE_TOPIC = "__LITE_TOPIC"  # the lite topic of a message to a LITE parent (5.5)
 
 
 NAME_VALUE_SEPARATOR = "\x01"
