@@ -51,6 +51,10 @@ class Prop:
     TIMER_OUT_MS = "TIMER_OUT_MS"
     TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
     LITE_TOPIC = "__LITE_TOPIC"  # the lite topic of a message to a LITE parent (5.5)
+    # The extra queues a message is indexed in (",": several), and its offset in each: a lite
+    # message's lite queue (%LMQ%$<parent>$<lite>) and its offset there.
+    INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+    INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 
 
 NAME_VALUE_SEPARATOR = "\x01"
