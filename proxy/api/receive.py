@@ -77,6 +77,10 @@ class ReceiveActivity:
             req.fifo = group.fifo
             try:
                 if self.lite is not None and group.is_lite(req.topic):
+                    # A lite push consumer polls every broker itself; a poll of it parked on
+                    # the others too would stay parked there after it answered, and the
+                    # next message for the client could wake that stale pop first.
+                    req.named_broker_only = req.named_broker_only or request.auto_renew
                     result = await self.lite.receive(req, client_id)
                 else:
                     result = await self.engine.receive(req)

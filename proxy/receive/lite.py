@@ -16,7 +16,12 @@ that, on every broker at once:
    their time is up, and whatever one of them still brings is handed back at once.
 
 A push consumer's poll (``named_broker_only``) watches only the broker it names, as the
-Apache proxy serves every lite push poll: the client polls each broker itself. The
+Apache proxy serves every lite push poll: the client polls each broker itself, and a pop it
+left parked on another broker would stay there after the poll answered, where the broker
+may wake it, not the client's live poll, for the client's next message (measured: 1-3 s
+late, the message handed back and popped again). A LiteSimpleConsumer polls one request at
+a time, naming the first broker always: its polls watch every broker, and pay that price
+only when a poll answered from one broker while another still holds its parked pop. The
 proxy keeps nothing: the brokers hold the subscriptions and events per client id.
 """
 
