@@ -50,6 +50,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.lite import lite_queue_index
 from proxy.remoting.message import Prop
 from tests import admin
 from tests.bench import scenarios
@@ -438,13 +439,14 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
                push: bool = True) -> dict:  # fmt: skip
     """Lite topics (RocketMQ 5.5), the load they are made for: ``lite_topics`` light topics
     under one parent topic, ``consumers`` official Python lite consumers of one group
-    subscribed to all of them, a message every ``gap_s`` to a random lite topic on a random
-    broker. LitePushConsumers by default: the Apache proxy 5.5.0 refuses a
+    subscribed to all of them, a message every ``gap_s`` to a random lite topic, on the
+    broker that owns it. LitePushConsumers by default: the Apache proxy 5.5.0 refuses a
     LiteSimpleConsumer's settings ("Client type is not consumer"). With ``push=False``,
     LiteSimpleConsumers, where a false empty is an empty answer to any consumer while a
     message had been waiting for 100 ms or more (the group's consumers share every lite
     topic)."""
     rng = random.Random(83)
+    brokers = sorted(system.broker_clients, key=lambda b: b.name)
     rows: dict[str, dict] = {}
     system.reset_counts()
     for label in random.sample(system.modes, len(system.modes)):
@@ -463,8 +465,11 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
                 await asyncio.sleep(rng.uniform(*gap_s))
                 msg_id = uuid.uuid4().hex.upper()
                 lite_topic = f"lt-{rng.randrange(lite_topics)}"
-                await rng.choice(system.broker_clients).send(
-                    parent, b"x" * 64,
+                # To the queue that owns the lite topic, as the Apache proxy and ours send
+                # it: a 5.5.0 broker hands a lite message to a subscriber only there.
+                broker, queue = divmod(lite_queue_index(lite_topic, 4 * len(brokers)), 4)
+                await brokers[broker].send(
+                    parent, b"x" * 64, queue_id=queue,
                     properties={Prop.UNIQ_KEY: msg_id, Prop.LITE_TOPIC: lite_topic},
                 )  # fmt: skip
                 sent[msg_id] = time.time()
