@@ -1,6 +1,6 @@
 """Head to head with the Apache RocketMQ proxy (issue 12), in one run.
 
-    .venv/bin/python -m tests.bench.peer [--scenarios reported,sparse,busy,fanin,overhead,stub]
+    .venv/bin/python -m tests.bench.peer [--scenarios reported,lite,sparse,busy,fanin,overhead,stub]
         [--rounds 2] [--out results/bench-peer]        # make bench-peer
 
 One real cluster (Apache RocketMQ 5.5.0 from ``make rocketmq``: a name server and 2 brokers,
@@ -18,6 +18,10 @@ Scenarios:
 - ``sparse``, ``busy``: scenarios.py's code unchanged, with the Apache proxy as one more
   "mode". The lean load generator sends its settings over Telemetry first, as the official
   clients do (``SettingsClient``): the Apache proxy reads a receive's subscription from them.
+- ``lite``: lite topics (RocketMQ 5.5): official Python lite consumers of one group
+  subscribed to 1,000 and 10,000 lite topics under one parent, messages at random intervals
+  to random lite topics. LitePushConsumers on every proxy; LiteSimpleConsumers on ours only
+  (the Apache proxy 5.5.0 refuses them).
 - ``fanin``: idle long polls on each proxy in turn: RSS per poll (slope from half to all of
   the polls) of each proxy process, and pops parked on the brokers (POLLING_INFO).
 - ``overhead``: pop+ack of a backlog through each proxy and straight to the brokers:
@@ -450,6 +454,9 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
     rows: dict[str, dict] = {}
     system.reset_counts()
     for label in random.sample(system.modes, len(system.modes)):
+        if label == PEER and not push:
+            rows[label] = {"lite_topics": lite_topics, "refused": "LITE_SIMPLE_CONSUMER"}
+            continue
         parent = group = f"lite-{label}-{lite_topics}-{'push' if push else 'simple'}"
         await create_lite(system, parent, group, quota=lite_topics + 100)
         sent: dict[str, float] = {}
@@ -704,16 +711,19 @@ async def run(args: argparse.Namespace) -> dict:
                 home = Path(args.out) / "official-home"
                 home.mkdir(parents=True, exist_ok=True)
                 results["lite"] = {}
-                for n in args.lite_topics:
-                    results["lite"][n] = await lite(
-                        system, lite_topics=n, consumers=args.lite_consumers,
-                        slot_s=args.lite_slot_s, await_s=args.reported_await_s,
-                        gap_s=(args.gap_min_s, args.gap_max_s), home=home,
-                    )  # fmt: skip
-                    show(f"Lite topics: {n} under one parent, {args.lite_consumers} official "
-                         f"Python LiteSimpleConsumers subscribed to all, a message every "
-                         f"{args.gap_min_s}-{args.gap_max_s} s to a random one; load "
-                         f"{load_average()}", results["lite"][n], LITE_COLUMNS)  # fmt: skip
+                for kind in args.lite_clients:
+                    for n in args.lite_topics:
+                        results["lite"][f"{kind}-{n}"] = rows = await lite(
+                            system, lite_topics=n, consumers=args.lite_consumers,
+                            slot_s=args.lite_slot_s, await_s=args.reported_await_s,
+                            gap_s=(args.gap_min_s, args.gap_max_s), home=home,
+                            push=kind == "push",
+                        )  # fmt: skip
+                        show(f"Lite topics: {n} under one parent, {args.lite_consumers} "
+                             f"official Python Lite{kind.capitalize()}Consumers subscribed to "
+                             f"all, a message every {args.gap_min_s}-{args.gap_max_s} s to a "
+                             f"random one; load {load_average()}", rows,
+                             LITE_COLUMNS)  # fmt: skip
             if "sparse" in wanted:
                 system.reset_counts()
                 results["sparse"] = await scenarios.sparse(
@@ -829,6 +839,9 @@ def main() -> None:
         help="lite topics under the parent, per run",
     )
     p.add_argument("--lite-consumers", type=int, default=3)
+    p.add_argument("--lite-clients", type=lambda s: s.split(","), default=["push", "simple"],
+                   help="push: LitePushConsumers (every proxy); simple: LiteSimpleConsumers "
+                   "(ours: the Apache proxy refuses them)")  # fmt: skip
     p.add_argument("--lite-slot-s", type=float, default=60.0)
     p.add_argument("--busy-rate", type=int, default=1000)
     p.add_argument("--busy-consumers", type=int, default=64)
