@@ -434,8 +434,9 @@ async def create_lite(system: PeerSystem, parent: str, group: str, quota: int) -
     topics per client, on every broker (``tests.admin``)."""
     namesrv = system.cluster.namesrv_address
     await asyncio.to_thread(admin.create_topic, namesrv, parent, 4, message_type="LITE")
-    attributes = {"lite.bind.topic": parent, "lite.sub.client.quota": str(quota)}
-    await asyncio.to_thread(admin.create_group, namesrv, group, attributes=attributes)
+    await asyncio.to_thread(
+        admin.create_group, namesrv, group, lite_parent=parent, lite_quota=quota
+    )
 
 
 async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: float,
