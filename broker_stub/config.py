@@ -41,6 +41,8 @@ class BrokerConfig:
     recall_message_enable: bool = True
 
     # broker-side long polling
+    # (client, lite topic) subscriptions a broker holds (maxLiteSubscriptionCount)
+    max_lite_subscriptions: int = 100_000
     polling_per_key: int = 1024
     polling_total: int = 100_000
 

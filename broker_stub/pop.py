@@ -359,6 +359,37 @@ class PopService:
             self._pop_queue_orderly(req, qid, offset, want, attempt_id, result)
         return result
 
+    def pop_queue_orderly(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_nums: int,
+        invisible_time: int,
+        attempt_id: str | None,
+        pop_time: int,
+    ) -> PopResult:
+        """An orderly pop of one queue of a topic the broker need not have a config for (a
+        lite topic's LMQ): nothing while the queue is blocked by another attempt."""
+        result = PopResult(pop_time, invisible_time, POP_ORDER_REVIVE_QUEUE, order_count_info=[])
+        order = self._orders.get((group, topic, queue_id))
+        if order is not None and order.blocks(attempt_id, pop_time):
+            return result
+        req = PopRequest(group, topic, queue_id, max_nums, invisible_time, TagFilter(None))
+        offset = self._offset(req, topic, queue_id)
+        self._pop_queue_orderly(req, queue_id, offset, max_nums, attempt_id, result)
+        return result
+
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Move the group's offset of a queue (a lite subscription's offset option) and
+        forget its orderly block, as a RocketMQ broker's assignResetOffset does."""
+        self._offsets[(group, topic, queue_id)] = offset
+        self._orders.pop((group, topic, queue_id), None)
+
+    def has_offset(self, group: str, topic: str, queue_id: int) -> bool:
+        """Whether the group has consumed (or reset) the queue before."""
+        return (group, topic, queue_id) in self._offsets
+
     def _pop_queue_orderly(
         self,
         req: PopRequest,

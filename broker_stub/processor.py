@@ -16,11 +16,19 @@ import orjson
 from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.handlers import RequestError, dispatch
+from broker_stub.lite import LiteService
+from broker_stub.lite_handlers import LiteHandlers, RouteLookup
 from broker_stub.polling import PollingTable, PollKey, Waiter
 from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
-from broker_stub.topics import TopicConfig, TopicTable, group_name_error, topic_name_error
+from broker_stub.topics import (
+    TopicConfig,
+    TopicTable,
+    group_name_error,
+    parse_attributes,
+    topic_name_error,
+)
 from broker_stub.transactions import TransactionService
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand, RemotingProtocolError
@@ -48,6 +56,7 @@ from proxy.remoting.headers import (
     SendMessageResponseHeader,
     TopicHeader,
 )
+from proxy.remoting.lite import lmq_name
 from proxy.remoting.message import (
     SYSFLAG_MULTI_TAGS,
     MessageExt,
@@ -84,6 +93,7 @@ class BrokerProcessor:
         notifications: PollingTable,
         scheduler: DeliveryScheduler,
         transactions: TransactionService | None = None,
+        route: RouteLookup | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -102,6 +112,15 @@ class BrokerProcessor:
             check_max=config.transaction_check_max,
         )
         self.groups = GroupTable(config.max_reconsume_times)
+        # Lite topics (RocketMQ 5.5): parked lite pops wait per client, not per queue.
+        self.lite_polls = PollingTable(pop.loop, config.polling_per_key, config.polling_total)
+        self.lite = LiteService(
+            store, pop, self.groups, self.lite_polls, pop.loop,
+            max_subscriptions=config.max_lite_subscriptions,
+        )  # fmt: skip
+        self.lite_handlers = LiteHandlers(
+            config, store, topics, self.groups, pop, self.lite, self.lite_polls, route
+        )
         self.ids = UniqueIdGenerator(config.address.rpartition(":")[0])
         self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
@@ -131,6 +150,8 @@ class BrokerProcessor:
             GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
+            RequestCode.POP_LITE_MESSAGE: self.lite_handlers.pop_lite,
+            RequestCode.LITE_SUBSCRIPTION_CTL: self.lite_handlers.subscription_ctl,
         }
         self.started_ms = now_ms()
 
@@ -218,6 +239,9 @@ class BrokerProcessor:
                 )
             props = dict(props)
             props.setdefault(Prop.UNIQ_KEY, self.ids.next_id())
+            if props.get(Prop.LITE_TOPIC):
+                # Also indexed in the lite topic's LMQ (store.put), whatever the topic's type.
+                props[Prop.INNER_MULTI_DISPATCH] = lmq_name(topic, props[Prop.LITE_TOPIC])
             props[Prop.CLUSTER] = self.config.cluster
             messages.append(
                 MessageExt(
@@ -437,6 +461,9 @@ class BrokerProcessor:
 
     def ack_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = AckMessageHeader.decode(cmd.ext_fields)
+        if h.lite_topic:
+            self._read_queue(self._topic(h.topic), h.queue_id, ResponseCode.MESSAGE_ILLEGAL)
+            return self.lite_handlers.ack(cmd, h)
         group, topic, queue_id, info, offset = self._checkpoint_target(h)
         low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         if not low <= offset <= high:
@@ -467,6 +494,9 @@ class BrokerProcessor:
         self, cmd: RemotingCommand, conn: RemotingConnection
     ) -> RemotingCommand:
         h = ChangeInvisibleTimeHeader.decode(cmd.ext_fields)
+        if h.lite_topic:
+            self._read_queue(self._topic(h.topic), h.queue_id, ResponseCode.MESSAGE_ILLEGAL)
+            return self.lite_handlers.change_invisible_time(cmd, h)
         group, topic, queue_id, info, offset = self._checkpoint_target(h)
         invisible_time = h.invisible_time
         if invisible_time < 0:
@@ -611,16 +641,26 @@ class BrokerProcessor:
         for n in (nums, write_nums):
             if not 1 <= n <= 1024:
                 raise RequestError(BAD, f"queue count {n} outside 1..1024")
-        self.topics.create(topic, nums, h.perm, write_nums)
+        self.topics.create(topic, nums, h.perm, write_nums, parse_attributes(h.attributes))
         return cmd.make_response(OK)
 
     def create_group(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: body = SubscriptionGroupConfig JSON."""
         try:
             body = orjson.loads(cmd.body)
-            config = GroupConfig.from_json(body, self.config.max_reconsume_times)
+            name = str(body["groupName"])
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
             raise RequestError(BAD, "the body is not a SubscriptionGroupConfig") from None
+        current = self.groups.find(name)
+        try:
+            config = GroupConfig.from_json(
+                body, self.config.max_reconsume_times, current.attributes if current else None
+            )
+        except (TypeError, KeyError, AttributeError):
+            raise RequestError(BAD, "the body is not a SubscriptionGroupConfig") from None
+        except ValueError as exc:
+            # A RocketMQ broker lets AttributeUtil's exception reach the remoting layer.
+            raise RequestError(ResponseCode.SYSTEM_ERROR, f"RuntimeException: {exc}") from None
         self._group(config.name)
         self.groups.put(config)
         return cmd.make_response(OK)

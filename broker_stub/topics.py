@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.remoting.popinfo import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
@@ -41,16 +41,36 @@ def group_name_error(group: str) -> str | None:
     return None
 
 
+MESSAGE_TYPE = "message.type"  # topic attribute: NORMAL, FIFO, DELAY, TRANSACTION, LITE...
+LITE = "LITE"
+
+
+def parse_attributes(text: str | None) -> dict[str, str]:
+    """The additions of an UPDATE_AND_CREATE_TOPIC ``attributes`` field
+    (``+message.type=LITE,+k=v``), without their ``+``; ``-k`` deletions are dropped."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(","):
+        key, sep, value = part.strip().partition("=")
+        if sep and key.startswith("+") and len(key) > 1:
+            out[key[1:]] = value
+    return out
+
+
 @dataclass
 class TopicConfig:
     name: str
     read_queue_nums: int = 4
     write_queue_nums: int = 4
     perm: int = PERM_READ_WRITE
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message_type(self) -> str:
+        return self.attributes.get(MESSAGE_TYPE, "NORMAL")
 
     def to_json(self) -> dict[str, object]:
         return {
-            "attributes": {},
+            "attributes": dict(self.attributes),
             "order": False,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -91,17 +111,21 @@ class TopicTable:
         queue_nums: int | None = None,
         perm: int = PERM_READ_WRITE,
         write_queue_nums: int | None = None,
+        attributes: dict[str, str] | None = None,
     ) -> TopicConfig:
-        """Create (or update the queue counts of) a topic."""
+        """Create (or update the queue counts of) a topic; ``attributes`` are added to the
+        ones it has."""
         nums = queue_nums or self.default_queue_nums
         write_nums = write_queue_nums or nums
         config = self._topics.get(name)
-        if config is None or (config.read_queue_nums, config.write_queue_nums, config.perm) != (
-            nums,
-            write_nums,
-            perm,
-        ):
-            config = self._topics[name] = TopicConfig(name, nums, write_nums, perm)
+        merged = {**(config.attributes if config else {}), **(attributes or {})}
+        if config is None or (
+            config.read_queue_nums,
+            config.write_queue_nums,
+            config.perm,
+            config.attributes,
+        ) != (nums, write_nums, perm, merged):
+            config = self._topics[name] = TopicConfig(name, nums, write_nums, perm, merged)
             self.version += 1
             if self.on_change is not None:
                 self.on_change()

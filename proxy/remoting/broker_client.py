@@ -513,7 +513,7 @@ class BrokerClient:
             info.queue_id,
             extra_info,
             info.queue_offset,
-            invisible_ms,
+            invisible_time=invisible_ms,
         )
         response = self._check(
             await self._call(

@@ -48,6 +48,17 @@ class RequestCode(IntEnum):
     NOTIFICATION = 200054
     POLLING_INFO = 200055
     BATCH_ACK_MESSAGE = 200151
+    # Lite topics (RocketMQ 5.5, RIP-83). Lite acks travel as ACK_MESSAGE with a liteTopic:
+    # a 5.5 broker defines ACK_LITE_MESSAGE but registers no processor for it.
+    POP_LITE_MESSAGE = 200070
+    LITE_SUBSCRIPTION_CTL = 200071
+    ACK_LITE_MESSAGE = 200072
+    NOTIFY_UNSUBSCRIBE_LITE = 200073  # broker -> the connection of a client's subscription
+    GET_BROKER_LITE_INFO = 200074
+    GET_LITE_TOPIC_INFO = 200076
+    GET_LITE_CLIENT_INFO = 200077
+    GET_LITE_GROUP_INFO = 200078
+    TRIGGER_LITE_DISPATCH = 200079
 
 
 class ResponseCode(IntEnum):
@@ -68,6 +79,8 @@ class ResponseCode(IntEnum):
     NO_MESSAGE = 208
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
+    LMQ_QUOTA_EXCEEDED = 2017
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
 
 
 class LanguageCode(IntEnum):

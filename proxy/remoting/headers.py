@@ -33,9 +33,10 @@ class HeaderError(ValueError):
         self.name = name
 
 
-def wire(name: str, default: Any = dataclasses.MISSING) -> Any:
-    """A header field named ``name`` on the wire; without a default it is required."""
-    return field(default=default, metadata={"wire": name})
+def wire(name: str, default: Any = dataclasses.MISSING, *, kw_only: bool = False) -> Any:
+    """A header field named ``name`` on the wire; without a default it is required.
+    ``kw_only``: an optional field a subclass's required ones may follow."""
+    return field(default=default, metadata={"wire": name}, kw_only=kw_only)
 
 
 def now_ms() -> int:
@@ -257,6 +258,9 @@ class AckMessageHeader(Header):
     queue_id: int = wire("queueId")
     extra_info: str = wire("extraInfo")  # the message's POP_CK
     offset: int = wire("offset")
+    # A lite message (RocketMQ 5.5): topic is the parent, queueId 0, offset the one in the
+    # lite topic's queue (the message's INNER_MULTI_QUEUE_OFFSET).
+    lite_topic: str | None = wire("liteTopic", None, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -264,6 +268,7 @@ class ChangeInvisibleTimeHeader(AckMessageHeader):
     """An ack's fields, and the new invisible time from now."""
 
     invisible_time: int = wire("invisibleTime")
+    suspend: bool = wire("suspend", False)  # lite messages (RocketMQ 5.5)
 
 
 @dataclass(slots=True)
@@ -271,6 +276,42 @@ class ChangeInvisibleTimeResponseHeader(Header):
     pop_time: int = wire("popTime")
     invisible_time: int = wire("invisibleTime")
     revive_qid: int = wire("reviveQid")
+
+
+@dataclass(slots=True)
+class PopLiteMessageHeader(Header):
+    """POP_LITE_MESSAGE (200070, RocketMQ 5.5): pop across the lite topics the broker has
+    queued for this client (LITE_SUBSCRIPTION_CTL) under a LITE parent topic."""
+
+    client_id: str = wire("clientId")
+    consumer_group: str = wire("consumerGroup")
+    topic: str = wire("topic")  # the parent topic
+    max_msg_num: int = wire("maxMsgNum")
+    invisible_time: int = wire("invisibleTime")
+    poll_time: int = wire("pollTime", 0)
+    born_time: int = wire("bornTime", 0)
+    attempt_id: str | None = wire("attemptId", None)
+
+
+@dataclass(slots=True)
+class PopLiteMessageResponseHeader(Header):
+    """No offset infos: the offsets are in each message's INNER_MULTI_QUEUE_OFFSET."""
+
+    pop_time: int = wire("popTime", 0)
+    invisible_time: int = wire("invisibleTime", 0)
+    revive_qid: int = wire("reviveQid", 0)  # 999: lite pops are orderly
+    # The consume count of each message, ";"-joined; "" when nothing was popped.
+    order_count_info: str | None = wire("orderCountInfo", None)
+
+
+@dataclass(slots=True)
+class NotifyUnsubscribeLiteHeader(Header):
+    """NOTIFY_UNSUBSCRIBE_LITE (200073): a broker tells a client it no longer holds one of
+    its lite topics (an exclusive group's other client took it)."""
+
+    lite_topic: str = wire("liteTopic")
+    consumer_group: str = wire("consumerGroup")
+    client_id: str = wire("clientId")
 
 
 @dataclass(slots=True)
