@@ -69,18 +69,21 @@ def create_topic(
     queues: int = 4,
     *,
     fifo: bool = False,
+    message_type: str | None = None,
     brokers: Mapping[str, str] | None = None,
     timeout_s: float = 20.0,
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC on every broker (or those of ``brokers``: name -> address),
     then wait until the name server's route lists each of them with ``queues`` queues.
-    ``fifo``: the topic's message type is FIFO (RocketMQ 5 checks it on send)."""
+    ``message_type`` (NORMAL, FIFO, LITE...): the topic's ``message.type`` attribute (RocketMQ
+    5 checks it on send; a lite consumer pops only a LITE parent topic); ``fifo`` is FIFO."""
     brokers = dict(brokers) if brokers is not None else masters(namesrv)
+    message_type = message_type or ("FIFO" if fifo else None)
     header = CreateTopicHeader(
         topic,
         read_queue_nums=queues,
         write_queue_nums=queues,
-        attributes="+message.type=FIFO" if fifo else None,
+        attributes=f"+message.type={message_type}" if message_type else None,
     )
     for address in brokers.values():
         checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
@@ -109,24 +112,41 @@ def create_group(
     *,
     retry_max_times: int = 16,
     fifo: bool = False,
+    attributes: Mapping[str, str] | None = None,
     brokers: Mapping[str, str] | None = None,
 ) -> None:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (a SubscriptionGroupConfig) on every broker:
     ``retry_max_times`` deliveries before the dead-letter queue, ``fifo`` for an orderly
-    (FIFO) group."""
-    body = json.dumps(
-        {
-            "groupName": group,
-            "consumeEnable": True,
-            "consumeFromMinEnable": True,
-            "consumeBroadcastEnable": True,
-            "consumeMessageOrderly": fifo,
-            "retryQueueNums": 1,
-            "retryMaxTimes": retry_max_times,
-            "brokerId": 0,
-            "whichBrokerWhenConsumeSlowly": 1,
-            "notifyConsumerIdsChangedEnable": True,
-        }
-    ).encode()
+    (FIFO) group, ``attributes`` added to the group's (``lite_group_attributes``)."""
+    config: dict[str, object] = {
+        "groupName": group,
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "consumeBroadcastEnable": True,
+        "consumeMessageOrderly": fifo,
+        "retryQueueNums": 1,
+        "retryMaxTimes": retry_max_times,
+        "brokerId": 0,
+        "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    }
+    if attributes:
+        # Added with "+" (AttributeUtil); a broker keeps them without it.
+        config["attributes"] = {f"+{k}": v for k, v in attributes.items()}
+    body = json.dumps(config).encode()
     for address in (brokers if brokers is not None else masters(namesrv)).values():
         checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+
+
+def lite_group_attributes(
+    parent_topic: str, *, exclusive: bool = False, **more: str
+) -> dict[str, str]:
+    """The attributes of a lite consumer group (RocketMQ 5.5): bound to the LITE topic
+    ``parent_topic``, Shared (or ``exclusive``: one client per lite topic); ``more`` are
+    further attributes, their dots spelt as underscores (``lite_sub_client_quota="10"``)."""
+    out = {
+        "lite.bind.topic": parent_topic,
+        "lite.sub.model": "Exclusive" if exclusive else "Shared",
+    }
+    out.update({key.replace("_", "."): value for key, value in more.items()})
+    return out

@@ -301,6 +301,10 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         "waitTimeMillsInSendQueue": "1000",
         # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
         "recallMessageEnable": "true",
+        # Lite topics (5.5): a lite message is indexed in its light message queue (LMQ)
+        # only with both on (MessageStoreConfig; both off by default).
+        "enableLmq": "true",
+        "enableMultiDispatch": "true",
         **extra,
     }
     return "".join(f"{k}={v}\n" for k, v in conf.items())

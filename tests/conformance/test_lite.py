@@ -1,0 +1,344 @@
+"""Lite topics (RocketMQ 5.5, RIP-83) as both backends serve them: a LITE parent topic, lite
+messages indexed in their LMQ, per-client subscriptions (LITE_SUBSCRIPTION_CTL), orderly
+pops across them (POP_LITE_MESSAGE), lite acks, long polling, quota and unsubscribe."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import orjson
+
+from proxy.remoting.client import RemotingClient
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import (
+    AckMessageHeader,
+    NotifyUnsubscribeLiteHeader,
+    PopLiteMessageHeader,
+    PopLiteMessageResponseHeader,
+    TopicHeader,
+)
+from proxy.remoting.lite import (
+    POLICY_MIN,
+    LiteSubscriptionAction,
+    LiteSubscriptionEntry,
+    OffsetOption,
+    OffsetType,
+    ctl_body,
+    lmq_name,
+    owner_broker,
+)
+from proxy.remoting.message import MessageExt, Prop, decode_messages
+from proxy.remoting.popinfo import PopCheckpointInfo
+from tests.admin import lite_group_attributes
+from tests.conformance._util import max_offset, wait_offset
+
+Action = LiteSubscriptionAction
+TIMEOUT_S = 10.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def lite_fresh(backend, *, exclusive: bool = False) -> tuple[str, str]:
+    """A LITE parent topic and a lite group bound to it."""
+    parent, group = backend.unique("LP"), backend.unique("LG")
+    await backend.create_topic(parent, 2, message_type="LITE")
+    await backend.create_group(group, attributes=lite_group_attributes(parent, exclusive=exclusive))
+    return parent, group
+
+
+async def owned_lite_topics(backend, parent: str, count: int) -> list[str]:
+    """``count`` lite topic names the first broker owns (the parent route's sharding), so a
+    subscription there holds them before any message exists."""
+    client = backend.remoting(backend.namesrv)
+    route = await client.invoke(
+        RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicHeader(parent).encode()),
+        TIMEOUT_S,
+    )
+    assert route.code == ResponseCode.SUCCESS, route.remark
+    queue_datas = orjson.loads(route.body)["queueDatas"]
+    names: list[str] = []
+    for i in range(1000):
+        name = f"lt{i}"
+        if owner_broker(name, queue_datas) == backend.broker.name:
+            names.append(name)
+            if len(names) == count:
+                return names
+    raise AssertionError(f"no {count} lite topics shard to {backend.broker.name}")
+
+
+async def ctl(remoting: RemotingClient, *entries: LiteSubscriptionEntry) -> RemotingCommand:
+    body = orjson.dumps(ctl_body(entries))
+    return await remoting.invoke(
+        RemotingCommand(RequestCode.LITE_SUBSCRIPTION_CTL, {}, body), TIMEOUT_S
+    )
+
+
+def entry(
+    action: Action,
+    client_id: str,
+    group: str,
+    parent: str,
+    lite_topics: set[str] | None = None,
+    option: OffsetOption | None = None,
+) -> LiteSubscriptionEntry:
+    return LiteSubscriptionEntry(action, client_id, group, parent, lite_topics or set(), option)
+
+
+async def subscribe(remoting, client_id, group, parent, lite_topics, option=None) -> None:
+    response = await ctl(
+        remoting, entry(Action.PARTIAL_ADD, client_id, group, parent, set(lite_topics), option)
+    )
+    assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+async def send_lite(backend, parent: str, lite_topic: str, body: bytes):
+    client = backend.client()
+    sent = await client.send(parent, body, properties={Prop.LITE_TOPIC: lite_topic})
+    return sent
+
+
+async def pop_lite(
+    remoting, client_id: str, group: str, parent: str, *, max_num: int = 32,
+    invisible_ms: int = 30_000, poll_ms: int = 0,
+) -> RemotingCommand:  # fmt: skip
+    header = PopLiteMessageHeader(
+        client_id, group, parent, max_num, invisible_ms, poll_ms, now_ms(),
+        attempt_id=uuid.uuid4().hex,
+    )  # fmt: skip
+    return await remoting.invoke(
+        RemotingCommand(RequestCode.POP_LITE_MESSAGE, header.encode()), TIMEOUT_S + poll_ms / 1000
+    )
+
+
+async def pop_lite_until(remoting, client_id, group, parent, want: int) -> list[MessageExt]:
+    """Pop (parking up to 2 s each time) until ``want`` messages came; a real broker queues
+    an arrival's event a moment after the send returns."""
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(got) < want:
+        assert time.monotonic() < deadline, f"only {len(got)} of {want} lite messages came"
+        response = await pop_lite(remoting, client_id, group, parent, poll_ms=2000)
+        if response.code == ResponseCode.SUCCESS:
+            got.extend(decode_messages(response.body))
+    return got
+
+
+def lmq_offset(msg: MessageExt) -> int:
+    return int(msg.properties[Prop.INNER_MULTI_QUEUE_OFFSET])
+
+
+async def ack_lite(remoting, group: str, parent: str, msg: MessageExt, pop_time: int):
+    """ACK_MESSAGE for a lite message, as a 5.5 client builds it: the parent topic, queue 0,
+    the LMQ offset, an extraInfo of revive queue 999."""
+    offset = lmq_offset(msg)
+    info = PopCheckpointInfo(offset, pop_time, 30_000, 999, 0, "", 0, offset)
+    lite_topic = msg.properties[Prop.LITE_TOPIC]
+    header = AckMessageHeader(group, parent, 0, info.encode(), offset, lite_topic=lite_topic)
+    return await remoting.invoke(
+        RemotingCommand(RequestCode.ACK_MESSAGE, header.encode()), TIMEOUT_S
+    )
+
+
+async def test_lite_message_is_indexed_in_its_lmq(backend):
+    """A send with __LITE_TOPIC is stored in a parent queue and indexed in queue 0 of the
+    LMQ %LMQ%$<parent>$<lite>; without the property it is a plain message of the parent."""
+    parent, _group = await lite_fresh(backend)
+    [lite] = await owned_lite_topics(backend, parent, 1)
+    client = backend.client()
+    first = await send_lite(backend, parent, lite, b"one")
+    second = await send_lite(backend, parent, lite, b"two")
+    plain = await client.send(parent, b"plain")
+    assert {first.queue_id, second.queue_id, plain.queue_id} <= {0, 1}
+    lmq = lmq_name(parent, lite)
+    assert lmq == f"%LMQ%${parent}${lite}"
+    await wait_offset(client, lmq, 2)
+    assert await max_offset(client, lmq, 0) == 2
+
+
+async def test_subscribe_pop_and_ack(backend):
+    """A subscribed client pops its lite topics' messages with POP_LITE_MESSAGE: the
+    parent's records, with the LMQ and its offset in INNER_MULTI_DISPATCH and
+    INNER_MULTI_QUEUE_OFFSET; a header of pop time, invisible time, revive queue 999 and one
+    consume count per message, no offset infos. Each lite topic is FIFO: nothing more of it
+    until the popped ones are acked."""
+    parent, group = await lite_fresh(backend)
+    lite_a, lite_b = await owned_lite_topics(backend, parent, 2)
+    remoting = backend.client().remoting
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    await subscribe(remoting, client_id, group, parent, {lite_a, lite_b})
+    await send_lite(backend, parent, lite_a, b"a0")
+    await send_lite(backend, parent, lite_a, b"a1")
+    await send_lite(backend, parent, lite_b, b"b0")
+    await wait_offset(backend.client(), lmq_name(parent, lite_a), 2)
+    await wait_offset(backend.client(), lmq_name(parent, lite_b), 1)
+
+    before = now_ms()
+    response = await pop_lite(remoting, client_id, group, parent, invisible_ms=20_000, poll_ms=3000)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    assert response.remark == "FOUND"
+    assert set(response.fields) == {"popTime", "invisibleTime", "reviveQid", "orderCountInfo"}
+    header = PopLiteMessageResponseHeader.decode(response.fields)
+    assert header.revive_qid == 999
+    assert header.invisible_time == 20_000
+    assert before <= header.pop_time <= now_ms()
+    messages = decode_messages(response.body)
+    got = [m.body for m in messages]
+    # One event per lite topic; a pop may find one before the other has arrived (real).
+    messages += await pop_lite_until(remoting, client_id, group, parent, 3 - len(messages))
+    bodies = [m.body for m in messages]
+    assert sorted(bodies) == [b"a0", b"a1", b"b0"]
+    assert bodies.index(b"a0") < bodies.index(b"a1")
+    assert header.order_count_info == ";".join(["0"] * len(got))
+    for msg in messages:
+        assert msg.topic == parent
+        lite = msg.properties[Prop.LITE_TOPIC]
+        assert msg.properties[Prop.INNER_MULTI_DISPATCH] == lmq_name(parent, lite)
+    assert sorted((m.properties[Prop.LITE_TOPIC], lmq_offset(m)) for m in messages) == [
+        (lite_a, 0), (lite_a, 1), (lite_b, 0)]  # fmt: skip
+
+    # FIFO per lite topic: a new message of A waits until A's popped ones are acked.
+    await send_lite(backend, parent, lite_a, b"a2")
+    await wait_offset(backend.client(), lmq_name(parent, lite_a), 3)
+    blocked = await pop_lite(remoting, client_id, group, parent, poll_ms=1000)
+    assert blocked.code == ResponseCode.POLLING_TIMEOUT
+    assert blocked.remark == "NO_MESSAGE_IN_QUEUE"
+    assert blocked.fields["orderCountInfo"] == ""
+    for msg in messages:
+        if msg.properties[Prop.LITE_TOPIC] == lite_a:
+            acked = await ack_lite(remoting, group, parent, msg, header.pop_time)
+            assert acked.code == ResponseCode.SUCCESS, acked.remark
+    [after] = await pop_lite_until(remoting, client_id, group, parent, 1)
+    assert (after.body, lmq_offset(after)) == (b"a2", 2)
+
+
+async def test_parked_lite_pop_is_woken_by_a_message(backend):
+    """A lite pop that finds nothing parks under its client until a message arrives in one of
+    its lite topics, and answers with it long before its poll time."""
+    parent, group = await lite_fresh(backend)
+    [lite] = await owned_lite_topics(backend, parent, 1)
+    remoting = backend.client().remoting
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    await subscribe(remoting, client_id, group, parent, {lite})
+    started = time.monotonic()
+    parked = asyncio.ensure_future(pop_lite(remoting, client_id, group, parent, poll_ms=8000))
+    await asyncio.sleep(0.3)  # the pop reaches the broker and parks (nothing to await)
+    assert not parked.done()
+    await send_lite(backend, parent, lite, b"wake")
+    response = await asyncio.wait_for(parked, TIMEOUT_S)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    assert [m.body for m in decode_messages(response.body)] == [b"wake"]
+    assert time.monotonic() - started < 6.0
+
+
+async def test_parked_lite_pop_times_out(backend):
+    parent, group = await lite_fresh(backend)
+    [lite] = await owned_lite_topics(backend, parent, 1)
+    remoting = backend.client().remoting
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    await subscribe(remoting, client_id, group, parent, {lite})
+    started = time.monotonic()
+    response = await pop_lite(remoting, client_id, group, parent, poll_ms=1000)
+    assert time.monotonic() - started >= 0.9
+    assert response.code == ResponseCode.POLLING_TIMEOUT
+    assert response.remark == "NO_MESSAGE_IN_QUEUE"
+    assert PopLiteMessageResponseHeader.decode(response.fields).revive_qid == 999
+
+
+async def test_unsubscribe_stops_delivery(backend):
+    """PARTIAL_REMOVE drops lite topics from the client's subscription, COMPLETE_REMOVE the
+    whole client: messages arriving after are not popped."""
+    parent, group = await lite_fresh(backend)
+    lite_a, lite_b = await owned_lite_topics(backend, parent, 2)
+    remoting = backend.client().remoting
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    await subscribe(remoting, client_id, group, parent, {lite_a, lite_b})
+    removed = await ctl(remoting, entry(Action.PARTIAL_REMOVE, client_id, group, parent, {lite_a}))
+    assert removed.code == ResponseCode.SUCCESS, removed.remark
+    await send_lite(backend, parent, lite_a, b"a")
+    await send_lite(backend, parent, lite_b, b"b")
+    [msg] = await pop_lite_until(remoting, client_id, group, parent, 1)
+    assert msg.body == b"b"
+    gone = await ctl(remoting, entry(Action.COMPLETE_REMOVE, client_id, group, parent))
+    assert gone.code == ResponseCode.SUCCESS, gone.remark
+    await send_lite(backend, parent, lite_b, b"b2")
+    await wait_offset(backend.client(), lmq_name(parent, lite_b), 2)
+    response = await pop_lite(remoting, client_id, group, parent, poll_ms=1000)
+    assert response.code == ResponseCode.POLLING_TIMEOUT
+
+
+async def test_subscription_offset_option_min_replays(backend):
+    """A lite topic subscribed with OffsetOption POLICY MIN starts at its oldest message."""
+    parent, group = await lite_fresh(backend)
+    [lite] = await owned_lite_topics(backend, parent, 1)
+    for body in (b"old0", b"old1"):
+        await send_lite(backend, parent, lite, body)
+    await wait_offset(backend.client(), lmq_name(parent, lite), 2)
+    remoting = backend.client().remoting
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    option = OffsetOption(OffsetType.POLICY, POLICY_MIN)
+    await subscribe(remoting, client_id, group, parent, {lite}, option)
+    got = await pop_lite_until(remoting, client_id, group, parent, 2)
+    assert [m.body for m in got] == [b"old0", b"old1"]
+
+
+async def test_subscription_ctl_bad_bodies(backend):
+    remoting = backend.client().remoting
+    empty = await remoting.invoke(RemotingCommand(RequestCode.LITE_SUBSCRIPTION_CTL, {}), TIMEOUT_S)
+    assert (empty.code, empty.remark) == (ResponseCode.ILLEGAL_OPERATION, "Request body is null.")
+    none = await remoting.invoke(
+        RemotingCommand(RequestCode.LITE_SUBSCRIPTION_CTL, {}, b'{"subscriptionSet":[]}'),
+        TIMEOUT_S,
+    )
+    assert (none.code, none.remark) == (
+        ResponseCode.ILLEGAL_OPERATION, "LiteSubscriptionCtlRequestBody is empty.")  # fmt: skip
+
+
+async def test_pop_lite_refuses_what_is_not_lite(backend):
+    """POP_LITE_MESSAGE wants a LITE topic and a group bound to it."""
+    parent, group = await lite_fresh(backend)
+    plain, other = backend.unique("T"), backend.unique("G")
+    await backend.create_topic(plain, 2)
+    await backend.create_group(other)
+    remoting = backend.client().remoting
+    wrong_type = await pop_lite(remoting, "c1", group, plain)
+    assert (wrong_type.code, wrong_type.remark) == (
+        ResponseCode.INVALID_PARAMETER, f"the topic [{plain}] message type not match")  # fmt: skip
+    unbound = await pop_lite(remoting, "c1", other, parent)
+    assert (unbound.code, unbound.remark) == (
+        ResponseCode.INVALID_PARAMETER, f"subscription bind topic not match, {other}")  # fmt: skip
+    missing = await pop_lite(remoting, "c1", group, backend.unique("NOPE"))
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_exclusive_group_evicts_and_notifies(backend):
+    """In an Exclusive lite group one client holds a lite topic: another client subscribing
+    it takes it, and the broker tells the first one with a one-way NOTIFY_UNSUBSCRIBE_LITE
+    on the connection of its subscription."""
+    parent, group = await lite_fresh(backend, exclusive=True)
+    [lite] = await owned_lite_topics(backend, parent, 1)
+    notified: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+
+    def on_request(cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.NOTIFY_UNSUBSCRIBE_LITE:
+            notified.put_nowait(cmd)
+
+    first = RemotingClient(backend.broker.address, server_handler=on_request)
+    try:
+        await subscribe(first, "client-1", group, parent, {lite})
+        second = backend.client().remoting
+        await subscribe(second, "client-2", group, parent, {lite})
+        cmd = await asyncio.wait_for(notified.get(), TIMEOUT_S)
+        assert cmd.is_oneway
+        header = NotifyUnsubscribeLiteHeader.decode(cmd.ext_fields)
+        assert (header.lite_topic, header.consumer_group, header.client_id) == (
+            lite, group, "client-1")  # fmt: skip
+        await send_lite(backend, parent, lite, b"x")
+        [msg] = await pop_lite_until(second, "client-2", group, parent, 1)
+        assert msg.body == b"x"
+    finally:
+        await first.close()
