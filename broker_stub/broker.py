@@ -23,7 +23,7 @@ from proxy.remoting.client import RemotingClient, RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import RegisterBrokerHeader, TopicHeader, UnregisterBrokerHeader
-from proxy.remoting.lite import LITE_TOPIC_PREFIX
+from proxy.remoting.lite import LMQ_PREFIX
 from proxy.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Broker:
     def _on_arrival(self, topic: str, queue_id: int) -> None:
         if not self._started:
             return
-        if topic.startswith(LITE_TOPIC_PREFIX):
+        if topic.startswith(LMQ_PREFIX):
             self.processor.lite.on_arrival(topic)
             return
         origin = self.pop.retry_origins.get(topic)

@@ -40,7 +40,7 @@ from proxy.remoting.lite import (
     POLICY_MIN,
     OffsetOption,
     OffsetType,
-    split_lmq,
+    split_lmq_name,
 )
 
 MAX_CLIENT_EVENT_COUNT = 100  # BrokerConfig.maxClientEventCount: a client's event queue
@@ -253,7 +253,7 @@ class LiteService:
 
     def _notify_unsubscribe(self, client_id: str, group: str, lmq: str) -> None:
         conn = self._channels.get(client_id)
-        names = split_lmq(lmq)
+        names = split_lmq_name(lmq)
         if conn is None or conn.closed or names is None:
             return
         header = NotifyUnsubscribeLiteHeader(names[1], group, client_id)

@@ -11,8 +11,6 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import orjson
-
 from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupTable
 from broker_stub.handlers import RequestError
@@ -32,11 +30,12 @@ from proxy.remoting.headers import (
     PopLiteMessageResponseHeader,
 )
 from proxy.remoting.lite import (
-    LiteSubscriptionAction,
-    LiteSubscriptionEntry,
+    LiteAction,
+    LiteSubscription,
+    LiteSubscriptionCtlBody,
+    lite_owner,
     lmq_name,
-    owner_broker,
-    split_lmq,
+    split_lmq_name,
 )
 from proxy.remoting.popinfo import PopCheckpointInfo
 from proxy.remoting.server import Reply
@@ -51,7 +50,7 @@ RouteLookup = Callable[[str], Awaitable[Sequence[dict[str, Any]] | None]]
 NOT_FOUND_REMARK = "NO_MESSAGE_IN_QUEUE"
 QUOTA_EXCEPTION = "org.apache.rocketmq.broker.lite.LiteQuotaException"
 STATE_EXCEPTION = "java.lang.IllegalStateException"
-ADDING = (LiteSubscriptionAction.PARTIAL_ADD, LiteSubscriptionAction.COMPLETE_ADD)
+ADDING = (LiteAction.PARTIAL_ADD, LiteAction.COMPLETE_ADD)
 
 
 class LiteHandlers:
@@ -84,16 +83,15 @@ class LiteHandlers:
         if not cmd.body:
             return cmd.make_response(ILLEGAL, remark="Request body is null.")
         try:
-            raw = orjson.loads(cmd.body).get("subscriptionSet") or []
-            entries = [LiteSubscriptionEntry.from_json(e) for e in raw]
-        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=f"bad body: {exc}")
+            entries = list(LiteSubscriptionCtlBody.decode(cmd.body).subscriptions)
+        except ValueError as exc:  # a broker's JSON decoding throws: SYSTEM_ERROR
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         if not entries:
             return cmd.make_response(ILLEGAL, remark="LiteSubscriptionCtlRequestBody is empty.")
         return self._apply(cmd, conn, entries)
 
     async def _apply(
-        self, cmd: RemotingCommand, conn: RemotingConnection, entries: list[LiteSubscriptionEntry]
+        self, cmd: RemotingCommand, conn: RemotingConnection, entries: list[LiteSubscription]
     ) -> RemotingCommand:
         # Which broker owns a lite topic depends on the parent's route: look the routes up
         # first (a real broker asks the name server too), then change state in one go.
@@ -117,7 +115,7 @@ class LiteHandlers:
 
     def _apply_one(
         self,
-        e: LiteSubscriptionEntry,
+        e: LiteSubscription,
         conn: RemotingConnection,
         queue_datas: Sequence[dict[str, Any]] | None,
     ) -> None:
@@ -125,8 +123,8 @@ class LiteHandlers:
 
         def active(lmq: str) -> bool:
             # Owned here by sharding (no route: everything is), or already holding messages.
-            names = split_lmq(lmq)
-            owner = owner_broker(names[1], queue_datas) if names and queue_datas else None
+            names = split_lmq_name(lmq)
+            owner = lite_owner(names[1], queue_datas) if names and queue_datas else None
             return owner in (None, self.config.name) or self.lite.lmq_exists(lmq)
 
         action = e.action
@@ -134,11 +132,11 @@ class LiteHandlers:
             if not self.groups.get(e.group).consume_enable:
                 raise LiteRefused("Consumer group is not allowed to consume.")
             self.lite.remember_channel(e.client_id, conn)
-        if action is LiteSubscriptionAction.PARTIAL_ADD:
+        if action is LiteAction.PARTIAL_ADD:
             self.lite.add_partial(e.client_id, e.group, e.topic, lmqs, e.offset_option, active)
-        elif action is LiteSubscriptionAction.PARTIAL_REMOVE:
+        elif action is LiteAction.PARTIAL_REMOVE:
             self.lite.remove_partial(e.client_id, e.group, e.topic, lmqs)
-        elif action is LiteSubscriptionAction.COMPLETE_ADD:
+        elif action is LiteAction.COMPLETE_ADD:
             self.lite.add_complete(e.client_id, e.group, e.topic, lmqs, active)
         else:
             self.lite.remove_complete(e.client_id)

@@ -75,10 +75,10 @@ def create_topic(
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC on every broker (or those of ``brokers``: name -> address),
     then wait until the name server's route lists each of them with ``queues`` queues.
-    ``message_type`` (NORMAL, FIFO, LITE...): the topic's ``message.type`` attribute (RocketMQ
-    5 checks it on send; a lite consumer pops only a LITE parent topic); ``fifo`` is FIFO."""
+    ``message_type``: the topic's ``message.type`` attribute (FIFO, PRIORITY, LITE, ...;
+    RocketMQ 5 checks a message against it on send); ``fifo`` is ``message_type="FIFO"``."""
     brokers = dict(brokers) if brokers is not None else masters(namesrv)
-    message_type = message_type or ("FIFO" if fifo else None)
+    message_type = "FIFO" if fifo else message_type
     header = CreateTopicHeader(
         topic,
         read_queue_nums=queues,
@@ -117,23 +117,23 @@ def create_group(
 ) -> None:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (a SubscriptionGroupConfig) on every broker:
     ``retry_max_times`` deliveries before the dead-letter queue, ``fifo`` for an orderly
-    (FIFO) group, ``attributes`` added to the group's (``lite_group_attributes``)."""
-    config: dict[str, object] = {
-        "groupName": group,
-        "consumeEnable": True,
-        "consumeFromMinEnable": True,
-        "consumeBroadcastEnable": True,
-        "consumeMessageOrderly": fifo,
-        "retryQueueNums": 1,
-        "retryMaxTimes": retry_max_times,
-        "brokerId": 0,
-        "whichBrokerWhenConsumeSlowly": 1,
-        "notifyConsumerIdsChangedEnable": True,
-    }
-    if attributes:
-        # Added with "+" (AttributeUtil); a broker keeps them without it.
-        config["attributes"] = {f"+{k}": v for k, v in attributes.items()}
-    body = json.dumps(config).encode()
+    (FIFO) group, ``attributes`` set on the group (e.g. ``lite.bind.topic``; the broker
+    keeps them without the ``+`` that marks each as added)."""
+    body = json.dumps(
+        {
+            "attributes": {f"+{k}": v for k, v in (attributes or {}).items()},
+            "groupName": group,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "consumeBroadcastEnable": True,
+            "consumeMessageOrderly": fifo,
+            "retryQueueNums": 1,
+            "retryMaxTimes": retry_max_times,
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True,
+        }
+    ).encode()
     for address in (brokers if brokers is not None else masters(namesrv)).values():
         checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
 

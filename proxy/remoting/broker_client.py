@@ -39,6 +39,8 @@ from proxy.remoting.headers import (
     NotificationResponseHeader,
     PollingInfoHeader,
     PollingInfoResponseHeader,
+    PopLiteMessageHeader,
+    PopLiteMessageResponseHeader,
     PopMessageHeader,
     PopMessageResponseHeader,
     RecallMessageHeader,
@@ -47,6 +49,7 @@ from proxy.remoting.headers import (
     SendMessageResponseHeader,
     now_ms,
 )
+from proxy.remoting.lite import LiteSubscription, LiteSubscriptionCtlBody
 from proxy.remoting.message import (
     BatchEntry,
     MessageExt,
@@ -135,6 +138,21 @@ class PopResult:
 class NotificationResult:
     has_msg: bool
     polling_full: bool = False
+
+
+def lite_order_counts(info: str | None, count: int) -> list[int]:
+    """Reconsume counts of a lite pop's messages from its ``orderCountInfo``: one entry per
+    message joined by ``;``, each a number or ``"<retry> qo<queueId>%<offset> <n>"``; a list
+    of another length counts for nothing (ExtraInfoUtil.parseLiteOrderCountInfo)."""
+    entries = (info or "").split(";") if info else []
+    if len(entries) != count:
+        return [0] * count
+    out = []
+    for entry in entries:
+        parts = entry.split(" ") if "qo" in entry else [entry]
+        text = parts[-1] if len(parts) in (1, 3) else ""
+        out.append(int(text) if text.strip().lstrip("-").isdigit() else 0)
+    return out
 
 
 # Told of every call: (request code name, response code name, seconds, broker, long polling).
@@ -441,18 +459,145 @@ class BrokerClient:
             msg.topic = topic
         return messages
 
-    async def ack(
-        self, group: str, topic: str, extra_info: str, timeout: float = DEFAULT_TIMEOUT
+    async def pop_lite(
+        self,
+        client_id: str,
+        group: str,
+        topic: str,
+        *,
+        max_nums: int = 32,
+        invisible_ms: int = 30_000,
+        poll_ms: int = 0,
+        attempt_id: str | None = None,
+        timeout: float | None = None,
+        on_late: Callable[[PopResult], None] | None = None,
+    ) -> PopResult:
+        """POP_LITE_MESSAGE: what the broker queued for ``client_id``'s lite subscriptions
+        of the parent ``topic``; with ``poll_ms`` the broker parks the request under the
+        client id until one of its lite topics gets a message. Each lite topic is popped
+        orderly (one batch in flight per lite topic). ``on_late`` as for ``pop``."""
+        header = PopLiteMessageHeader(
+            client_id,
+            group,
+            topic,
+            max_nums,
+            invisible_ms,
+            poll_time=poll_ms,
+            born_time=now_ms(),
+            attempt_id=attempt_id,
+        )
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT + poll_ms / 1000
+        late = None
+        if on_late is not None:
+
+            def late(response: RemotingCommand) -> None:
+                if response.code != ResponseCode.SUCCESS:
+                    return
+                try:
+                    with _readable(self.name, "late lite pop"):
+                        result = self._pop_lite_result(response, topic)
+                except (BrokerResponseError, RemotingError) as exc:
+                    log.warning("%s", exc)
+                    return
+                on_late(result)
+
+        response = await self._call(
+            RequestCode.POP_LITE_MESSAGE,
+            header.encode(),
+            timeout=timeout,
+            long_polling=poll_ms > 0,
+            on_late=late,
+        )
+        self._check(
+            response,
+            "lite pop",
+            ResponseCode.POLLING_TIMEOUT,
+            ResponseCode.PULL_NOT_FOUND,
+            ResponseCode.POLLING_FULL,
+        )
+        with _readable(self.name, "lite pop"):
+            return self._pop_lite_result(response, topic)
+
+    def _pop_lite_result(self, response: RemotingCommand, topic: str) -> PopResult:
+        """Decode a lite pop; give each message the POP_CK the Java client builds
+        (``processPopLiteResponse``): start offset 0, queue 0 and the message's offset in
+        its lite queue, which also becomes its queue offset."""
+        h = PopLiteMessageResponseHeader.decode(response.ext_fields)
+        result = PopResult(
+            code=response.code,
+            pop_time=h.pop_time,
+            invisible_time=h.invisible_time,
+            revive_qid=h.revive_qid,
+        )
+        if response.code != ResponseCode.SUCCESS or not response.body:
+            return result
+        messages = decode_messages(response.body)
+        counts = lite_order_counts(h.order_count_info, len(messages))
+        for index, msg in enumerate(messages):
+            queues = [q for q in msg.properties.get(Prop.INNER_MULTI_DISPATCH, "").split(",") if q]
+            offsets = [
+                o for o in msg.properties.get(Prop.INNER_MULTI_QUEUE_OFFSET, "").split(",") if o
+            ]
+            if len(queues) != 1 or len(offsets) != 1:
+                raise RemotingError(f"lite pop: message {msg.msg_id} has no single lite queue")
+            lmq_offset = int(offsets[0])
+            msg.properties[Prop.POP_CK] = PopCheckpointInfo(
+                0,
+                h.pop_time,
+                h.invisible_time,
+                h.revive_qid,
+                retry_flag(topic),
+                self.name,
+                0,
+                lmq_offset,
+            ).encode()
+            msg.properties.setdefault(Prop.FIRST_POP_TIME, str(h.pop_time))
+            if counts[index] > 0:
+                msg.reconsume_times = counts[index]
+            msg.queue_offset = lmq_offset
+            msg.topic = topic
+        result.messages = messages
+        return result
+
+    async def lite_subscription_ctl(
+        self, subscriptions: list[LiteSubscription], timeout: float = DEFAULT_TIMEOUT
     ) -> None:
-        """Ack the message whose POP_CK is ``extra_info``; ``topic`` is the one popped."""
-        await self._ack(group, topic, PopCheckpointInfo.parse(extra_info), extra_info, timeout)
+        """LITE_SUBSCRIPTION_CTL: add, drop or replace clients' lite topics on this broker.
+        The broker remembers this connection for its NOTIFY_UNSUBSCRIBE_LITE to the client."""
+        body = LiteSubscriptionCtlBody(tuple(subscriptions)).encode()
+        self._check(
+            await self._call(RequestCode.LITE_SUBSCRIPTION_CTL, {}, body, timeout=timeout),
+            "lite subscription",
+        )
+
+    async def ack(
+        self,
+        group: str,
+        topic: str,
+        extra_info: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        lite_topic: str | None = None,
+    ) -> None:
+        """Ack the message whose POP_CK is ``extra_info``; ``topic`` is the one popped.
+        ``lite_topic``: a lite message's lite topic (``topic`` is its parent)."""
+        await self._ack(
+            group, topic, PopCheckpointInfo.parse(extra_info), extra_info, timeout, lite_topic
+        )
 
     async def _ack(
-        self, group: str, topic: str, info: PopCheckpointInfo, extra_info: str, timeout: float
+        self,
+        group: str,
+        topic: str,
+        info: PopCheckpointInfo,
+        extra_info: str,
+        timeout: float,
+        lite_topic: str | None = None,
     ) -> None:
         header = AckMessageHeader(
             group, topic_for_flag(info.retry, group, topic), info.queue_id, extra_info,
-            info.queue_offset,
+            info.queue_offset, lite_topic=lite_topic,
         )  # fmt: skip
         self._check(
             await self._call(RequestCode.ACK_MESSAGE, header.encode(), timeout=timeout), "ack"
@@ -504,8 +649,13 @@ class BrokerClient:
         extra_info: str,
         invisible_ms: int,
         timeout: float = DEFAULT_TIMEOUT,
+        *,
+        lite_topic: str | None = None,
+        suspend: bool = False,
     ) -> str:
-        """Make the message invisible for ``invisible_ms`` from now; return its new POP_CK."""
+        """Make the message invisible for ``invisible_ms`` from now; return its new POP_CK.
+        ``lite_topic``: a lite message's lite topic (``topic`` is its parent); ``suspend``:
+        the lite client's suspend flag, passed on."""
         info = PopCheckpointInfo.parse(extra_info)
         header = ChangeInvisibleTimeHeader(
             group,
@@ -514,6 +664,8 @@ class BrokerClient:
             extra_info,
             info.queue_offset,
             invisible_time=invisible_ms,
+            lite_topic=lite_topic,
+            suspend=True if suspend else None,
         )
         response = self._check(
             await self._call(

@@ -47,18 +47,19 @@ class RequestCode(IntEnum):
     CHANGE_MESSAGE_INVISIBLETIME = 200053
     NOTIFICATION = 200054
     POLLING_INFO = 200055
-    BATCH_ACK_MESSAGE = 200151
-    # Lite topics (RocketMQ 5.5, RIP-83). Lite acks travel as ACK_MESSAGE with a liteTopic:
-    # a 5.5 broker defines ACK_LITE_MESSAGE but registers no processor for it.
+    # Lite topics (RocketMQ 5.5, RIP-83). Lite acks go by ACK_MESSAGE with liteTopic: the
+    # 5.5.0 broker registers no processor for ACK_LITE_MESSAGE.
     POP_LITE_MESSAGE = 200070
     LITE_SUBSCRIPTION_CTL = 200071
     ACK_LITE_MESSAGE = 200072
-    NOTIFY_UNSUBSCRIBE_LITE = 200073  # broker -> the connection of a client's subscription
+    NOTIFY_UNSUBSCRIBE_LITE = 200073  # broker -> the connection of the client's last CTL
     GET_BROKER_LITE_INFO = 200074
+    GET_PARENT_TOPIC_INFO = 200075
     GET_LITE_TOPIC_INFO = 200076
     GET_LITE_CLIENT_INFO = 200077
     GET_LITE_GROUP_INFO = 200078
     TRIGGER_LITE_DISPATCH = 200079
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(IntEnum):
@@ -79,8 +80,8 @@ class ResponseCode(IntEnum):
     NO_MESSAGE = 208
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
-    LMQ_QUOTA_EXCEEDED = 2017
-    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
+    LMQ_QUOTA_EXCEEDED = 2017  # a send would create more lite queues than the broker allows
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018  # LITE_SUBSCRIPTION_CTL over the broker's limit
 
 
 class LanguageCode(IntEnum):

@@ -35,8 +35,9 @@ class HeaderError(ValueError):
 
 def wire(name: str, default: Any = dataclasses.MISSING, *, kw_only: bool = False) -> Any:
     """A header field named ``name`` on the wire; without a default it is required.
-    ``kw_only``: an optional field a subclass's required ones may follow."""
-    return field(default=default, metadata={"wire": name}, kw_only=kw_only)
+
+    ``kw_only``: an optional field a subclass's required fields may follow."""
+    return field(default=default, kw_only=kw_only, metadata={"wire": name})
 
 
 def now_ms() -> int:
@@ -258,8 +259,8 @@ class AckMessageHeader(Header):
     queue_id: int = wire("queueId")
     extra_info: str = wire("extraInfo")  # the message's POP_CK
     offset: int = wire("offset")
-    # A lite message (RocketMQ 5.5): topic is the parent, queueId 0, offset the one in the
-    # lite topic's queue (the message's INNER_MULTI_QUEUE_OFFSET).
+    # A lite message (5.5): its lite topic's short name; topic is then the parent, queue_id
+    # 0 and offset the message's offset in the lite queue.
     lite_topic: str | None = wire("liteTopic", None, kw_only=True)
 
 
@@ -268,7 +269,8 @@ class ChangeInvisibleTimeHeader(AckMessageHeader):
     """An ack's fields, and the new invisible time from now."""
 
     invisible_time: int = wire("invisibleTime")
-    suspend: bool = wire("suspend", False)  # lite messages (RocketMQ 5.5)
+    # Lite (5.5): the client suspends the lite topic (ChangeInvisibleDurationRequest.suspend).
+    suspend: bool | None = wire("suspend", None, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -276,42 +278,6 @@ class ChangeInvisibleTimeResponseHeader(Header):
     pop_time: int = wire("popTime")
     invisible_time: int = wire("invisibleTime")
     revive_qid: int = wire("reviveQid")
-
-
-@dataclass(slots=True)
-class PopLiteMessageHeader(Header):
-    """POP_LITE_MESSAGE (200070, RocketMQ 5.5): pop across the lite topics the broker has
-    queued for this client (LITE_SUBSCRIPTION_CTL) under a LITE parent topic."""
-
-    client_id: str = wire("clientId")
-    consumer_group: str = wire("consumerGroup")
-    topic: str = wire("topic")  # the parent topic
-    max_msg_num: int = wire("maxMsgNum")
-    invisible_time: int = wire("invisibleTime")
-    poll_time: int = wire("pollTime", 0)
-    born_time: int = wire("bornTime", 0)
-    attempt_id: str | None = wire("attemptId", None)
-
-
-@dataclass(slots=True)
-class PopLiteMessageResponseHeader(Header):
-    """No offset infos: the offsets are in each message's INNER_MULTI_QUEUE_OFFSET."""
-
-    pop_time: int = wire("popTime", 0)
-    invisible_time: int = wire("invisibleTime", 0)
-    revive_qid: int = wire("reviveQid", 0)  # 999: lite pops are orderly
-    # The consume count of each message, ";"-joined; "" when nothing was popped.
-    order_count_info: str | None = wire("orderCountInfo", None)
-
-
-@dataclass(slots=True)
-class NotifyUnsubscribeLiteHeader(Header):
-    """NOTIFY_UNSUBSCRIBE_LITE (200073): a broker tells a client it no longer holds one of
-    its lite topics (an exclusive group's other client took it)."""
-
-    lite_topic: str = wire("liteTopic")
-    consumer_group: str = wire("consumerGroup")
-    client_id: str = wire("clientId")
 
 
 @dataclass(slots=True)
@@ -324,6 +290,59 @@ class PollingInfoHeader(Header):
 @dataclass(slots=True)
 class PollingInfoResponseHeader(Header):
     polling_num: int = wire("pollingNum", 0)
+
+
+# -- lite topics (RocketMQ 5.5, RIP-83) ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class PopLiteMessageHeader(Header):
+    """POP_LITE_MESSAGE (200070): pop what the broker has queued for this client's lite
+    subscriptions of ``topic`` (the parent); with ``poll_time`` the broker parks the request
+    under the client id until a lite queue of the client gets a message. NB ``maxMsgNum``,
+    not POP's ``maxMsgNums``."""
+
+    client_id: str = wire("clientId")
+    consumer_group: str = wire("consumerGroup")
+    topic: str = wire("topic")
+    max_msg_num: int = wire("maxMsgNum")
+    invisible_time: int = wire("invisibleTime")
+    poll_time: int = wire("pollTime")
+    born_time: int = wire("bornTime")
+    attempt_id: str | None = wire("attemptId", None)
+
+
+@dataclass(slots=True)
+class PopLiteMessageResponseHeader(Header):
+    """The 5.5.0 broker sets no offset info: each message's lite-queue offset is its
+    ``INNER_MULTI_QUEUE_OFFSET`` property. ``orderCountInfo``: one reconsume count per
+    message, in order, joined by ``;``."""
+
+    pop_time: int = wire("popTime")
+    invisible_time: int = wire("invisibleTime")
+    revive_qid: int = wire("reviveQid")
+    start_offset_info: str | None = wire("startOffsetInfo", None)
+    msg_offset_info: str | None = wire("msgOffsetInfo", None)
+    order_count_info: str | None = wire("orderCountInfo", None)
+
+
+@dataclass(slots=True)
+class NotifyUnsubscribeLiteHeader(Header):
+    """NOTIFY_UNSUBSCRIBE_LITE (200073), broker to the connection a client's subscription
+    came on: the client no longer holds ``lite_topic`` (an exclusive group gave it to
+    another client, or the lite topic expired). No answer is expected."""
+
+    lite_topic: str = wire("liteTopic")
+    consumer_group: str = wire("consumerGroup")
+    client_id: str = wire("clientId")
+
+
+@dataclass(slots=True)
+class TriggerLiteDispatchHeader(Header):
+    """TRIGGER_LITE_DISPATCH (200079, admin): re-dispatch the group's lite events."""
+
+    group: str = wire("group")
+    client_id: str | None = wire("clientId", None)
 
 
 @dataclass(slots=True)

@@ -50,8 +50,9 @@ class Prop:
     TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
     TIMER_OUT_MS = "TIMER_OUT_MS"
     TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
-    LITE_TOPIC = "__LITE_TOPIC"  # the lite topic of a message sent to a LITE parent topic
-    # Set by the broker: the LMQ(s) a message is also indexed in, and its offset(s) there.
+    LITE_TOPIC = "__LITE_TOPIC"  # the lite topic of a message to a LITE parent (5.5)
+    # The extra queues a message is indexed in (",": several), and its offset in each: a lite
+    # message's lite queue (%LMQ%$<parent>$<lite>) and its offset there.
     INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
     INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 

@@ -10,11 +10,20 @@ requires of the server. Set HOME to move the client's log (~/logs/rocketmq_pytho
 
     official_consumer.py --endpoint HOST:PORT --group G --topic T --await-seconds S
         [--batch 16] [--invisible-seconds 30] [--deadline-seconds D]
+        [--lite-topics N --lite-prefix P]
+
+With ``--lite-topics N`` it is a LiteSimpleConsumer (RocketMQ 5.5) bound to the parent topic
+T, subscribed to the lite topics P-0 ... P-(N-1) one SyncLiteSubscription at a time, as an
+application that adds them one by one does; "ready" comes after the last one. With
+``--push`` too it is a LitePushConsumer instead (the Apache proxy 5.5.0 serves no
+LiteSimpleConsumer): its listener emits each message and acks it; there are no "empty"
+events, and "done" counts messages only.
 
 Stops after the receive in progress when stdin reaches end of file (or reads "stop"), then
 shuts the consumer down. One JSON object per line on stdout, flushed at once:
 
-    {"event": "ready", "t": <time.time()>, "endpoints": [...]}   started, route and settings in
+    {"event": "ready", "t": <time.time()>, "endpoints": [...], "subscribe_s": s}
+                                                                 started, route and settings in
     {"event": "message", "t": ..., "id": ..., "body": ..., "attempt": ...}  t = receive returned
     {"event": "empty", "t": ...}                                 a receive without messages
     {"event": "error", "t": ..., "error": "..."}                 a receive or an ack failed
@@ -35,7 +44,14 @@ import traceback
 
 # The interop driver's helpers, shared: that directory holds the official client's drivers.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
-from python_client import arm_watchdog, route_endpoints, simple_consumer, wait_for_settings
+from python_client import (
+    arm_watchdog,
+    client_configuration,
+    route_endpoints,
+    simple_consumer,
+    tls_enabled,
+    wait_for_settings,
+)
 
 
 def emit(event: str, **fields) -> None:
@@ -53,14 +69,79 @@ def watch_stdin(stop: threading.Event) -> None:
     threading.Thread(target=read, name="stdin-watch", daemon=True).start()
 
 
+def lite_consumer(args: argparse.Namespace):
+    """A started LiteSimpleConsumer bound to ``args.topic``; the caller shuts it down."""
+    from rocketmq import LiteSimpleConsumer
+
+    consumer = LiteSimpleConsumer(
+        args.topic,
+        client_configuration(args.endpoint),
+        args.group,
+        await_duration=args.await_seconds,
+        tls_enable=tls_enabled(),
+    )
+    consumer.startup()
+    return consumer
+
+
+def lite_push(args: argparse.Namespace) -> int:
+    """A LitePushConsumer subscribed to the lite topics, until told to stop."""
+    from rocketmq import ConsumeResult, LitePushConsumer, MessageListener
+
+    stop = threading.Event()
+    count = [0]
+
+    class Listener(MessageListener):
+        def consume(self, message) -> ConsumeResult:
+            count[0] += 1
+            emit(
+                "message",
+                t=time.time(),
+                id=message.message_id,
+                lite_topic=message.lite_topic,
+                attempt=message.delivery_attempt,
+            )
+            return ConsumeResult.SUCCESS
+
+    consumer = LitePushConsumer(
+        client_configuration(args.endpoint),
+        args.group,
+        args.topic,
+        Listener(),
+        tls_enable=tls_enabled(),
+    )
+    consumer.startup()
+    try:
+        endpoints = route_endpoints(consumer, args.topic)
+        wait_for_settings(consumer)
+        started = time.time()
+        for i in range(args.lite_topics):
+            consumer.subscribe_lite(f"{args.lite_prefix}-{i}")
+        emit("ready", t=time.time(), endpoints=endpoints, subscribe_s=time.time() - started)
+        watch_stdin(stop)
+        stop.wait()
+    finally:
+        consumer.shutdown()
+    emit("done", receives=0, empty=0, acks=count[0], errors=0)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    consumer = simple_consumer(args.endpoint, args.group, args.topic, "*", args.await_seconds)
+    if args.lite_topics and args.push:
+        return lite_push(args)
+    if args.lite_topics:
+        consumer = lite_consumer(args)
+    else:
+        consumer = simple_consumer(args.endpoint, args.group, args.topic, "*", args.await_seconds)
     stop = threading.Event()
     receives = empty = acks = errors = 0
     try:
         endpoints = route_endpoints(consumer, args.topic)
         wait_for_settings(consumer)
-        emit("ready", t=time.time(), endpoints=endpoints)
+        started = time.time()
+        for i in range(args.lite_topics):
+            consumer.subscribe_lite(f"{args.lite_prefix}-{i}")
+        emit("ready", t=time.time(), endpoints=endpoints, subscribe_s=time.time() - started)
         watch_stdin(stop)
         while not stop.is_set():
             receives += 1
@@ -80,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
                     "message",
                     t=now,
                     id=msg.message_id,
+                    lite_topic=getattr(msg, "lite_topic", None),
                     body=msg.body.decode("utf-8", "replace") if msg.body else "",
                     attempt=msg.delivery_attempt,
                 )
@@ -107,6 +189,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--invisible-seconds", type=int, default=30)
     parser.add_argument("--deadline-seconds", type=float, default=900.0)
+    parser.add_argument("--lite-topics", type=int, default=0, help="a LiteSimpleConsumer of N")
+    parser.add_argument("--lite-prefix", default="lite")
+    parser.add_argument("--push", action="store_true", help="with --lite-topics: push")
     args = parser.parse_args(argv)
     arm_watchdog(args.deadline_seconds)
     try:

@@ -51,6 +51,7 @@ from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import Prop
+from tests import admin
 from tests.bench import scenarios
 from tests.bench.bench_proxy import aligned, load_average, machine
 from tests.bench.calibrate_client import DRIVER, INTEROP_PYTHON
@@ -263,47 +264,63 @@ def broker_side_summary(system: PeerSystem, rows: dict[str, dict]) -> None:
 
 
 async def _official(system: PeerSystem, label: str, topic: str, group: str, await_s: int,
-                    home: Path, work) -> tuple[list[dict], list[str]]:  # fmt: skip
-    """Run the official consumer on ``label``'s proxy while ``work()`` runs; its events."""
+                    home: Path, work, *, consumers: int = 1, extra: tuple[str, ...] = (),
+                    ready_s: float = 90) -> tuple[list[dict], list[str]]:  # fmt: skip
+    """Run ``consumers`` official consumers on ``label``'s proxy while ``work()`` runs; their
+    events, each with ``c``, the consumer's index. ``extra``: more driver arguments (a lite
+    consumer's); ``ready_s``: how long each may take to start (a lite consumer subscribes
+    one lite topic at a time)."""
     env = dict(os.environ, HOME=str(home))
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONHOME", None)
-    stderr_path = home / f"official-{topic}.stderr"
-    with stderr_path.open("wb") as stderr:
-        proc = await asyncio.create_subprocess_exec(
-            str(INTEROP_PYTHON), str(DRIVER),
-            "--endpoint", system.proxies[label].address["grpc"],
-            "--group", group, "--topic", topic, "--await-seconds", str(await_s),
-            "--deadline-seconds", "600",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
-            env=env,
-        )  # fmt: skip
+    procs = []
     events: list[dict] = []
     errors: list[str] = []
-    reader = None
+    readers: list[asyncio.Future] = []
     try:
-        line = await asyncio.wait_for(proc.stdout.readline(), 90)
-        if not line.strip() or json.loads(line).get("event") != "ready":
-            raise RuntimeError(f"official consumer did not start on {label}: {line!r}: "
-                               f"{stderr_path.read_text(errors='replace')[-1500:]}")  # fmt: skip
+        for c in range(consumers):
+            stderr_path = home / f"official-{topic}-{c}.stderr"
+            with stderr_path.open("wb") as stderr:
+                procs.append(await asyncio.create_subprocess_exec(
+                    str(INTEROP_PYTHON), str(DRIVER),
+                    "--endpoint", system.proxies[label].address["grpc"],
+                    "--group", group, "--topic", topic, "--await-seconds", str(await_s),
+                    "--deadline-seconds", "900", *extra,
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=stderr, env=env,
+                ))  # fmt: skip
 
-        async def read() -> None:
+        async def started(c: int, proc) -> None:
+            line = await asyncio.wait_for(proc.stdout.readline(), ready_s)
+            if not line.strip() or json.loads(line).get("event") != "ready":
+                text = (home / f"official-{topic}-{c}.stderr").read_text(errors="replace")
+                raise RuntimeError(f"official consumer {c} did not start on {label}: "
+                                   f"{line!r}: {text[-1500:]}")  # fmt: skip
+            events.append(json.loads(line) | {"c": c})
+
+        await asyncio.gather(*(started(c, p) for c, p in enumerate(procs)))
+
+        async def read(c: int, proc) -> None:
             while line := await proc.stdout.readline():
-                events.append(json.loads(line))
+                events.append(json.loads(line) | {"c": c})
 
-        reader = asyncio.ensure_future(read())
+        readers = [asyncio.ensure_future(read(c, p)) for c, p in enumerate(procs)]
         await work(events)
-        proc.stdin.write(b"stop\n")
-        await proc.stdin.drain()
-        proc.stdin.close()
-        await asyncio.wait_for(proc.wait(), await_s + 30)
-        await asyncio.wait_for(reader, 5)
+        for proc in procs:
+            proc.stdin.write(b"stop\n")
+            await proc.stdin.drain()
+            proc.stdin.close()
+        for proc in procs:
+            await asyncio.wait_for(proc.wait(), await_s + 30)
+        await asyncio.wait_for(asyncio.gather(*readers), 5)
     finally:
-        if reader is not None and not reader.done():
-            reader.cancel()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        for reader in readers:
+            if not reader.done():
+                reader.cancel()
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
     errors += [e["error"] for e in events if e["event"] == "error"]
     return events, errors
 
@@ -402,6 +419,105 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
         }
     broker_side_summary(system, out)
     return out
+
+
+# -- lite topics: many light topics under one parent, few consumers -----------------------
+
+
+async def create_lite(system: PeerSystem, parent: str, group: str, quota: int) -> None:
+    """A LITE parent topic and a lite consumer group bound to it, allowed ``quota`` lite
+    topics per client, on every broker (``tests.admin``)."""
+    namesrv = system.cluster.namesrv_address
+    await asyncio.to_thread(admin.create_topic, namesrv, parent, 4, message_type="LITE")
+    attributes = {"lite.bind.topic": parent, "lite.sub.client.quota": str(quota)}
+    await asyncio.to_thread(admin.create_group, namesrv, group, attributes=attributes)
+
+
+async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: float,
+               await_s: int, gap_s: tuple[float, float], home: Path,
+               push: bool = True) -> dict:  # fmt: skip
+    """Lite topics (RocketMQ 5.5), the load they are made for: ``lite_topics`` light topics
+    under one parent topic, ``consumers`` official Python lite consumers of one group
+    subscribed to all of them, a message every ``gap_s`` to a random lite topic on a random
+    broker. LitePushConsumers by default: the Apache proxy 5.5.0 refuses a
+    LiteSimpleConsumer's settings ("Client type is not consumer"). With ``push=False``,
+    LiteSimpleConsumers, where a false empty is an empty answer to any consumer while a
+    message had been waiting for 100 ms or more (the group's consumers share every lite
+    topic)."""
+    rng = random.Random(83)
+    rows: dict[str, dict] = {}
+    system.reset_counts()
+    for label in random.sample(system.modes, len(system.modes)):
+        parent = group = f"lite-{label}-{lite_topics}-{'push' if push else 'simple'}"
+        await create_lite(system, parent, group, quota=lite_topics + 100)
+        sent: dict[str, float] = {}
+        proxy = system.proxies[label]
+        rss: list[int] = []
+
+        async def work(events: list[dict], parent=parent, sent=sent, proxy=proxy,
+                       rss=rss) -> None:  # fmt: skip
+            rss.append(proxy.rss_bytes())
+            await asyncio.sleep(1.0)  # the first receives are out
+            end = time.time() + slot_s
+            while time.time() < end:
+                await asyncio.sleep(rng.uniform(*gap_s))
+                msg_id = uuid.uuid4().hex.upper()
+                lite_topic = f"lt-{rng.randrange(lite_topics)}"
+                await rng.choice(system.broker_clients).send(
+                    parent, b"x" * 64,
+                    properties={Prop.UNIQ_KEY: msg_id, Prop.LITE_TOPIC: lite_topic},
+                )  # fmt: skip
+                sent[msg_id] = time.time()
+            rss.append(proxy.rss_bytes())
+            drain_end = time.time() + await_s + 5
+            while time.time() < drain_end:
+                got = {e["id"] for e in events if e["event"] == "message"}
+                if all(i in got for i in sent):
+                    break
+                await asyncio.sleep(0.1)
+
+        await system.slot_edge(label, True)
+        events, errors = await _official(
+            system, label, parent, group, await_s, home, work, consumers=consumers,
+            extra=("--lite-topics", str(lite_topics), "--lite-prefix", "lt",
+                   *(("--push",) if push else ())),
+            ready_s=120 + lite_topics * 0.05,
+        )  # fmt: skip
+        await system.slot_edge(label, False)
+        received: dict[str, float] = {}
+        for e in events:
+            if e["event"] == "message":
+                received.setdefault(e["id"], e["t"])
+        lat = [received[i] - t for i, t in sent.items() if i in received]
+        empties = [e["t"] for e in events if e["event"] == "empty"]
+        false_empties = sum(
+            1 for t in empties
+            if any(s <= t - 0.1 and received.get(i, float("inf")) > t for i, s in sent.items())
+        )  # fmt: skip
+        subscribe_s = [e["subscribe_s"] for e in events if e["event"] == "ready"]
+        rows[label] = {
+            "lite_topics": lite_topics,
+            "consumers": consumers,
+            "sent": len(sent),
+            "delivered": len(lat),
+            "undelivered": sum(1 for i in sent if i not in received),
+            "duplicates": sum(1 for e in events if e["event"] == "message") - len(received),
+            "latency_ms_p50": ms(percentile(lat, 0.5)),
+            "latency_ms_p99": ms(percentile(lat, 0.99)),
+            "latency_ms_max": ms(max(lat) if lat else None),
+            "false_empties": false_empties,
+            "empties": len(empties),
+            "receives": sum(e["receives"] for e in events if e["event"] == "done"),
+            "subscribe_s_max": round(max(subscribe_s), 1) if subscribe_s else None,
+            "proxy_rss_mb": round(max(rss) / 2**20, 1) if rss else None,
+            "errors": errors[:5],
+            "latencies_ms": [round(x * 1000, 2) for x in lat],
+        }
+        print(f"  lite {label} {lite_topics}: sent {len(sent)}, delivered {len(lat)}, p99 "
+              f"{rows[label]['latency_ms_p99']} ms, false empties {false_empties}, load "
+              f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    broker_side_summary(system, rows)
+    return rows
 
 
 # -- idle fan-in ----------------------------------------------------------------------------
@@ -527,6 +643,9 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
 
 # -- the run --------------------------------------------------------------------------------
 
+LITE_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
+                "false_empties", "empties", "subscribe_s_max", "proxy_rss_mb",
+                "broker_requests_per_message_brokers_count"]  # fmt: skip
 REPORTED_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
                     "false_empties", "empties", "receives", "undelivered",
                     "broker_requests_per_message_brokers_count"]  # fmt: skip
@@ -576,6 +695,20 @@ async def run(args: argparse.Namespace) -> dict:
                      f"{args.reported_await_s} s, a message every {args.gap_min_s}-"
                      f"{args.gap_max_s} s to a random broker; load {load_average()}",
                      results["reported"], REPORTED_COLUMNS)  # fmt: skip
+            if "lite" in wanted:
+                home = Path(args.out) / "official-home"
+                home.mkdir(parents=True, exist_ok=True)
+                results["lite"] = {}
+                for n in args.lite_topics:
+                    results["lite"][n] = await lite(
+                        system, lite_topics=n, consumers=args.lite_consumers,
+                        slot_s=args.lite_slot_s, await_s=args.reported_await_s,
+                        gap_s=(args.gap_min_s, args.gap_max_s), home=home,
+                    )  # fmt: skip
+                    show(f"Lite topics: {n} under one parent, {args.lite_consumers} official "
+                         f"Python LiteSimpleConsumers subscribed to all, a message every "
+                         f"{args.gap_min_s}-{args.gap_max_s} s to a random one; load "
+                         f"{load_average()}", results["lite"][n], LITE_COLUMNS)  # fmt: skip
             if "sparse" in wanted:
                 system.reset_counts()
                 results["sparse"] = await scenarios.sparse(
@@ -684,6 +817,14 @@ def main() -> None:
     p.add_argument("--reported-await-s", type=int, default=10)
     p.add_argument("--gap-min-s", type=float, default=0.5)
     p.add_argument("--gap-max-s", type=float, default=3.0)
+    p.add_argument(
+        "--lite-topics",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1000, 10000],
+        help="lite topics under the parent, per run",
+    )
+    p.add_argument("--lite-consumers", type=int, default=3)
+    p.add_argument("--lite-slot-s", type=float, default=60.0)
     p.add_argument("--busy-rate", type=int, default=1000)
     p.add_argument("--busy-consumers", type=int, default=64)
     p.add_argument("--fanin-polls", type=lambda s: [int(x) for x in s.split(",")],

@@ -22,20 +22,20 @@ from proxy.remoting.headers import (
 )
 from proxy.remoting.lite import (
     POLICY_MIN,
-    LiteSubscriptionAction,
-    LiteSubscriptionEntry,
+    LiteAction,
+    LiteSubscription,
+    LiteSubscriptionCtlBody,
     OffsetOption,
     OffsetType,
-    ctl_body,
+    lite_owner,
     lmq_name,
-    owner_broker,
 )
 from proxy.remoting.message import MessageExt, Prop, decode_messages
 from proxy.remoting.popinfo import PopCheckpointInfo
 from tests.admin import lite_group_attributes
 from tests.conformance._util import max_offset, wait_offset
 
-Action = LiteSubscriptionAction
+Action = LiteAction
 TIMEOUT_S = 10.0
 
 
@@ -64,15 +64,15 @@ async def owned_lite_topics(backend, parent: str, count: int) -> list[str]:
     names: list[str] = []
     for i in range(1000):
         name = f"lt{i}"
-        if owner_broker(name, queue_datas) == backend.broker.name:
+        if lite_owner(name, queue_datas) == backend.broker.name:
             names.append(name)
             if len(names) == count:
                 return names
     raise AssertionError(f"no {count} lite topics shard to {backend.broker.name}")
 
 
-async def ctl(remoting: RemotingClient, *entries: LiteSubscriptionEntry) -> RemotingCommand:
-    body = orjson.dumps(ctl_body(entries))
+async def ctl(remoting: RemotingClient, *entries: LiteSubscription) -> RemotingCommand:
+    body = LiteSubscriptionCtlBody(entries).encode()
     return await remoting.invoke(
         RemotingCommand(RequestCode.LITE_SUBSCRIPTION_CTL, {}, body), TIMEOUT_S
     )
@@ -85,8 +85,9 @@ def entry(
     parent: str,
     lite_topics: set[str] | None = None,
     option: OffsetOption | None = None,
-) -> LiteSubscriptionEntry:
-    return LiteSubscriptionEntry(action, client_id, group, parent, lite_topics or set(), option)
+) -> LiteSubscription:
+    topics = tuple(sorted(lite_topics or ()))
+    return LiteSubscription(action, client_id, group, parent, topics, option)
 
 
 async def subscribe(remoting, client_id, group, parent, lite_topics, option=None) -> None:

@@ -301,8 +301,9 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         "waitTimeMillsInSendQueue": "1000",
         # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
         "recallMessageEnable": "true",
-        # Lite topics (5.5): a lite message is indexed in its light message queue (LMQ)
-        # only with both on (MessageStoreConfig; both off by default).
+        # Lite topics (5.5): a message to a LITE parent topic is stored in its lite topic's
+        # own queue (a light message queue, "%LMQ%$<parent>$<lite topic>") by multi-dispatch;
+        # with either off, lite consumers never see a message.
         "enableLmq": "true",
         "enableMultiDispatch": "true",
         **extra,
