@@ -123,5 +123,8 @@ class GroupTable:
     def put(self, config: GroupConfig) -> None:
         self._groups[config.name] = config
 
+    def all(self) -> list[GroupConfig]:
+        return list(self._groups.values())
+
     def names(self) -> list[str]:
         return sorted(self._groups)

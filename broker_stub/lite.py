@@ -30,7 +30,7 @@ from broker_stub.groups import (
 )
 from broker_stub.polling import PollingTable
 from broker_stub.pop import PopService, now_ms
-from broker_stub.store import MessageStore
+from broker_stub.store import LMQ_PREFIX, MessageStore
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
@@ -129,12 +129,22 @@ class LiteService:
         self._events: dict[str, EventQueue] = {}  # client id ->
         self._channels: dict[str, RemotingConnection] = {}  # client id -> last CTL's
         self._full_dispatch: dict[str, asyncio.TimerHandle] = {}  # client id ->
+        self._unblock: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (group, lmq) ->
         self.active = 0  # (client, lmq) pairs subscribed
 
     def close(self) -> None:
-        for timer in self._full_dispatch.values():
+        for timer in [*self._full_dispatch.values(), *self._unblock.values()]:
             timer.cancel()
         self._full_dispatch.clear()
+        self._unblock.clear()
+
+    @property
+    def event_queue_count(self) -> int:
+        return len(self._events)
+
+    @property
+    def lmq_count(self) -> int:
+        return self.store.queue_count(LMQ_PREFIX)
 
     def lmq_exists(self, lmq: str) -> bool:
         return self.store.max_offset(lmq, 0) > 0
@@ -369,10 +379,34 @@ class LiteService:
                 continue
             result.records.extend(records)
             result.order_counts.extend(_counts(popped.order_count_info or [], len(records)))
+            self.watch_block(group, lmq)
         return result
 
     def acked(self, group: str, lmq: str) -> None:
         """An ack freed ``lmq``: its backlog is an event for the group again."""
+        self.dispatch(group, lmq)
+
+    def watch_block(self, group: str, lmq: str) -> None:
+        """When the LMQ's orderly block ends unacked (its invisible time, or a changed one),
+        it is an event for the group again: a 5.5 broker's lock-free timer
+        (QueueLevelConsumerOrderInfoLockManager.notifyLockIsFree) dispatches it."""
+        key = (group, lmq)
+        timer = self._unblock.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        end = self.pop_service.block_end(group, lmq, 0)
+        if end is not None:
+            delay = max(end - now_ms(), 0) / 1000
+            self._unblock[key] = self.loop.call_later(delay, self._unblocked, group, lmq)
+
+    def _unblocked(self, group: str, lmq: str) -> None:
+        self._unblock.pop((group, lmq), None)
+        end = self.pop_service.block_end(group, lmq, 0)
+        if end is None:
+            return  # acked meanwhile: the ack dispatched already
+        if end > now_ms():
+            self.watch_block(group, lmq)  # moved by a change of invisible time
+            return
         self.dispatch(group, lmq)
 
 

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import orjson
+
 from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupTable
 from broker_stub.handlers import RequestError
@@ -141,6 +143,28 @@ class LiteHandlers:
         else:
             self.lite.remove_complete(e.client_id)
 
+    def broker_lite_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
+        """GET_BROKER_LITE_INFO (GetBrokerLiteInfoResponseBody): the stub's counts; its
+        ``topicMeta`` (lite topics' TTLs) is empty, ``groupMeta`` the groups bound to each
+        parent topic."""
+        group_meta: dict[str, list[str]] = {}
+        for config in self.groups.all():
+            if config.lite_bind_topic:
+                group_meta.setdefault(config.lite_bind_topic, []).append(config.name)
+        body = {
+            "storeType": "default",
+            "maxLmqNum": 20000,
+            "currentLmqNum": self.lite.lmq_count,
+            "liteSubscriptionCount": self.lite.active,
+            "orderInfoCount": 0,
+            "cqTableSize": 0,
+            "offsetTableSize": 0,
+            "eventMapSize": self.lite.event_queue_count,
+            "topicMeta": {},
+            "groupMeta": {topic: sorted(names) for topic, names in group_meta.items()},
+        }
+        return cmd.make_response(OK, body=orjson.dumps(body))
+
     # -- POP_LITE_MESSAGE -----------------------------------------------------------------
 
     def pop_lite(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
@@ -264,5 +288,6 @@ class LiteHandlers:
         )
         if changed is None:  # already committed
             return cmd.make_response(OK)
+        self.lite.watch_block(h.consumer_group, lmq)
         answer = ChangeInvisibleTimeResponseHeader(info.pop_time, changed, POP_ORDER_REVIVE_QUEUE)
         return cmd.make_response(OK, answer.encode())

@@ -386,6 +386,16 @@ class PopService:
         self._offsets[(group, topic, queue_id)] = offset
         self._orders.pop((group, topic, queue_id), None)
 
+    def block_end(self, group: str, topic: str, queue_id: int) -> int | None:
+        """When the last unacked message of the queue's orderly pop becomes visible again
+        (its lock-free time), or None when none is unacked."""
+        order = self._orders.get((group, topic, queue_id))
+        if order is None:
+            return None
+        default = order.pop_time + order.invisible_time
+        ends = [order.next_visible.get(o, default) for o in order.offsets if o not in order.acked]
+        return max(ends) if ends else None
+
     def has_offset(self, group: str, topic: str, queue_id: int) -> bool:
         """Whether the group has consumed (or reset) the queue before."""
         return (group, topic, queue_id) in self._offsets

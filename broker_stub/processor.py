@@ -152,6 +152,8 @@ class BrokerProcessor:
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
             RequestCode.POP_LITE_MESSAGE: self.lite_handlers.pop_lite,
             RequestCode.LITE_SUBSCRIPTION_CTL: self.lite_handlers.subscription_ctl,
+            RequestCode.GET_BROKER_LITE_INFO: self.lite_handlers.broker_lite_info,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
         }
         self.started_ms = now_ms()
 
@@ -672,6 +674,22 @@ class BrokerProcessor:
         self._group(group)
         config = self.groups.get(group)
         return cmd.make_response(OK, body=orjson.dumps(config.to_json()))
+
+    def update_broker_config(
+        self, cmd: RemotingCommand, conn: RemotingConnection
+    ) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG: a properties body (``key=value`` lines). The stub acts on
+        ``maxLiteSubscriptionCount``; like a RocketMQ broker, which sets whatever field
+        matches, it takes other keys without complaint (and ignores them)."""
+        text = cmd.body.decode("utf-8", "replace") if cmd.body else ""
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "maxLiteSubscriptionCount":
+                try:
+                    self.lite.max_subscriptions = int(value.strip())
+                except ValueError:
+                    raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad {line!r}") from None
+        return cmd.make_response(OK)
 
     def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: a KVTable of the figures ``mqadmin clusterList`` prints

@@ -189,6 +189,10 @@ class MessageStore:
             queue = self._queues[key] = ConsumeQueue(topic, queue_id)
         return queue
 
+    def queue_count(self, prefix: str) -> int:
+        """How many queues there are of topics named ``prefix...``."""
+        return sum(1 for topic, _ in self._queues if topic.startswith(prefix))
+
     def max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get((topic, queue_id))
         return queue.max_offset if queue else 0

@@ -15,6 +15,7 @@ from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import (
     AckMessageHeader,
+    ChangeInvisibleTimeHeader,
     NotifyUnsubscribeLiteHeader,
     PopLiteMessageHeader,
     PopLiteMessageResponseHeader,
@@ -343,3 +344,80 @@ async def test_exclusive_group_evicts_and_notifies(backend):
         assert msg.body == b"x"
     finally:
         await first.close()
+
+
+async def test_change_invisible_time_brings_a_lite_message_back(backend):
+    """A lite message made visible again (CHANGE_MESSAGE_INVISIBLETIME with liteTopic) comes
+    back to a parked pop once its new invisible time passes, counted as consumed once."""
+    parent, group = await lite_fresh(backend)
+    [lite] = await owned_lite_topics(backend, parent, 1)
+    remoting = backend.client().remoting
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    await subscribe(remoting, client_id, group, parent, {lite})
+    await send_lite(backend, parent, lite, b"again")
+    response = await pop_lite(remoting, client_id, group, parent, poll_ms=5000)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    [msg] = decode_messages(response.body)
+    pop_time = PopLiteMessageResponseHeader.decode(response.fields).pop_time
+    offset = lmq_offset(msg)
+    info = PopCheckpointInfo(offset, pop_time, 30_000, 999, 0, "", 0, offset)
+    header = ChangeInvisibleTimeHeader(
+        group, parent, 0, info.encode(), offset, invisible_time=100, lite_topic=lite
+    )
+    changed = await remoting.invoke(
+        RemotingCommand(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.encode()), TIMEOUT_S
+    )
+    assert changed.code == ResponseCode.SUCCESS, changed.remark
+    again = await pop_lite(remoting, client_id, group, parent, poll_ms=5000)
+    assert again.code == ResponseCode.SUCCESS, again.remark
+    [back] = decode_messages(again.body)
+    assert (back.body, lmq_offset(back)) == (b"again", offset)
+    assert again.fields["orderCountInfo"] == f"0 qo0%{offset} 1"
+
+
+async def broker_lite_info(remoting) -> dict:
+    response = await remoting.invoke(
+        RemotingCommand(RequestCode.GET_BROKER_LITE_INFO, {}), TIMEOUT_S
+    )
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    return orjson.loads(response.body)
+
+
+async def set_max_lite_subscriptions(remoting, count: int) -> None:
+    body = f"maxLiteSubscriptionCount={count}\n".encode()
+    response = await remoting.invoke(
+        RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, {}, body), TIMEOUT_S
+    )
+    assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+async def test_subscription_quota(backend):
+    """A PARTIAL_ADD on a broker holding maxLiteSubscriptionCount (client, lite topic)
+    subscriptions (GET_BROKER_LITE_INFO liteSubscriptionCount) is refused with
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED; COMPLETE_ADD is not checked."""
+    parent, group = await lite_fresh(backend)
+    lite_a, lite_b = await owned_lite_topics(backend, parent, 2)
+    remoting = backend.client().remoting
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    held = (await broker_lite_info(remoting))["liteSubscriptionCount"]
+    try:
+        await set_max_lite_subscriptions(remoting, held)
+        refused = await ctl(remoting, entry(Action.PARTIAL_ADD, client_id, group, parent, {lite_a}))
+        assert refused.code == ResponseCode.LITE_SUBSCRIPTION_QUOTA_EXCEEDED
+        assert refused.remark == (
+            f"org.apache.rocketmq.broker.lite.LiteQuotaException: "
+            f"lite subscription quota exceeded {held}"
+        )
+        await set_max_lite_subscriptions(remoting, held + 1)
+        await subscribe(remoting, client_id, group, parent, {lite_a})
+        assert (await broker_lite_info(remoting))["liteSubscriptionCount"] == held + 1
+        over = await ctl(remoting, entry(Action.PARTIAL_ADD, client_id, group, parent, {lite_b}))
+        assert over.code == ResponseCode.LITE_SUBSCRIPTION_QUOTA_EXCEEDED
+        whole = await ctl(
+            remoting, entry(Action.COMPLETE_ADD, client_id, group, parent, {lite_a, lite_b})
+        )
+        assert whole.code == ResponseCode.SUCCESS, whole.remark
+        assert (await broker_lite_info(remoting))["liteSubscriptionCount"] == held + 2
+    finally:
+        await set_max_lite_subscriptions(remoting, 100_000)  # BrokerConfig's default
+        await ctl(remoting, entry(Action.COMPLETE_REMOVE, client_id, group, parent))
