@@ -144,9 +144,9 @@ class LiteHandlers:
             self.lite.remove_complete(e.client_id)
 
     def broker_lite_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
-        """GET_BROKER_LITE_INFO (GetBrokerLiteInfoResponseBody): the stub's counts; its
-        ``topicMeta`` (lite topics' TTLs) is empty, ``groupMeta`` the groups bound to each
-        parent topic."""
+        """GET_BROKER_LITE_INFO (GetBrokerLiteInfoResponseBody): the stub's counts,
+        ``topicMeta`` (each LITE topic's TTL: -1, never, as the stub's lite topics) and
+        ``groupMeta`` (the groups bound to each parent topic)."""
         group_meta: dict[str, list[str]] = {}
         for config in self.groups.all():
             if config.lite_bind_topic:
@@ -160,7 +160,7 @@ class LiteHandlers:
             "cqTableSize": 0,
             "offsetTableSize": 0,
             "eventMapSize": self.lite.event_queue_count,
-            "topicMeta": {},
+            "topicMeta": {t.name: -1 for t in self.topics.all() if t.message_type == LITE},
             "groupMeta": {topic: sorted(names) for topic, names in group_meta.items()},
         }
         return cmd.make_response(OK, body=orjson.dumps(body))

@@ -662,7 +662,10 @@ class BrokerProcessor:
             raise RequestError(BAD, "the body is not a SubscriptionGroupConfig") from None
         except ValueError as exc:
             # A RocketMQ broker lets AttributeUtil's exception reach the remoting layer.
-            raise RequestError(ResponseCode.SYSTEM_ERROR, f"RuntimeException: {exc}") from None
+            # (Its remark goes on with the Java stack frame, which the stub has not.)
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR, f"java.lang.RuntimeException: {exc}"
+            ) from None
         self._group(config.name)
         self.groups.put(config)
         return cmd.make_response(OK)

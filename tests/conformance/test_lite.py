@@ -421,3 +421,39 @@ async def test_subscription_quota(backend):
     finally:
         await set_max_lite_subscriptions(remoting, 100_000)  # BrokerConfig's default
         await ctl(remoting, entry(Action.COMPLETE_REMOVE, client_id, group, parent))
+
+
+async def test_lite_topic_and_group_configs(backend):
+    """A LITE parent topic is routed like any other and keeps message.type=LITE; a lite
+    group keeps its attributes without the "+" they were added with; GET_BROKER_LITE_INFO
+    lists the parent's groups and TTL; an unknown group attribute is refused."""
+    parent, group = await lite_fresh(backend)
+    namesrv = backend.remoting(backend.namesrv)
+    route = await namesrv.invoke(
+        RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicHeader(parent).encode()),
+        TIMEOUT_S,
+    )
+    assert route.code == ResponseCode.SUCCESS
+    queues = orjson.loads(route.body)["queueDatas"]
+    assert sorted(q["brokerName"] for q in queues) == sorted(b.name for b in backend.brokers)
+    for q in queues:
+        assert (q["perm"], q["readQueueNums"], q["writeQueueNums"], q["topicSysFlag"]) == (
+            6, 2, 2, 0)  # fmt: skip
+    remoting = backend.client().remoting
+    topic = await remoting.invoke(
+        RemotingCommand(RequestCode.GET_TOPIC_CONFIG, TopicHeader(parent).encode()), TIMEOUT_S
+    )
+    assert orjson.loads(topic.body)["attributes"] == {"message.type": "LITE"}
+    config = await remoting.invoke(
+        RemotingCommand(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}), TIMEOUT_S
+    )
+    assert orjson.loads(config.body)["attributes"] == lite_group_attributes(parent)
+    info = await broker_lite_info(remoting)
+    assert info["groupMeta"][parent] == [group]
+    assert info["topicMeta"][parent] == -1
+    body = orjson.dumps({"groupName": group, "attributes": {"+nope.key": "1"}})
+    bad = await remoting.invoke(
+        RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body), TIMEOUT_S
+    )
+    assert bad.code == ResponseCode.SYSTEM_ERROR
+    assert bad.remark.startswith("java.lang.RuntimeException: unsupported key: nope.key")
