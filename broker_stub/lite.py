@@ -44,6 +44,13 @@ from proxy.remoting.lite import (
 )
 
 MAX_CLIENT_EVENT_COUNT = 100  # BrokerConfig.maxClientEventCount: a client's event queue
+# LiteEventDispatcher.scan, every liteEventCheckInterval: a client that has not taken events
+# for CLIENT_IDLE_MS (or for CLIENT_INACTIVE_MS while it has some) loses its queue to the
+# group's other clients and goes last in their selection for BLACKLIST_MS.
+EVENT_CHECK_INTERVAL_S = 10.0
+CLIENT_INACTIVE_MS = 10_000
+CLIENT_IDLE_MS = 35_000
+BLACKLIST_MS = 10_000
 FULL_DISPATCH_DELAY_S = 10.0  # liteEventFullDispatchDelayTime: retry after a full queue
 POLL_GROUP = ""  # parked lite pops are keyed by client id alone (PopLiteLongPollingService)
 
@@ -68,13 +75,14 @@ class ClientSubscription:
 class EventQueue:
     """One client's pending LMQ names: FIFO, each at most once, at most ``capacity``."""
 
-    __slots__ = ("_events", "_queued", "capacity", "group")
+    __slots__ = ("_events", "_queued", "capacity", "group", "last_access_ms")
 
     def __init__(self, group: str, capacity: int) -> None:
         self.group = group
         self.capacity = capacity
         self._events: deque[str] = deque()
         self._queued: set[str] = set()
+        self.last_access_ms = now_ms()
 
     def offer(self, lmq: str) -> bool:
         """False only when full (an LMQ already queued counts as offered)."""
@@ -88,6 +96,7 @@ class EventQueue:
     def poll(self) -> str | None:
         if not self._events:
             return None
+        self.last_access_ms = now_ms()  # only a pop that finds events counts (as RocketMQ)
         lmq = self._events.popleft()
         self._queued.discard(lmq)
         return lmq
@@ -130,9 +139,12 @@ class LiteService:
         self._channels: dict[str, RemotingConnection] = {}  # client id -> last CTL's
         self._full_dispatch: dict[str, asyncio.TimerHandle] = {}  # client id ->
         self._unblock: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (group, lmq) ->
+        self._blacklist: dict[str, int] = {}  # client id -> until (epoch ms)
+        self._scan_timer = loop.call_later(EVENT_CHECK_INTERVAL_S, self._scan_tick)
         self.active = 0  # (client, lmq) pairs subscribed
 
     def close(self) -> None:
+        self._scan_timer.cancel()
         for timer in [*self._full_dispatch.values(), *self._unblock.values()]:
             timer.cancel()
         self._full_dispatch.clear()
@@ -307,9 +319,9 @@ class LiteService:
         for client_group, clients in by_group.items():
             start = self.rng.randrange(len(clients))
             ordered = clients[start:] + clients[:start]
-            if exclude in ordered:
-                ordered.remove(exclude)
-                ordered.append(exclude)
+            now = now_ms()
+            last = [c for c in ordered if c == exclude or self._blacklist.get(c, 0) > now]
+            ordered = [c for c in ordered if c not in last] + last
             for client_id in ordered:
                 if self._offer(client_id, client_group, lmq):
                     self.polls.wake(client_id, 0)
@@ -325,8 +337,9 @@ class LiteService:
         return False
 
     def _capacity(self, group: str) -> int:
-        value = self.groups.get(group).attributes.get(LITE_SUB_CLIENT_MAX_EVENT_CNT)
-        return int(value) if value and value.lstrip("-").isdigit() else MAX_CLIENT_EVENT_COUNT
+        value = self.groups.get(group).attributes.get(LITE_SUB_CLIENT_MAX_EVENT_CNT, "")
+        count = int(value) if value.lstrip("-").isdigit() else 0
+        return count if count > 0 else MAX_CLIENT_EVENT_COUNT
 
     def _schedule_full_dispatch(self, client_id: str, group: str) -> None:
         if client_id not in self._full_dispatch:
@@ -347,6 +360,24 @@ class LiteService:
             if not self._offer(client_id, group, lmq):
                 break
         self.polls.wake(client_id, 0)
+
+    def _scan_tick(self) -> None:
+        self.scan()
+        self._scan_timer = self.loop.call_later(EVENT_CHECK_INTERVAL_S, self._scan_tick)
+
+    def scan(self, now: int | None = None) -> None:
+        """Take the event queue of every client that stopped popping and dispatch its
+        events to the group's other clients (it goes last among them for a while)."""
+        now = now_ms() if now is None else now
+        self._blacklist = {c: until for c, until in self._blacklist.items() if until > now}
+        for client_id, events in list(self._events.items()):
+            idle = now - events.last_access_ms
+            if idle <= CLIENT_IDLE_MS and not (len(events) and idle > CLIENT_INACTIVE_MS):
+                continue
+            del self._events[client_id]
+            self._blacklist[client_id] = now + BLACKLIST_MS
+            while (event := events.poll()) is not None:
+                self.dispatch(events.group, event, exclude=client_id)
 
     # -- pop ------------------------------------------------------------------------------
 
