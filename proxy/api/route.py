@@ -17,6 +17,7 @@ ACCEPTED_TYPES = [
     pb.MessageType.FIFO,
     pb.MessageType.DELAY,
     pb.MessageType.TRANSACTION,
+    pb.MessageType.LITE,  # to a LITE parent topic, with system_properties.lite_topic
 ]
 
 
