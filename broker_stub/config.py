@@ -43,6 +43,8 @@ class BrokerConfig:
     # broker-side long polling
     # (client, lite topic) subscriptions a broker holds (maxLiteSubscriptionCount)
     max_lite_subscriptions: int = 100_000
+    # light message queues (lite topics) a broker holds (maxLmqConsumeQueueNum)
+    max_lmq_queues: int = 20_000
     polling_per_key: int = 1024
     polling_total: int = 100_000
 

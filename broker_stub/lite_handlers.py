@@ -153,7 +153,7 @@ class LiteHandlers:
                 group_meta.setdefault(config.lite_bind_topic, []).append(config.name)
         body = {
             "storeType": "default",
-            "maxLmqNum": 20000,
+            "maxLmqNum": self.config.max_lmq_queues,
             "currentLmqNum": self.lite.lmq_count,
             "liteSubscriptionCount": self.lite.active,
             "orderInfoCount": 0,

@@ -243,7 +243,16 @@ class BrokerProcessor:
             props.setdefault(Prop.UNIQ_KEY, self.ids.next_id())
             if props.get(Prop.LITE_TOPIC):
                 # Also indexed in the lite topic's LMQ (store.put), whatever the topic's type.
-                props[Prop.INNER_MULTI_DISPATCH] = lmq_name(topic, props[Prop.LITE_TOPIC])
+                lmq = lmq_name(topic, props[Prop.LITE_TOPIC])
+                if (
+                    not self.store.has_queue(lmq, 0)
+                    and self.lite.lmq_count >= self.config.max_lmq_queues
+                ):  # HookUtils.checkInnerBatch: no new LMQ past maxLmqConsumeQueueNum
+                    raise RequestError(
+                        ResponseCode.LMQ_QUOTA_EXCEEDED,
+                        "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.",
+                    )
+                props[Prop.INNER_MULTI_DISPATCH] = lmq
             props[Prop.CLUSTER] = self.config.cluster
             messages.append(
                 MessageExt(
@@ -682,16 +691,23 @@ class BrokerProcessor:
         self, cmd: RemotingCommand, conn: RemotingConnection
     ) -> RemotingCommand:
         """UPDATE_BROKER_CONFIG: a properties body (``key=value`` lines). The stub acts on
-        ``maxLiteSubscriptionCount``; like a RocketMQ broker, which sets whatever field
-        matches, it takes other keys without complaint (and ignores them)."""
+        ``maxLiteSubscriptionCount`` and ``maxLmqConsumeQueueNum``; like a RocketMQ broker,
+        which sets whatever field matches, it takes other keys without complaint (and
+        ignores them)."""
         text = cmd.body.decode("utf-8", "replace") if cmd.body else ""
         for line in text.splitlines():
             key, sep, value = line.partition("=")
-            if sep and key.strip() == "maxLiteSubscriptionCount":
-                try:
-                    self.lite.max_subscriptions = int(value.strip())
-                except ValueError:
-                    raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad {line!r}") from None
+            key = key.strip()
+            if not sep or key not in ("maxLiteSubscriptionCount", "maxLmqConsumeQueueNum"):
+                continue
+            try:
+                number = int(value.strip())
+            except ValueError:
+                raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad {line!r}") from None
+            if key == "maxLiteSubscriptionCount":
+                self.lite.max_subscriptions = number
+            else:
+                self.config.max_lmq_queues = number
         return cmd.make_response(OK)
 
     def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -189,6 +189,9 @@ class MessageStore:
             queue = self._queues[key] = ConsumeQueue(topic, queue_id)
         return queue
 
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        return (topic, queue_id) in self._queues
+
     def queue_count(self, prefix: str) -> int:
         """How many queues there are of topics named ``prefix...``."""
         return sum(1 for topic, _ in self._queues if topic.startswith(prefix))

@@ -19,6 +19,7 @@ from proxy.remoting.headers import (
     NotifyUnsubscribeLiteHeader,
     PopLiteMessageHeader,
     PopLiteMessageResponseHeader,
+    SendMessageHeader,
     TopicHeader,
 )
 from proxy.remoting.lite import (
@@ -31,7 +32,7 @@ from proxy.remoting.lite import (
     lite_owner,
     lmq_name,
 )
-from proxy.remoting.message import MessageExt, Prop, decode_messages
+from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_properties
 from proxy.remoting.popinfo import PopCheckpointInfo
 from tests.admin import lite_group_attributes
 from tests.conformance._util import max_offset, wait_offset
@@ -383,8 +384,8 @@ async def broker_lite_info(remoting) -> dict:
     return orjson.loads(response.body)
 
 
-async def set_max_lite_subscriptions(remoting, count: int) -> None:
-    body = f"maxLiteSubscriptionCount={count}\n".encode()
+async def set_broker_config(remoting, key: str, value: int) -> None:
+    body = f"{key}={value}\n".encode()
     response = await remoting.invoke(
         RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, {}, body), TIMEOUT_S
     )
@@ -401,14 +402,14 @@ async def test_subscription_quota(backend):
     client_id = f"client-{uuid.uuid4().hex[:8]}"
     held = (await broker_lite_info(remoting))["liteSubscriptionCount"]
     try:
-        await set_max_lite_subscriptions(remoting, held)
+        await set_broker_config(remoting, "maxLiteSubscriptionCount", held)
         refused = await ctl(remoting, entry(Action.PARTIAL_ADD, client_id, group, parent, {lite_a}))
         assert refused.code == ResponseCode.LITE_SUBSCRIPTION_QUOTA_EXCEEDED
         assert refused.remark == (
             f"org.apache.rocketmq.broker.lite.LiteQuotaException: "
             f"lite subscription quota exceeded {held}"
         )
-        await set_max_lite_subscriptions(remoting, held + 1)
+        await set_broker_config(remoting, "maxLiteSubscriptionCount", held + 1)
         await subscribe(remoting, client_id, group, parent, {lite_a})
         assert (await broker_lite_info(remoting))["liteSubscriptionCount"] == held + 1
         over = await ctl(remoting, entry(Action.PARTIAL_ADD, client_id, group, parent, {lite_b}))
@@ -419,7 +420,7 @@ async def test_subscription_quota(backend):
         assert whole.code == ResponseCode.SUCCESS, whole.remark
         assert (await broker_lite_info(remoting))["liteSubscriptionCount"] == held + 2
     finally:
-        await set_max_lite_subscriptions(remoting, 100_000)  # BrokerConfig's default
+        await set_broker_config(remoting, "maxLiteSubscriptionCount", 100_000)  # the default
         await ctl(remoting, entry(Action.COMPLETE_REMOVE, client_id, group, parent))
 
 
@@ -457,3 +458,31 @@ async def test_lite_topic_and_group_configs(backend):
     )
     assert bad.code == ResponseCode.SYSTEM_ERROR
     assert bad.remark.startswith("java.lang.RuntimeException: unsupported key: nope.key")
+
+
+async def test_lmq_quota(backend):
+    """A broker holding maxLmqConsumeQueueNum LMQs refuses a lite message that would make a
+    new one (LMQ_QUOTA_EXCEEDED), and still takes one for an LMQ it has."""
+    parent, _group = await lite_fresh(backend)
+    client = backend.client()
+    await send_lite(backend, parent, "known", b"first")
+    await wait_offset(client, lmq_name(parent, "known"), 1)
+    held = (await broker_lite_info(client.remoting))["currentLmqNum"]
+    assert held >= 1
+    try:
+        await set_broker_config(client.remoting, "maxLmqConsumeQueueNum", held)
+        header = SendMessageHeader(
+            "PG", parent, queue_id=0, born_timestamp=now_ms(),
+            properties=encode_properties({Prop.LITE_TOPIC: "new", Prop.UNIQ_KEY: uuid.uuid4().hex}),
+        )  # fmt: skip
+        refused = await client.remoting.invoke(
+            RemotingCommand(RequestCode.SEND_MESSAGE, header.encode(), b"x"), TIMEOUT_S
+        )
+        assert (refused.code, refused.remark) == (
+            ResponseCode.LMQ_QUOTA_EXCEEDED,
+            "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.",
+        )
+        sent = await send_lite(backend, parent, "known", b"second")
+        assert sent.queue_id == 0 or sent.queue_id == 1
+    finally:
+        await set_broker_config(client.remoting, "maxLmqConsumeQueueNum", 20_000)
