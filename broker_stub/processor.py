@@ -245,9 +245,10 @@ class BrokerProcessor:
                 # Also indexed in the lite topic's LMQ (store.put), whatever the topic's type.
                 lmq = lmq_name(topic, props[Prop.LITE_TOPIC])
                 if (
-                    not self.store.has_queue(lmq, 0)
+                    self.config.lmq_quota
+                    and not self.store.has_queue(lmq, 0)
                     and self.lite.lmq_count >= self.config.max_lmq_queues
-                ):  # HookUtils.checkInnerBatch: no new LMQ past maxLmqConsumeQueueNum
+                ):  # HookUtils.handleLmqQuota: no new LMQ past maxLmqConsumeQueueNum
                     raise RequestError(
                         ResponseCode.LMQ_QUOTA_EXCEEDED,
                         "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.",
@@ -691,23 +692,25 @@ class BrokerProcessor:
         self, cmd: RemotingCommand, conn: RemotingConnection
     ) -> RemotingCommand:
         """UPDATE_BROKER_CONFIG: a properties body (``key=value`` lines). The stub acts on
-        ``maxLiteSubscriptionCount`` and ``maxLmqConsumeQueueNum``; like a RocketMQ broker,
-        which sets whatever field matches, it takes other keys without complaint (and
-        ignores them)."""
+        ``maxLiteSubscriptionCount``, ``maxLmqConsumeQueueNum`` and ``enableLmqQuota``; like
+        a RocketMQ broker, which sets whatever field matches, it takes other keys without
+        complaint (and ignores them)."""
         text = cmd.body.decode("utf-8", "replace") if cmd.body else ""
         for line in text.splitlines():
-            key, sep, value = line.partition("=")
-            key = key.strip()
-            if not sep or key not in ("maxLiteSubscriptionCount", "maxLmqConsumeQueueNum"):
+            key, sep, value = (part.strip() for part in line.partition("="))
+            if not sep:
                 continue
-            try:
-                number = int(value.strip())
-            except ValueError:
-                raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad {line!r}") from None
-            if key == "maxLiteSubscriptionCount":
-                self.lite.max_subscriptions = number
-            else:
-                self.config.max_lmq_queues = number
+            if key == "enableLmqQuota":
+                self.config.lmq_quota = value.lower() == "true"
+            elif key in ("maxLiteSubscriptionCount", "maxLmqConsumeQueueNum"):
+                try:
+                    number = int(value)
+                except ValueError:
+                    raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad {line!r}") from None
+                if key == "maxLiteSubscriptionCount":
+                    self.lite.max_subscriptions = number
+                else:
+                    self.config.max_lmq_queues = number
         return cmd.make_response(OK)
 
     def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -384,7 +384,7 @@ async def broker_lite_info(remoting) -> dict:
     return orjson.loads(response.body)
 
 
-async def set_broker_config(remoting, key: str, value: int) -> None:
+async def set_broker_config(remoting, key: str, value: object) -> None:
     body = f"{key}={value}\n".encode()
     response = await remoting.invoke(
         RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, {}, body), TIMEOUT_S
@@ -460,9 +460,20 @@ async def test_lite_topic_and_group_configs(backend):
     assert bad.remark.startswith("java.lang.RuntimeException: unsupported key: nope.key")
 
 
+async def send_raw(client, parent: str, lite_topic: str) -> RemotingCommand:
+    props = {Prop.LITE_TOPIC: lite_topic, Prop.UNIQ_KEY: uuid.uuid4().hex}
+    header = SendMessageHeader(
+        "PG", parent, queue_id=0, born_timestamp=now_ms(), properties=encode_properties(props)
+    )
+    return await client.remoting.invoke(
+        RemotingCommand(RequestCode.SEND_MESSAGE, header.encode(), b"x"), TIMEOUT_S
+    )
+
+
 async def test_lmq_quota(backend):
-    """A broker holding maxLmqConsumeQueueNum LMQs refuses a lite message that would make a
-    new one (LMQ_QUOTA_EXCEEDED), and still takes one for an LMQ it has."""
+    """With enableLmqQuota (off by default), a broker holding maxLmqConsumeQueueNum LMQs
+    refuses a lite message that would make a new one (LMQ_QUOTA_EXCEEDED) and still takes
+    one for an LMQ it has; without it, the number is not checked."""
     parent, _group = await lite_fresh(backend)
     client = backend.client()
     await send_lite(backend, parent, "known", b"first")
@@ -471,18 +482,17 @@ async def test_lmq_quota(backend):
     assert held >= 1
     try:
         await set_broker_config(client.remoting, "maxLmqConsumeQueueNum", held)
-        header = SendMessageHeader(
-            "PG", parent, queue_id=0, born_timestamp=now_ms(),
-            properties=encode_properties({Prop.LITE_TOPIC: "new", Prop.UNIQ_KEY: uuid.uuid4().hex}),
-        )  # fmt: skip
-        refused = await client.remoting.invoke(
-            RemotingCommand(RequestCode.SEND_MESSAGE, header.encode(), b"x"), TIMEOUT_S
-        )
+        unchecked = await send_raw(client, parent, "new1")
+        assert unchecked.code == ResponseCode.SUCCESS, unchecked.remark
+        await wait_offset(client, lmq_name(parent, "new1"), 1)
+        await set_broker_config(client.remoting, "enableLmqQuota", "true")
+        refused = await send_raw(client, parent, "new2")
         assert (refused.code, refused.remark) == (
             ResponseCode.LMQ_QUOTA_EXCEEDED,
             "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.",
         )
-        sent = await send_lite(backend, parent, "known", b"second")
-        assert sent.queue_id == 0 or sent.queue_id == 1
+        known = await send_raw(client, parent, "known")
+        assert known.code == ResponseCode.SUCCESS, known.remark
     finally:
+        await set_broker_config(client.remoting, "enableLmqQuota", "false")
         await set_broker_config(client.remoting, "maxLmqConsumeQueueNum", 20_000)
