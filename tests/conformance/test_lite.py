@@ -496,3 +496,23 @@ async def test_lmq_quota(backend):
     finally:
         await set_broker_config(client.remoting, "enableLmqQuota", "false")
         await set_broker_config(client.remoting, "maxLmqConsumeQueueNum", 20_000)
+
+
+async def test_notification_knows_nothing_of_lite(backend):
+    """NOTIFICATION on a LITE parent looks at the parent's queues, which lite pops never
+    advance: a lite group is told hasMsg once a lite message is stored, even after it
+    popped and acked it. A proxy cannot probe lite readiness with it."""
+    parent, group = await lite_fresh(backend)
+    [lite] = await owned_lite_topics(backend, parent, 1)
+    client = backend.client()
+    assert not (await client.notification(group, parent)).has_msg
+    client_id = f"client-{uuid.uuid4().hex[:8]}"
+    await subscribe(client.remoting, client_id, group, parent, {lite})
+    await send_lite(backend, parent, lite, b"n")
+    response = await pop_lite(client.remoting, client_id, group, parent, poll_ms=5000)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    [msg] = decode_messages(response.body)
+    pop_time = PopLiteMessageResponseHeader.decode(response.fields).pop_time
+    acked = await ack_lite(client.remoting, group, parent, msg, pop_time)
+    assert acked.code == ResponseCode.SUCCESS, acked.remark
+    assert (await client.notification(group, parent)).has_msg
