@@ -50,6 +50,8 @@ ILLEGAL = ResponseCode.ILLEGAL_OPERATION
 # The parent topic's route queueDatas from the name server, or None when it has none.
 RouteLookup = Callable[[str], Awaitable[Sequence[dict[str, Any]] | None]]
 NOT_FOUND_REMARK = "NO_MESSAGE_IN_QUEUE"
+# The remark a broker's response keeps when its processor sets only the code.
+UNSET_REMARK = "not set any response code"
 QUOTA_EXCEPTION = "org.apache.rocketmq.broker.lite.LiteQuotaException"
 STATE_EXCEPTION = "java.lang.IllegalStateException"
 ADDING = (LiteAction.PARTIAL_ADD, LiteAction.COMPLETE_ADD)
@@ -251,24 +253,24 @@ class LiteHandlers:
 
     # -- ack and invisible time of a lite message -------------------------------------------
 
-    def _lite_target(self, h: AckMessageHeader, what: str) -> tuple[str, PopCheckpointInfo]:
-        """The LMQ an ack or change names, after the checks they share."""
+    def _extra_info(self, h: AckMessageHeader) -> PopCheckpointInfo:
+        try:
+            return PopCheckpointInfo.parse(h.extra_info)
+        except ValueError as exc:
+            raise RequestError(BAD, f"bad extraInfo: {exc}") from None
+
+    def ack(self, cmd: RemotingCommand, h: AckMessageHeader) -> RemotingCommand:
+        """AckMessageProcessor.ackLite: the group bound to the topic, the offset within the
+        LMQ, queue 0 and an orderly handle (revive queue 999); then an orderly ack."""
         assert h.lite_topic
         if self.groups.get(h.consumer_group).lite_bind_topic != h.topic:
             raise RequestError(BAD, "group type or bind topic not match.")
         lmq = lmq_name(h.topic, h.lite_topic)
         if h.offset > self.store.max_offset(lmq, 0):
-            raise RequestError(ResponseCode.NO_MESSAGE, f"{what} offset illegal.")
-        try:
-            info = PopCheckpointInfo.parse(h.extra_info)
-        except ValueError as exc:
-            raise RequestError(BAD, f"bad extraInfo: {exc}") from None
+            raise RequestError(ResponseCode.NO_MESSAGE, "ack offset illegal.")
+        info = self._extra_info(h)
         if h.queue_id != 0 or info.revive_qid != POP_ORDER_REVIVE_QUEUE:
-            raise RequestError(BAD, f"{what} queue illegal.")
-        return lmq, info
-
-    def ack(self, cmd: RemotingCommand, h: AckMessageHeader) -> RemotingCommand:
-        lmq, info = self._lite_target(h, "ack")
+            raise RequestError(BAD, "ack queue illegal.")
         group = h.consumer_group
         if h.offset < self.pop.committed_offset(group, lmq, 0):
             return cmd.make_response(OK)
@@ -282,12 +284,24 @@ class LiteHandlers:
     def change_invisible_time(
         self, cmd: RemotingCommand, h: ChangeInvisibleTimeHeader
     ) -> RemotingCommand:
-        lmq, info = self._lite_target(h, "change")
-        changed = self.pop.change_orderly(
-            h.consumer_group, lmq, 0, h.offset, info.pop_time, h.invisible_time
+        """processChangeInvisibleTimeForLite: only the offset is checked (no group binding,
+        queue or revive queue); ``suspend`` hands the whole pop back without counting it as
+        an attempt (suspendQueue), else the one message's invisible time moves."""
+        assert h.lite_topic
+        lmq = lmq_name(h.topic, h.lite_topic)
+        if h.offset > self.store.max_offset(lmq, 0):
+            return cmd.make_response(ResponseCode.NO_MESSAGE, remark=UNSET_REMARK)
+        info = self._extra_info(h)
+        group = h.consumer_group
+        if h.offset < self.pop.committed_offset(group, lmq, 0):
+            return cmd.make_response(OK, remark=UNSET_REMARK)
+        next_visible = now_ms() + h.invisible_time
+        if h.suspend:
+            self.pop.suspend_orderly(group, lmq, 0, info.pop_time, next_visible)
+        else:
+            self.pop.change_orderly(group, lmq, 0, h.offset, info.pop_time, h.invisible_time)
+        self.lite.watch_block(group, lmq)
+        answer = ChangeInvisibleTimeResponseHeader(
+            info.pop_time, next_visible - info.pop_time, info.revive_qid
         )
-        if changed is None:  # already committed
-            return cmd.make_response(OK)
-        self.lite.watch_block(h.consumer_group, lmq)
-        answer = ChangeInvisibleTimeResponseHeader(info.pop_time, changed, POP_ORDER_REVIVE_QUEUE)
-        return cmd.make_response(OK, answer.encode())
+        return cmd.make_response(OK, answer.encode(), remark=UNSET_REMARK)

@@ -386,6 +386,19 @@ class PopService:
         self._offsets[(group, topic, queue_id)] = offset
         self._orders.pop((group, topic, queue_id), None)
 
+    def suspend_orderly(
+        self, group: str, topic: str, queue_id: int, pop_time: int, next_visible: int
+    ) -> None:
+        """Hand a whole orderly pop back until ``next_visible`` without counting it as an
+        attempt (MemoryConsumerOrderInfoManager.suspendQueue): each message's count of
+        earlier pops goes down by one; a handle of another pop changes nothing."""
+        order = self._orders.get((group, topic, queue_id))
+        if order is None or order.pop_time != pop_time:
+            return
+        order.counts = {o: c - 1 if c > 0 else c for o, c in order.counts.items()}
+        order.next_visible.clear()
+        order.invisible_time = next_visible - pop_time
+
     def block_end(self, group: str, topic: str, queue_id: int) -> int | None:
         """When the last unacked message of the queue's orderly pop becomes visible again
         (its lock-free time), or None when none is unacked."""

@@ -16,6 +16,7 @@ from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import (
     AckMessageHeader,
     ChangeInvisibleTimeHeader,
+    ChangeInvisibleTimeResponseHeader,
     NotifyUnsubscribeLiteHeader,
     PopLiteMessageHeader,
     PopLiteMessageResponseHeader,
@@ -347,33 +348,52 @@ async def test_exclusive_group_evicts_and_notifies(backend):
         await first.close()
 
 
+async def change_lite(
+    remoting, group: str, parent: str, msg: MessageExt, pop_time: int, invisible_ms: int,
+    *, suspend: bool | None = None,
+) -> RemotingCommand:  # fmt: skip
+    """CHANGE_MESSAGE_INVISIBLETIME of a lite message, as a 5.5 client builds it."""
+    offset = lmq_offset(msg)
+    info = PopCheckpointInfo(offset, pop_time, 30_000, 999, 0, "", 0, offset)
+    header = ChangeInvisibleTimeHeader(
+        group, parent, 0, info.encode(), offset, invisible_time=invisible_ms,
+        lite_topic=msg.properties[Prop.LITE_TOPIC], suspend=suspend,
+    )  # fmt: skip
+    return await remoting.invoke(
+        RemotingCommand(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.encode()), TIMEOUT_S
+    )
+
+
 async def test_change_invisible_time_brings_a_lite_message_back(backend):
     """A lite message made visible again (CHANGE_MESSAGE_INVISIBLETIME with liteTopic) comes
-    back to a parked pop once its new invisible time passes, counted as consumed once."""
+    back to a parked pop once its new invisible time passes, counted as consumed once more;
+    with ``suspend`` it comes back without counting that pop as an attempt."""
     parent, group = await lite_fresh(backend)
     [lite] = await owned_lite_topics(backend, parent, 1)
     remoting = backend.client().remoting
     client_id = f"client-{uuid.uuid4().hex[:8]}"
     await subscribe(remoting, client_id, group, parent, {lite})
     await send_lite(backend, parent, lite, b"again")
-    response = await pop_lite(remoting, client_id, group, parent, poll_ms=5000)
-    assert response.code == ResponseCode.SUCCESS, response.remark
-    [msg] = decode_messages(response.body)
-    pop_time = PopLiteMessageResponseHeader.decode(response.fields).pop_time
-    offset = lmq_offset(msg)
-    info = PopCheckpointInfo(offset, pop_time, 30_000, 999, 0, "", 0, offset)
-    header = ChangeInvisibleTimeHeader(
-        group, parent, 0, info.encode(), offset, invisible_time=100, lite_topic=lite
-    )
-    changed = await remoting.invoke(
-        RemotingCommand(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.encode()), TIMEOUT_S
-    )
-    assert changed.code == ResponseCode.SUCCESS, changed.remark
-    again = await pop_lite(remoting, client_id, group, parent, poll_ms=5000)
-    assert again.code == ResponseCode.SUCCESS, again.remark
-    [back] = decode_messages(again.body)
-    assert (back.body, lmq_offset(back)) == (b"again", offset)
-    assert again.fields["orderCountInfo"] == f"0 qo0%{offset} 1"
+    counts = []
+    for suspend in (None, True, None):
+        response = await pop_lite(remoting, client_id, group, parent, poll_ms=5000)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        [msg] = decode_messages(response.body)
+        assert (msg.body, lmq_offset(msg)) == (b"again", 0)
+        counts.append(response.fields["orderCountInfo"])
+        pop_time = PopLiteMessageResponseHeader.decode(response.fields).pop_time
+        before = now_ms()
+        changed = await change_lite(remoting, group, parent, msg, pop_time, 100, suspend=suspend)
+        assert changed.code == ResponseCode.SUCCESS, changed.remark
+        assert changed.remark == "not set any response code"
+        answer = ChangeInvisibleTimeResponseHeader.decode(changed.fields)
+        assert (answer.pop_time, answer.revive_qid) == (pop_time, 999)
+        assert before + 100 <= pop_time + answer.invisible_time <= now_ms() + 100
+    # the first pop, one after a change, one after a suspended change (not an attempt)
+    assert counts == ["0", "0 qo0%0 1", "0 qo0%0 1"]
+    # Only the offset is checked: a handle of another group changes nothing, and is OK.
+    other = await change_lite(remoting, backend.unique("G"), parent, msg, pop_time, 100)
+    assert other.code == ResponseCode.SUCCESS, other.remark
 
 
 async def broker_lite_info(remoting) -> dict:
