@@ -21,7 +21,7 @@ LITE_SUB_RESET_OFFSET_UNSUBSCRIBE = "lite.sub.reset.offset.unsubscribe"
 LITE_SUB_CLIENT_QUOTA = "lite.sub.client.quota"  # checked by the proxy, not the broker
 LITE_SUB_CLIENT_MAX_EVENT_CNT = "lite.sub.client.max.event.cnt"
 LITE_SUB_WILDCARD = "lite.sub.wildcard"
-PRIORITY_FACTOR = "priority.factor"
+PRIORITY_FACTOR_ATTRIBUTE = "priority.factor"
 KNOWN_ATTRIBUTES = frozenset(
     {
         LITE_BIND_TOPIC,
@@ -31,7 +31,7 @@ KNOWN_ATTRIBUTES = frozenset(
         LITE_SUB_CLIENT_QUOTA,
         LITE_SUB_CLIENT_MAX_EVENT_CNT,
         LITE_SUB_WILDCARD,
-        PRIORITY_FACTOR,
+        PRIORITY_FACTOR_ATTRIBUTE,
     }
 )
 
@@ -79,6 +79,16 @@ class GroupConfig:
             consume_message_orderly=bool(body.get("consumeMessageOrderly", False)),
             attributes=alter_attributes(current or {}, dict(body.get("attributes") or {})),
         )
+
+    @property
+    def priority_factor(self) -> int:
+        """``priority.factor`` (0..100, default 100): the share of pops (in percent) that
+        take a PRIORITY topic's queues strictly from the highest one down."""
+        try:
+            factor = int(self.attributes.get(PRIORITY_FACTOR_ATTRIBUTE, "100"))
+        except ValueError:
+            return 100
+        return min(max(factor, 0), 100)
 
     @property
     def lite_bind_topic(self) -> str | None:

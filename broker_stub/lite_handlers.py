@@ -20,7 +20,7 @@ from broker_stub.lite import POLL_GROUP, LiteQuotaExceeded, LiteRefused, LiteSer
 from broker_stub.polling import PollingTable, Waiter
 from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopService, now_ms
 from broker_stub.store import MessageStore
-from broker_stub.topics import LITE, PERM_READ, TopicTable
+from broker_stub.topics import PERM_READ, TopicTable
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
@@ -45,6 +45,7 @@ from proxy.remoting.server import Reply
 log = logging.getLogger(__name__)
 
 OK = ResponseCode.SUCCESS
+LITE = "LITE"  # the message.type of a lite parent topic
 BAD = ResponseCode.INVALID_PARAMETER
 ILLEGAL = ResponseCode.ILLEGAL_OPERATION
 # The parent topic's route queueDatas from the name server, or None when it has none.

@@ -25,8 +25,8 @@ from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import (
     TopicConfig,
     TopicTable,
+    alter_attributes,
     group_name_error,
-    parse_attributes,
     topic_name_error,
 )
 from broker_stub.transactions import TransactionService
@@ -653,7 +653,12 @@ class BrokerProcessor:
         for n in (nums, write_nums):
             if not 1 <= n <= 1024:
                 raise RequestError(BAD, f"queue count {n} outside 1..1024")
-        self.topics.create(topic, nums, h.perm, write_nums, parse_attributes(h.attributes))
+        current = self.topics.get(topic)
+        try:
+            attributes = alter_attributes(current.attributes if current else {}, h.attributes)
+        except ValueError as exc:
+            raise RequestError(BAD, str(exc)) from None
+        self.topics.create(topic, nums, h.perm, write_nums, attributes)
         return cmd.make_response(OK)
 
     def create_group(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -41,19 +41,23 @@ def group_name_error(group: str) -> str | None:
     return None
 
 
-MESSAGE_TYPE = "message.type"  # topic attribute: NORMAL, FIFO, DELAY, TRANSACTION, LITE...
-LITE = "LITE"
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
 
 
-def parse_attributes(text: str | None) -> dict[str, str]:
-    """The additions of an UPDATE_AND_CREATE_TOPIC ``attributes`` field
-    (``+message.type=LITE,+k=v``), without their ``+``; ``-k`` deletions are dropped."""
-    out: dict[str, str] = {}
-    for part in (text or "").split(","):
-        key, sep, value = part.strip().partition("=")
-        if sep and key.startswith("+") and len(key) > 1:
-            out[key[1:]] = value
-    return out
+def alter_attributes(current: dict[str, str], change: str | None) -> dict[str, str]:
+    """``current`` with UPDATE_AND_CREATE_TOPIC's ``attributes`` applied: comma-separated
+    ``+name=value`` (set) and ``-name`` (remove), as the broker's AttributeUtil reads them."""
+    attributes = dict(current)
+    for item in (change or "").split(","):
+        item = item.strip()
+        if item.startswith("+") and "=" in item:
+            name, _, value = item[1:].partition("=")
+            attributes[name] = value
+        elif item.startswith("-"):
+            attributes.pop(item[1:], None)
+        elif item:
+            raise ValueError(f"attribute {item!r} is neither +name=value nor -name")
+    return attributes
 
 
 @dataclass
@@ -66,7 +70,8 @@ class TopicConfig:
 
     @property
     def message_type(self) -> str:
-        return self.attributes.get(MESSAGE_TYPE, "NORMAL")
+        """The ``message.type`` attribute: NORMAL when unset, as TopicConfig has it."""
+        return self.attributes.get(MESSAGE_TYPE_ATTRIBUTE) or "NORMAL"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -113,19 +118,20 @@ class TopicTable:
         write_queue_nums: int | None = None,
         attributes: dict[str, str] | None = None,
     ) -> TopicConfig:
-        """Create (or update the queue counts of) a topic; ``attributes`` are added to the
-        ones it has."""
+        """Create (or update the queue counts and attributes of) a topic; ``attributes``
+        None keeps the current ones."""
         nums = queue_nums or self.default_queue_nums
         write_nums = write_queue_nums or nums
         config = self._topics.get(name)
-        merged = {**(config.attributes if config else {}), **(attributes or {})}
+        if attributes is None:
+            attributes = config.attributes if config is not None else {}
         if config is None or (
             config.read_queue_nums,
             config.write_queue_nums,
             config.perm,
             config.attributes,
-        ) != (nums, write_nums, perm, merged):
-            config = self._topics[name] = TopicConfig(name, nums, write_nums, perm, merged)
+        ) != (nums, write_nums, perm, attributes):
+            config = self._topics[name] = TopicConfig(name, nums, write_nums, perm, attributes)
             self.version += 1
             if self.on_change is not None:
                 self.on_change()

@@ -62,7 +62,8 @@ class Backend:
     async def create_topic(
         self, topic: str, queues: int = 4, *, message_type: str | None = None
     ) -> None:
-        """The topic on every broker, routed with ``queues`` queues each (``tests.admin``)."""
+        """The topic on every broker, routed with ``queues`` queues each, of
+        ``message_type`` (its message.type attribute) if given (``tests.admin``)."""
         await asyncio.to_thread(
             admin.create_topic, self.namesrv, topic, queues, message_type=message_type,
             brokers=self._addresses(),
