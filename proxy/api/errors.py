@@ -132,5 +132,7 @@ def lite_subscription_error(broker: str, error: RemotingError) -> ApiError:
             return ApiError(Code.TOPIC_NOT_FOUND, f"{broker}: {error.remark}")
         if error.code in (ResponseCode.ILLEGAL_OPERATION, ResponseCode.NO_PERMISSION):
             return ApiError(Code.FORBIDDEN, f"{broker}: {error.remark}")
+        if error.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return ApiError(Code.NOT_IMPLEMENTED, f"{broker} has no lite topics (RocketMQ < 5.5)")
         return ApiError(Code.INTERNAL_SERVER_ERROR, f"{broker}: {error.remark}")
     return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")

@@ -117,6 +117,10 @@ def lite_push(args: argparse.Namespace) -> int:
         started = time.time()
         for i in range(args.lite_topics):
             consumer.subscribe_lite(f"{args.lite_prefix}-{i}")
+        # 5.1.2's subscribe_lite sends the characters of the name (it extends the request's
+        # set with the string): the real set reaches the brokers with the COMPLETE_ADD the
+        # client sends every 30 s, or now with subscribe_lite_all().
+        consumer.subscribe_lite_all()
         emit("ready", t=time.time(), endpoints=endpoints, subscribe_s=time.time() - started)
         watch_stdin(stop)
         stop.wait()
@@ -141,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
         started = time.time()
         for i in range(args.lite_topics):
             consumer.subscribe_lite(f"{args.lite_prefix}-{i}")
+        # 5.1.2's subscribe_lite sends the characters of the name (it extends the request's
+        # set with the string): the real set reaches the brokers with the COMPLETE_ADD the
+        # client sends every 30 s, or now with subscribe_lite_all().
+        consumer.subscribe_lite_all()
         emit("ready", t=time.time(), endpoints=endpoints, subscribe_s=time.time() - started)
         watch_stdin(stop)
         while not stop.is_set():

@@ -50,6 +50,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.lite import lite_queue_index
 from proxy.remoting.message import Prop
 from tests import admin
 from tests.bench import scenarios
@@ -463,8 +464,13 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
                 await asyncio.sleep(rng.uniform(*gap_s))
                 msg_id = uuid.uuid4().hex.upper()
                 lite_topic = f"lt-{rng.randrange(lite_topics)}"
-                await rng.choice(system.broker_clients).send(
-                    parent, b"x" * 64,
+                # To the broker and queue that own the lite topic, as a proxy sends it: a
+                # lite message stored elsewhere reaches a subscriber only once a later full
+                # resync (every 30 s) finds its lite queue there.
+                owners = sorted(system.broker_clients, key=lambda c: c.name)
+                index = lite_queue_index(lite_topic, 4 * len(owners))
+                await owners[index // 4].send(
+                    parent, b"x" * 64, queue_id=index % 4,
                     properties={Prop.UNIQ_KEY: msg_id, Prop.LITE_TOPIC: lite_topic},
                 )  # fmt: skip
                 sent[msg_id] = time.time()
