@@ -145,17 +145,3 @@ def create_group(
     ).encode()
     for address in (brokers if brokers is not None else masters(namesrv)).values():
         checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
-
-
-def lite_group_attributes(
-    parent_topic: str, *, exclusive: bool = False, **more: str
-) -> dict[str, str]:
-    """The attributes of a lite consumer group (RocketMQ 5.5): bound to the LITE topic
-    ``parent_topic``, Shared (or ``exclusive``: one client per lite topic); ``more`` are
-    further attributes, their dots spelt as underscores (``lite_sub_client_quota="10"``)."""
-    out = {
-        "lite.bind.topic": parent_topic,
-        "lite.sub.model": "Exclusive" if exclusive else "Shared",
-    }
-    out.update({key.replace("_", "."): value for key, value in more.items()})
-    return out

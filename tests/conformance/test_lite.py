@@ -35,7 +35,6 @@ from proxy.remoting.lite import (
 )
 from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_properties
 from proxy.remoting.popinfo import PopCheckpointInfo
-from tests.admin import lite_group_attributes
 from tests.conformance._util import max_offset, wait_offset
 
 Action = LiteAction
@@ -50,7 +49,10 @@ async def lite_fresh(backend, *, exclusive: bool = False) -> tuple[str, str]:
     """A LITE parent topic and a lite group bound to it."""
     parent, group = backend.unique("LP"), backend.unique("LG")
     await backend.create_topic(parent, 2, message_type="LITE")
-    await backend.create_group(group, attributes=lite_group_attributes(parent, exclusive=exclusive))
+    attributes = {"lite.bind.topic": parent}
+    if exclusive:
+        attributes["lite.sub.model"] = "Exclusive"  # one client per lite topic (default Shared)
+    await backend.create_group(group, attributes=attributes)
     return parent, group
 
 
@@ -468,7 +470,7 @@ async def test_lite_topic_and_group_configs(backend):
     config = await remoting.invoke(
         RemotingCommand(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}), TIMEOUT_S
     )
-    assert orjson.loads(config.body)["attributes"] == lite_group_attributes(parent)
+    assert orjson.loads(config.body)["attributes"] == {"lite.bind.topic": parent}
     info = await broker_lite_info(remoting)
     assert info["groupMeta"][parent] == [group]
     assert info["topicMeta"][parent] == -1
