@@ -204,6 +204,7 @@ UNARY = [
     "NotifyClientTermination",
     "ChangeInvisibleDuration",
     "RecallMessage",
+    "SyncLiteSubscription",
 ]
 SERVER_STREAMS = ["ReceiveMessage", "PullMessage"]
 assert set(UNARY) | set(SERVER_STREAMS) | {"Telemetry"} == set(_METHODS), "a new RPC: fuzz it"
@@ -211,6 +212,12 @@ assert set(UNARY) | set(SERVER_STREAMS) | {"Telemetry"} == set(_METHODS), "a new
 # A valid base for each request: fuzzed fields then merge over it, so that the calls also
 # get past the first validation into the deeper paths.
 _BASES = {
+    "SyncLiteSubscription": api.SyncLiteSubscriptionRequest(
+        action=pb.LiteSubscriptionAction.PARTIAL_ADD,
+        topic=pb.Resource(name=TOPIC),
+        group=pb.Resource(name=GROUP),
+        lite_topic_set=["lite-1"],
+    ),
     "SendMessage": api.SendMessageRequest(
         messages=[
             pb.Message(
