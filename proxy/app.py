@@ -115,7 +115,7 @@ class ProxyApp:
             ReceiveRecorder(config.proxy_id, self.metrics, self.events),
             self.groups,
             self.renewer,
-            LiteReceiver(self.pool, self.consumer, rc.broker_timeout_s),
+            LiteReceiver(self.pool, self.consumer, rc.broker_timeout_s, rc.max_delivery_attempts),
         )
         self.service = MessagingService(
             route=RouteActivity(self.pool, advertise),

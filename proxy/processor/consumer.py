@@ -204,6 +204,25 @@ class ConsumerProcessor:
             lite_topic=popped.lite_topic,
         )
 
+    async def divert_exhausted(
+        self, messages: list[tuple[Popped, int]], max_attempts: int
+    ) -> list[bool]:
+        """For each (message, its reconsume times): whether it goes to the client (True),
+        or was past its last attempt and goes to ``%DLQ%<group>`` instead; one that cannot
+        be moved is handed back, to be tried again."""
+        deliver = []
+        for popped, reconsume_times in messages:
+            if reconsume_times + 1 <= max_attempts:
+                deliver.append(True)
+                continue
+            deliver.append(False)
+            try:
+                await self.dead_letter(popped, max_attempts - 1)
+            except RemotingError as exc:
+                log.warning("dead-lettering %s failed: %s", popped.msg_id, exc)
+                self.hand_back([popped], "dead_letter_failed")
+        return deliver
+
     async def close(self, grace_s: float = 5.0) -> None:
         """Give hand-backs in flight up to ``grace_s``, then cancel what is left."""
         if self._hand_backs:

@@ -27,7 +27,6 @@ from proxy.receive.probes import ProbeHub
 from proxy.receive.slicing import slicing_poll
 from proxy.receive.thresholds import ThresholdsFile
 from proxy.receive.types import PolledMessage, ReceiveRequest, ReceiveResult
-from proxy.remoting.client import RemotingError
 
 log = logging.getLogger(__name__)
 
@@ -177,18 +176,12 @@ class ReceiveEngine:
         return await slicing_poll(ctx, self.config.slice_ms, self.config.slice_quota)
 
     async def _divert_exhausted(self, messages: list[PolledMessage]) -> list[PolledMessage]:
-        """Send messages past their last attempt to ``%DLQ%<group>`` instead of the client;
-        one that cannot be moved is handed back, to be tried again."""
-        limit = self.config.max_delivery_attempts
-        keep = [m for m in messages if m.message.reconsume_times + 1 <= limit]
-        for polled in messages:
-            if polled.message.reconsume_times + 1 > limit:
-                try:
-                    await self.consumer.dead_letter(polled.popped, limit - 1)
-                except RemotingError as exc:
-                    log.warning("dead-lettering %s failed: %s", polled.message.msg_id, exc)
-                    self.consumer.hand_back([polled.popped], "dead_letter_failed")
-        return keep
+        """Messages past their last attempt go to ``%DLQ%<group>`` instead of the client."""
+        deliver = await self.consumer.divert_exhausted(
+            [(m.popped, m.message.reconsume_times) for m in messages],
+            self.config.max_delivery_attempts,
+        )
+        return [m for m, keep in zip(messages, deliver, strict=True) if keep]
 
     # -- status and shutdown --------------------------------------------------------------
 

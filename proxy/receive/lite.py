@@ -45,11 +45,16 @@ MIN_PARK_MS = 100
 
 class LiteReceiver:
     def __init__(
-        self, pool: BrokerPool, consumer: ConsumerProcessor, broker_timeout_s: float
+        self,
+        pool: BrokerPool,
+        consumer: ConsumerProcessor,
+        broker_timeout_s: float,
+        max_delivery_attempts: int = 16,
     ) -> None:
         self.pool = pool
         self.consumer = consumer
         self.broker_timeout_s = broker_timeout_s
+        self.max_delivery_attempts = max_delivery_attempts
 
     async def receive(self, req: ReceiveRequest, client_id: str) -> ReceiveResult:
         """Serve one lite poll of ``client_id``. Raises TopicNotFound or RemotingError when
@@ -66,7 +71,7 @@ class LiteReceiver:
             wait_all=True,
         )
         if found:
-            return ReceiveResult(self._fit(found, req), True, pops, 0)
+            return ReceiveResult(await self._deliverable(found, req), True, pops, 0)
         park_ms = int((req.answer_by - loop.time()) * 1000)
         if park_ms < MIN_PARK_MS or not brokers:
             return ReceiveResult([], False, pops, 0)
@@ -76,7 +81,7 @@ class LiteReceiver:
             req.answer_by,
             wait_all=False,
         )
-        return ReceiveResult(self._fit(found, req), False, pops, 0)
+        return ReceiveResult(await self._deliverable(found, req), False, pops, 0)
 
     def _pop(
         self, broker: str, req: ReceiveRequest, client_id: str, poll_ms: int
@@ -138,10 +143,17 @@ class LiteReceiver:
             call.add_done_callback(self._hand_back_call("deadline"))
         return found
 
-    def _fit(self, found: list[PolledMessage], req: ReceiveRequest) -> list[PolledMessage]:
-        """At most the batch size; the rest go back at once."""
+    async def _deliverable(
+        self, found: list[PolledMessage], req: ReceiveRequest
+    ) -> list[PolledMessage]:
+        """At most the batch size (the rest go back at once), less messages past their last
+        attempt, which go to the dead-letter queue (as the engine does for every poll)."""
         self._hand_back(found[req.batch_size :], "over_batch")
-        return found[: req.batch_size]
+        fit = found[: req.batch_size]
+        deliver = await self.consumer.divert_exhausted(
+            [(m.popped, m.message.reconsume_times) for m in fit], self.max_delivery_attempts
+        )
+        return [m for m, keep in zip(fit, deliver, strict=True) if keep]
 
     def _hand_back(self, messages: list[PolledMessage], reason: str) -> None:
         self.consumer.hand_back([m.popped for m in messages], reason)

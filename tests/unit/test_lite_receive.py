@@ -72,9 +72,18 @@ class Pool:
 class Consumer:
     def __init__(self) -> None:
         self.handed_back: list[tuple[str, str | None, str]] = []
+        self.dead_lettered: list[tuple[str, str | None]] = []
 
     def hand_back(self, popped, reason, invisible_ms=None):
         self.handed_back.extend((p.msg_id, p.lite_topic, reason) for p in popped)
+
+    async def divert_exhausted(self, messages, max_attempts):
+        deliver = []
+        for popped, reconsume_times in messages:
+            deliver.append(reconsume_times + 1 <= max_attempts)
+            if not deliver[-1]:
+                self.dead_lettered.append((popped.msg_id, popped.lite_topic))
+        return deliver
 
 
 def request(batch: int = 32, polling_ms: int = 1000, push: bool = False) -> ReceiveRequest:
@@ -127,6 +136,19 @@ async def test_the_first_parked_pop_with_messages_answers_and_a_late_one_is_hand
             break
         await asyncio.sleep(0.01)
     assert consumer.handed_back == [("b7", "y", "deadline")]
+
+
+async def test_a_message_past_its_last_attempt_goes_to_the_dead_letter_queue():
+    tired = lite_message("a", "x", 2)
+    tired.reconsume_times = 16  # its 17th delivery, past the 16 allowed
+    a = ScriptedBroker("a", [(0, [lite_message("a", "x", 1), tired])])
+    consumer = Consumer()
+    receiver = LiteReceiver(Pool([a]), consumer, broker_timeout_s=1.0, max_delivery_attempts=16)
+
+    result = await receiver.receive(request(), "client")
+
+    assert [m.message.msg_id for m in result.messages] == ["a1"]
+    assert consumer.dead_lettered == [("a2", "x")]
 
 
 async def test_a_push_poll_watches_only_its_named_broker():
