@@ -8,8 +8,10 @@ makes a FIFO group (GET_SUBSCRIPTIONGROUP_CONFIG tells the proxy).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+PRIORITY_FACTOR_ATTRIBUTE = "priority.factor"
 
 
 @dataclass
@@ -19,6 +21,17 @@ class GroupConfig:
     retry_queue_nums: int = 1
     consume_enable: bool = True
     consume_message_orderly: bool = False  # a FIFO group: its consumers pop orderly
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def priority_factor(self) -> int:
+        """``priority.factor`` (0..100, default 100): the share of pops (in percent) that
+        take a PRIORITY topic's queues strictly from the highest one down."""
+        try:
+            factor = int(self.attributes.get(PRIORITY_FACTOR_ATTRIBUTE, "100"))
+        except ValueError:
+            return 100
+        return min(max(factor, 0), 100)
 
     @classmethod
     def from_json(cls, body: dict[str, Any], default_retry_max_times: int) -> GroupConfig:
@@ -29,6 +42,12 @@ class GroupConfig:
             retry_queue_nums=int(body.get("retryQueueNums", 1)),
             consume_enable=bool(body.get("consumeEnable", True)),
             consume_message_orderly=bool(body.get("consumeMessageOrderly", False)),
+            # The broker keeps each attribute without the "+" that marks it as added.
+            attributes={
+                str(k).removeprefix("+"): str(v)
+                for k, v in (body.get("attributes") or {}).items()
+                if not str(k).startswith("-")
+            },
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -39,6 +58,7 @@ class GroupConfig:
             "consumeMessageOrderly": self.consume_message_orderly,
             "retryQueueNums": self.retry_queue_nums,
             "retryMaxTimes": self.retry_max_times,
+            "attributes": dict(self.attributes),
         }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.remoting.popinfo import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
@@ -41,16 +41,41 @@ def group_name_error(group: str) -> str | None:
     return None
 
 
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+
+
+def alter_attributes(current: dict[str, str], change: str | None) -> dict[str, str]:
+    """``current`` with UPDATE_AND_CREATE_TOPIC's ``attributes`` applied: comma-separated
+    ``+name=value`` (set) and ``-name`` (remove), as the broker's AttributeUtil reads them."""
+    attributes = dict(current)
+    for item in (change or "").split(","):
+        item = item.strip()
+        if item.startswith("+") and "=" in item:
+            name, _, value = item[1:].partition("=")
+            attributes[name] = value
+        elif item.startswith("-"):
+            attributes.pop(item[1:], None)
+        elif item:
+            raise ValueError(f"attribute {item!r} is neither +name=value nor -name")
+    return attributes
+
+
 @dataclass
 class TopicConfig:
     name: str
     read_queue_nums: int = 4
     write_queue_nums: int = 4
     perm: int = PERM_READ_WRITE
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message_type(self) -> str:
+        """The ``message.type`` attribute: NORMAL when unset, as TopicConfig has it."""
+        return self.attributes.get(MESSAGE_TYPE_ATTRIBUTE) or "NORMAL"
 
     def to_json(self) -> dict[str, object]:
         return {
-            "attributes": {},
+            "attributes": dict(self.attributes),
             "order": False,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -91,17 +116,22 @@ class TopicTable:
         queue_nums: int | None = None,
         perm: int = PERM_READ_WRITE,
         write_queue_nums: int | None = None,
+        attributes: dict[str, str] | None = None,
     ) -> TopicConfig:
-        """Create (or update the queue counts of) a topic."""
+        """Create (or update the queue counts and attributes of) a topic; ``attributes``
+        None keeps the current ones."""
         nums = queue_nums or self.default_queue_nums
         write_nums = write_queue_nums or nums
         config = self._topics.get(name)
-        if config is None or (config.read_queue_nums, config.write_queue_nums, config.perm) != (
-            nums,
-            write_nums,
-            perm,
-        ):
-            config = self._topics[name] = TopicConfig(name, nums, write_nums, perm)
+        if attributes is None:
+            attributes = config.attributes if config is not None else {}
+        if config is None or (
+            config.read_queue_nums,
+            config.write_queue_nums,
+            config.perm,
+            config.attributes,
+        ) != (nums, write_nums, perm, attributes):
+            config = self._topics[name] = TopicConfig(name, nums, write_nums, perm, attributes)
             self.version += 1
             if self.on_change is not None:
                 self.on_change()
