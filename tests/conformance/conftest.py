@@ -59,19 +59,28 @@ class Backend:
         self._clients.append(client)
         return client
 
-    async def create_topic(self, topic: str, queues: int = 4) -> None:
-        """The topic on every broker, routed with ``queues`` queues each (``tests.admin``)."""
+    async def create_topic(
+        self, topic: str, queues: int = 4, *, message_type: str | None = None
+    ) -> None:
+        """The topic on every broker, routed with ``queues`` queues each, of
+        ``message_type`` (its message.type attribute) if given (``tests.admin``)."""
         await asyncio.to_thread(
-            admin.create_topic, self.namesrv, topic, queues, brokers=self._addresses()
-        )
+            admin.create_topic, self.namesrv, topic, queues, message_type=message_type,
+            brokers=self._addresses(),
+        )  # fmt: skip
 
     async def create_group(
-        self, group: str, retry_max_times: int = 16, *, fifo: bool = False
+        self,
+        group: str,
+        retry_max_times: int = 16,
+        *,
+        fifo: bool = False,
+        attributes: dict[str, str] | None = None,
     ) -> None:
         """The group on every broker (``fifo``: consumeMessageOrderly; ``tests.admin``)."""
         await asyncio.to_thread(
             admin.create_group, self.namesrv, group, retry_max_times=retry_max_times,
-            fifo=fifo, brokers=self._addresses(),
+            fifo=fifo, attributes=attributes, brokers=self._addresses(),
         )  # fmt: skip
 
     def _addresses(self) -> dict[str, str]:
