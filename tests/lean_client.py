@@ -68,9 +68,10 @@ class LeanClient:
         properties=None,
         message_id: str | None = None,
         message_group: str | None = None,
+        priority: int | None = None,
     ) -> api.SendMessageResponse:
         """Send one message (the proxy chooses its queue; with ``message_group``, a FIFO
-        message of that group)."""
+        message of that group; with ``priority``, a priority message)."""
         system = pb.SystemProperties(
             keys=list(keys),
             message_id=message_id or f"LEAN{next(_ids):028d}",
@@ -82,6 +83,9 @@ class LeanClient:
         if message_group is not None:
             system.message_group = message_group
             system.message_type = pb.MessageType.FIFO
+        if priority is not None:
+            system.priority = priority
+            system.message_type = pb.MessageType.PRIORITY
         message = pb.Message(
             topic=pb.Resource(name=topic),
             body=body,
