@@ -12,6 +12,7 @@ import time
 import grpc
 
 from proxy.api.ack import AckActivity
+from proxy.api.lite import LiteActivity
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
@@ -27,10 +28,12 @@ from proxy.observability.metrics import ProxyMetrics
 from proxy.observability.ops import OpsServer
 from proxy.observability.receive_record import ReceiveRecorder
 from proxy.processor.consumer import ConsumerProcessor
+from proxy.processor.lite import LiteProcessor
 from proxy.processor.producer import ProducerProcessor
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
+from proxy.receive.lite import LiteReceiver
 from proxy.security.runtime import SecurityRuntime
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,7 @@ class ProxyApp:
             on_nack=self.metrics.nack,
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
+        self.lite = LiteProcessor(self.pool, rc.broker_timeout_s)
         self.transactions = TransactionProcessor(
             self.pool,
             client_id=f"rmq-notify-proxy@{config.proxy_id}",
@@ -110,16 +114,26 @@ class ProxyApp:
             ReceiveRecorder(config.proxy_id, self.metrics, self.events),
             self.groups,
             self.renewer,
+            LiteReceiver(self.pool, self.consumer, rc.broker_timeout_s),
         )
         self.service = MessagingService(
             route=RouteActivity(self.pool, advertise),
-            session=SessionActivity(config, self.groups, self.renewer, self.transactions),
-            send=SendActivity(self.pool, self.producer, self.metrics, config.max_body_bytes),
+            session=SessionActivity(
+                config, self.groups, self.renewer, self.transactions, self.lite
+            ),
+            send=SendActivity(
+                self.pool,
+                self.producer,
+                self.metrics,
+                config.max_body_bytes,
+                config.max_lite_topic_size,
+            ),
             receive=self.receive,
             ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer),
             metrics=self.metrics,
             guard=self.security.guard,
             transaction=TransactionActivity(self.transactions),
+            lite=LiteActivity(self.lite, config.max_lite_topic_size),
         )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.grpc_server)
         await self.grpc_server.start()

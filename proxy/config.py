@@ -135,6 +135,9 @@ class ProxyConfig:
     namesrv_addrs: list[str] = field(default_factory=lambda: ["127.0.0.1:9876"])
     route_ttl_s: float = 30.0
     max_body_bytes: int = 4 * 1024 * 1024
+    # The longest lite topic name (UTF-8 bytes) a client may use; told to lite consumers in
+    # their settings (the Apache proxy's maxLiteTopicSize default).
+    max_lite_topic_size: int = 64
     event_log_dir: str | None = None
     shutdown_grace_s: float = 25.0
     # Worker processes serving the gRPC port together (SO_REUSEPORT) under one supervisor;
@@ -157,6 +160,8 @@ class ProxyConfig:
             raise ValueError("embedded_brokers must not be negative")
         if self.workers < 0:
             raise ValueError("workers must not be negative (0 = one per core, capped)")
+        if self.max_lite_topic_size < 1:
+            raise ValueError("max_lite_topic_size must be positive")
 
     def worker_count(self) -> int:
         """The number of worker processes to run: ``workers``, or the default for 0."""

@@ -113,15 +113,24 @@ def create_group(
     retry_max_times: int = 16,
     fifo: bool = False,
     attributes: Mapping[str, str] | None = None,
+    lite_parent: str | None = None,
+    lite_quota: int | None = None,
     brokers: Mapping[str, str] | None = None,
 ) -> None:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (a SubscriptionGroupConfig) on every broker:
     ``retry_max_times`` deliveries before the dead-letter queue, ``fifo`` for an orderly
-    (FIFO) group, ``attributes`` set on the group (e.g. ``lite.bind.topic``; the broker
-    keeps them without the ``+`` that marks each as added)."""
+    (FIFO) group, ``attributes`` set on the group (the broker keeps them without the ``+``
+    that marks each as added). ``lite_parent``: a lite group of that LITE parent topic
+    (``create_topic(..., message_type="LITE")``; attribute ``lite.bind.topic``), with
+    ``lite_quota`` lite topics per client (``lite.sub.client.quota``; default 2000)."""
+    attributes = dict(attributes or {})
+    if lite_parent is not None:
+        attributes["lite.bind.topic"] = lite_parent
+    if lite_quota is not None:
+        attributes["lite.sub.client.quota"] = str(lite_quota)
     body = json.dumps(
         {
-            "attributes": {f"+{k}": v for k, v in (attributes or {}).items()},
+            "attributes": {f"+{k}": v for k, v in attributes.items()},
             "groupName": group,
             "consumeEnable": True,
             "consumeFromMinEnable": True,

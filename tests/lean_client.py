@@ -68,10 +68,12 @@ class LeanClient:
         properties=None,
         message_id: str | None = None,
         message_group: str | None = None,
+        lite_topic: str | None = None,
         priority: int | None = None,
     ) -> api.SendMessageResponse:
         """Send one message (the proxy chooses its queue; with ``message_group``, a FIFO
-        message of that group; with ``priority``, a priority message)."""
+        message of that group; with ``lite_topic``, a lite message of the parent ``topic``;
+        with ``priority``, a priority message)."""
         system = pb.SystemProperties(
             keys=list(keys),
             message_id=message_id or f"LEAN{next(_ids):028d}",
@@ -83,6 +85,9 @@ class LeanClient:
         if message_group is not None:
             system.message_group = message_group
             system.message_type = pb.MessageType.FIFO
+        if lite_topic is not None:
+            system.lite_topic = lite_topic
+            system.message_type = pb.MessageType.LITE
         if priority is not None:
             system.priority = priority
             system.message_type = pb.MessageType.PRIORITY
@@ -117,10 +122,12 @@ class LeanClient:
         return result
 
     async def ack(self, group: str, topic: str, messages) -> api.AckMessageResponse:
+        """Ack, naming each lite message's lite topic as the lite consumers do."""
         entries = [
             api.AckMessageEntry(
                 message_id=m.system_properties.message_id,
                 receipt_handle=m.system_properties.receipt_handle,
+                lite_topic=m.system_properties.lite_topic or None,
             )
             for m in messages
         ]
@@ -141,9 +148,29 @@ class LeanClient:
                 receipt_handle=message.system_properties.receipt_handle,
                 invisible_duration=millis(invisible_ms),
                 message_id=message.system_properties.message_id,
+                lite_topic=message.system_properties.lite_topic or None,
             ),
             metadata=self.metadata,
         )
+
+    async def sync_lite(
+        self,
+        group: str,
+        topic: str,
+        lite_topics,
+        action: int = pb.LiteSubscriptionAction.PARTIAL_ADD,
+        offset_option: pb.OffsetOption | None = None,
+    ) -> api.SyncLiteSubscriptionResponse:
+        """SyncLiteSubscription as the lite consumers send it (``topic``: the parent)."""
+        request = api.SyncLiteSubscriptionRequest(
+            action=action,
+            topic=pb.Resource(name=topic),
+            group=pb.Resource(name=group),
+            lite_topic_set=list(lite_topics),
+        )
+        if offset_option is not None:
+            request.offset_option.CopyFrom(offset_option)
+        return await self.stub.SyncLiteSubscription(request, metadata=self.metadata)
 
     async def forward_to_dead_letter(
         self, group: str, topic: str, message: pb.Message, max_attempts: int

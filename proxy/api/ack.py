@@ -25,7 +25,9 @@ class AckActivity:
         self.max_delivery_attempts = max_delivery_attempts
         self.renewer = renewer
 
-    async def _current(self, group: str, text: str, now_ms: int | None = None) -> ReceiptHandle:
+    async def _current(
+        self, group: str, text: str, now_ms: int | None = None, lite_topic: str | None = None
+    ) -> ReceiptHandle:
         """The handle to settle: for a message this proxy renews, its current checkpoint
         (the client's may have expired meanwhile), and the renewal ends; else the client's."""
         try:
@@ -33,7 +35,7 @@ class AckActivity:
         except ApiError:
             handle = None
         if handle is not None:
-            renewed = await self.renewer.take(group, handle.checkpoint)
+            renewed = await self.renewer.take(group, handle.checkpoint, lite_topic)
             if renewed is not None:
                 return ReceiptHandle(PopCheckpointInfo.parse(renewed), handle.commit_log_offset)
         return parse_receipt_handle(text, now_ms=now_ms)
@@ -50,12 +52,17 @@ class AckActivity:
         now_ms = int(time.time() * 1000)
         for i, entry in enumerate(request.entries):
             try:
-                parsed.append(
-                    (i, (await self._current(group, entry.receipt_handle, now_ms)).checkpoint)
-                )
+                lite = _lite_topic(entry)
+                current = await self._current(group, entry.receipt_handle, now_ms, lite)
+                parsed.append((i, current.checkpoint))
             except ApiError as err:
                 statuses[i] = err.status
-        errors = await self.consumer.ack(group, topic, [ck for _, ck in parsed])
+        errors = await self.consumer.ack(
+            group,
+            topic,
+            [ck for _, ck in parsed],
+            [_lite_topic(request.entries[i]) for i, _ in parsed],
+        )
         acked = ok()  # one object for every entry: the response copies it into each
         for (i, ck), error in zip(parsed, errors, strict=True):
             statuses[i] = acked if error is None else ack_error(ck.broker_name, error).status
@@ -79,10 +86,11 @@ class AckActivity:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
         invisible = check.validate_invisible(check.duration_ms(request.invisible_duration), 0)
-        handle = await self._current(group, request.receipt_handle)
+        lite = _lite_topic(request)
+        handle = await self._current(group, request.receipt_handle, lite_topic=lite)
         try:
             checkpoint = await self.consumer.change_invisible(
-                group, topic, handle.checkpoint, invisible
+                group, topic, handle.checkpoint, invisible, lite_topic=lite, suspend=request.suspend
             )
         except RemotingError as exc:
             raise ack_error(handle.broker, exc) from None
@@ -97,7 +105,8 @@ class AckActivity:
     ) -> api.ForwardMessageToDeadLetterQueueResponse:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
-        handle = await self._current(group, request.receipt_handle)
+        lite = _lite_topic(request)
+        handle = await self._current(group, request.receipt_handle, lite_topic=lite)
         max_attempts = request.max_delivery_attempts or self.max_delivery_attempts
         popped = Popped(
             handle.broker,
@@ -106,9 +115,21 @@ class AckActivity:
             handle.extra_info,
             handle.commit_log_offset,
             request.message_id,
+            lite,
         )
         try:
             await self.consumer.dead_letter(popped, max_attempts - 1)
         except RemotingError as exc:
             raise dead_letter_error(handle.broker, exc) from None
         return api.ForwardMessageToDeadLetterQueueResponse(status=ok())
+
+
+def _lite_topic(
+    request: api.AckMessageEntry
+    | api.ChangeInvisibleDurationRequest
+    | api.ForwardMessageToDeadLetterQueueRequest,
+) -> str | None:
+    """The lite topic a lite consumer names for a lite message (RocketMQ 5.5), else None.
+    Not checked against the handle: the broker refuses a lite ack whose topic, queue or
+    group does not fit, and the client's code says so."""
+    return request.lite_topic if request.HasField("lite_topic") and request.lite_topic else None

@@ -53,6 +53,8 @@ def _host(host: tuple[str, int]) -> str:
 
 
 def _message_type(props: dict[str, str]) -> int:
+    if Prop.LITE_TOPIC in props:
+        return pb.MessageType.LITE
     if Prop.SHARDING_KEY in props:
         return _FIFO
     if Prop.TIMER_DELIVER_MS in props or Prop.DELAY in props or Prop.START_DELIVER_TIME in props:
@@ -103,6 +105,8 @@ def to_api_message(polled: PolledMessage, namespace: str = "") -> pb.Message:
         system["tag"] = tag
     if Prop.SHARDING_KEY in props:
         system["message_group"] = props[Prop.SHARDING_KEY]
+    if Prop.LITE_TOPIC in props:  # lite consumers ack with it
+        system["lite_topic"] = props[Prop.LITE_TOPIC]
     if Prop.TIMER_DELIVER_MS in props:
         system["delivery_timestamp"] = _time_fields(int(props[Prop.TIMER_DELIVER_MS]))
     priority = _priority(props)

@@ -56,6 +56,7 @@ def denied_error(denied: Denied) -> ApiError:
 
 _SEND_CODES: dict[int, Code] = {
     ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    ResponseCode.LMQ_QUOTA_EXCEEDED: Code.LITE_TOPIC_QUOTA_EXCEEDED,
     ResponseCode.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     ResponseCode.INVALID_PARAMETER: Code.BAD_REQUEST,
     ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
@@ -115,4 +116,23 @@ def recall_error(broker: str, error: RemotingError) -> ApiError:
         if error.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
             return ApiError(Code.NOT_IMPLEMENTED, f"{broker} cannot recall (RocketMQ < 5.3.2)")
         return ApiError(Code.BAD_REQUEST, f"{broker}: {error.remark}")
+    return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")
+
+
+def lite_subscription_error(broker: str, error: RemotingError) -> ApiError:
+    """A LITE_SUBSCRIPTION_CTL a broker refused or did not answer: over the broker's quota
+    is the code the lite consumers raise LiteSubscriptionQuotaExceededException for (as the
+    Apache proxy maps it); a group that may not consume is forbidden."""
+    if isinstance(error, BrokerError):
+        if error.code == ResponseCode.LITE_SUBSCRIPTION_QUOTA_EXCEEDED:
+            return ApiError(Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED, f"{broker}: {error.remark}")
+        if error.code == ResponseCode.LMQ_QUOTA_EXCEEDED:
+            return ApiError(Code.LITE_TOPIC_QUOTA_EXCEEDED, f"{broker}: {error.remark}")
+        if error.code == ResponseCode.TOPIC_NOT_EXIST:
+            return ApiError(Code.TOPIC_NOT_FOUND, f"{broker}: {error.remark}")
+        if error.code in (ResponseCode.ILLEGAL_OPERATION, ResponseCode.NO_PERMISSION):
+            return ApiError(Code.FORBIDDEN, f"{broker}: {error.remark}")
+        if error.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return ApiError(Code.NOT_IMPLEMENTED, f"{broker} has no lite topics (RocketMQ < 5.5)")
+        return ApiError(Code.INTERNAL_SERVER_ERROR, f"{broker}: {error.remark}")
     return ApiError(Code.PROXY_TIMEOUT, f"{broker}: {error}")

@@ -7,7 +7,9 @@ went away) is handed back at once.
 
 A push consumer's request (``auto_renew``, no invisible duration) is popped with the
 renewal slice and served on the broker its assigned queue names; what it gets is renewed
-(``processor/renewal.py``). A FIFO group's request pops orderly, with its attempt id.
+(``processor/renewal.py``). A FIFO group's request pops orderly, with its attempt id. A
+lite group's poll of its parent topic (``lite.bind.topic``, RocketMQ 5.5) is a lite poll
+(``receive/lite.py``), keyed by the client id.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from proxy.observability.receive_record import Outcome, ReceiveRecord, ReceiveRe
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.processor.renewal import HandleRenewer
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
+from proxy.receive.lite import LiteReceiver
 from proxy.receive.types import PolledMessage, ReceiveRequest
 from proxy.remoting.client import RemotingError
 
@@ -43,6 +46,7 @@ class ReceiveActivity:
         recorder: ReceiveRecorder,
         groups: GroupSettings,
         renewer: HandleRenewer,
+        lite: LiteReceiver | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
@@ -50,6 +54,7 @@ class ReceiveActivity:
         self.recorder = recorder
         self.groups = groups
         self.renewer = renewer
+        self.lite = lite
         self.accepting = True  # off while the proxy shuts down
 
     async def receive_message(self, request: api.ReceiveMessageRequest, context: Context) -> None:
@@ -66,11 +71,15 @@ class ReceiveActivity:
             req = self._translate(request, context, rec)
             self.renewer.seen(client_id)
             try:
-                req.fifo = await self.groups.fifo(req.group, req.topic)
+                group = await self.groups.config(req.group, req.topic)
             except (TopicNotFound, RemotingError) as exc:
                 raise route_error(req.topic, exc) from None
+            req.fifo = group.fifo
             try:
-                result = await self.engine.receive(req)
+                if self.lite is not None and group.is_lite(req.topic):
+                    result = await self.lite.receive(req, client_id)
+                else:
+                    result = await self.engine.receive(req)
             except TooManyRequests as exc:
                 raise ApiError(Code.TOO_MANY_REQUESTS, str(exc)) from None
             except (TopicNotFound, RemotingError) as exc:

@@ -35,11 +35,13 @@ class SendActivity:
         producer: ProducerProcessor,
         metrics: ProxyMetrics,
         max_body_bytes: int,
+        max_lite_topic_size: int = 64,
     ) -> None:
         self.pool = pool
         self.producer = producer
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.max_lite_topic_size = max_lite_topic_size
         self._ids = UniqueIdGenerator()
 
     async def send_message(
@@ -158,6 +160,10 @@ class SendActivity:
         props[Prop.UNIQ_KEY] = system.message_id or self._ids.next_id()
         if system.HasField("message_group"):
             props[Prop.SHARDING_KEY] = system.message_group
+        if system.HasField("lite_topic"):
+            props[Prop.LITE_TOPIC] = check.validate_lite_topic(
+                system.lite_topic, self.max_lite_topic_size
+            )
         if system.HasField("delivery_timestamp"):
             stamp = system.delivery_timestamp
             deliver_ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000  # unchecked range

@@ -8,6 +8,7 @@
 | EndTransaction | ``transaction.TransactionActivity`` |
 | ReceiveMessage | ``receive.ReceiveActivity`` |
 | AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue | ``ack.AckActivity`` |
+| SyncLiteSubscription | ``lite.LiteActivity`` |
 
 Every unary RPC goes through ``_unary``: the guard (authentication and authorization, when
 security is on), the client-id check, an ``ApiError`` turned into the response's status
@@ -25,6 +26,7 @@ from proxy.api import validation as check
 from proxy.api.ack import AckActivity
 from proxy.api.context import Context
 from proxy.api.errors import ApiError, Code, code_name, denied_error
+from proxy.api.lite import LiteActivity
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
@@ -60,8 +62,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         metrics: ProxyMetrics,
         guard: Guard | None = None,
         transaction: TransactionActivity | None = None,
+        lite: LiteActivity | None = None,
     ) -> None:
         self.guard = guard
+        self.lite = lite
         self.route = route
         self.session = session
         self.send = send
@@ -170,6 +174,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self.ack.forward_message_to_dead_letter_queue,
             request,
             context,
+        )
+
+    async def SyncLiteSubscription(
+        self, request: api.SyncLiteSubscriptionRequest, context: Context
+    ) -> api.SyncLiteSubscriptionResponse:
+        if self.lite is None:
+            return await self._not_supported(
+                "SyncLiteSubscription", api.SyncLiteSubscriptionResponse
+            )
+        return await self._unary(
+            "SyncLiteSubscription", self.lite.sync_lite_subscription, request, context
         )
 
     # -- what this proxy does not serve ---------------------------------------------------

@@ -23,7 +23,8 @@ from proxy.api.transaction import encode_transaction_id
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.config import ProxyConfig
-from proxy.groups import GroupSettings
+from proxy.groups import GroupConfig, GroupSettings
+from proxy.processor.lite import LiteProcessor
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionCheck, TransactionProcessor
 
@@ -39,11 +40,13 @@ class SessionActivity:
         groups: GroupSettings,
         renewer: HandleRenewer,
         transactions: TransactionProcessor | None = None,
+        lite: LiteProcessor | None = None,
     ) -> None:
         self.config = config
         self.groups = groups
         self.renewer = renewer
         self.transactions = transactions
+        self.lite = lite
 
     async def heartbeat(
         self, request: api.HeartbeatRequest, context: Context
@@ -54,17 +57,26 @@ class SessionActivity:
     async def notify_client_termination(
         self, request: api.NotifyClientTerminationRequest, context: Context
     ) -> api.NotifyClientTerminationResponse:
-        self.renewer.client_gone(check.require_client_id(context))
+        client_id = check.require_client_id(context)
+        self.renewer.client_gone(client_id)
+        if self.lite is not None and request.group.name:
+            # A lite consumer's subscriptions live on the brokers under its client id; left
+            # there, the brokers keep giving its lite topics' events to it for minutes
+            # (a shared group gives each event to one client), so drop them now, as the
+            # Apache proxy does. Its parent topic is its group's lite.bind.topic.
+            group = await self.groups.config(request.group.name, None)
+            if group.lite_bind_topic:
+                await self.lite.drop_client(client_id, request.group.name, group.lite_bind_topic)
         return api.NotifyClientTerminationResponse(status=ok())
 
-    async def _fifo(self, settings: pb.Settings) -> bool:
-        """Whether a consumer's group is FIFO (asked of a broker of its first topic)."""
+    async def _group_config(self, settings: pb.Settings) -> GroupConfig:
+        """A consumer's group config (asked of a broker of its first topic): FIFO, lite."""
         if settings.WhichOneof("pub_sub") != "subscription":
-            return False
+            return GroupConfig()
         sub = settings.subscription
         if not sub.group.name or not sub.subscriptions:
-            return False
-        return await self.groups.fifo(sub.group.name, sub.subscriptions[0].topic.name)
+            return GroupConfig()
+        return await self.groups.config(sub.group.name, sub.subscriptions[0].topic.name)
 
     async def telemetry(
         self,
@@ -101,13 +113,16 @@ class SessionActivity:
         check we sent), and the topics a producer's settings publish to."""
         if command.WhichOneof("command") != "settings":
             return None, []
+        group = await self._group_config(command.settings)
         try:
             settings = answer_settings(
                 command.settings,
                 max_body_bytes=self.config.max_body_bytes,
                 max_polling_ms=self.config.receive.max_polling_ms,
                 max_attempts=self.config.receive.max_delivery_attempts,
-                fifo=await self._fifo(command.settings),
+                fifo=group.fifo,
+                lite_quota=group.lite_quota,
+                max_lite_topic_size=self.config.max_lite_topic_size,
             )
         except ApiError as err:
             return api.TelemetryCommand(status=err.status), []

@@ -20,6 +20,8 @@ def answer_settings(
     max_polling_ms: int,
     max_attempts: int,
     fifo: bool = False,
+    lite_quota: int = 0,
+    max_lite_topic_size: int = 0,
 ) -> pb.Settings:
     """The client's settings completed with the server's part."""
     settings = pb.Settings()
@@ -49,6 +51,11 @@ def answer_settings(
         settings.subscription.receive_batch_size = 32
         settings.subscription.long_polling_timeout.CopyFrom(duration(max_polling_ms))
         settings.subscription.fifo = fifo  # the group's consumeMessageOrderly
+        # Lite consumers (5.5) refuse every subscribe_lite while these are 0. Set for every
+        # consumer, as the Apache proxy does: the group's lite.sub.client.quota and the
+        # proxy's longest lite topic name.
+        settings.subscription.lite_subscription_quota = lite_quota
+        settings.subscription.max_lite_topic_size = max_lite_topic_size
     else:
         raise ApiError(
             Code.UNRECOGNIZED_CLIENT_TYPE, "settings carry neither publishing nor subscription"

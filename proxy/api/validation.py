@@ -61,6 +61,9 @@ RESERVED_PROPERTIES = {
     Prop.TIMER_OUT_MS,
     Prop.TIMER_DEL_UNIQKEY,
     Prop.PRIORITY,
+    Prop.LITE_TOPIC,
+    Prop.INNER_MULTI_DISPATCH,
+    Prop.INNER_MULTI_QUEUE_OFFSET,
     "TIMER_DELAY_SEC",
     "TIMER_DELAY_MS",
     "POP_CK_OFFSET",
@@ -111,6 +114,23 @@ def validate_group(group: str) -> str:
     if not _NAME.match(group):
         raise ApiError(Code.ILLEGAL_CONSUMER_GROUP, f"group {group!r} has illegal characters")
     return group
+
+
+_LITE_TOPIC = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def validate_lite_topic(name: str, max_size: int) -> str:
+    """A lite topic name, checked as the Apache proxy 5.5 checks it (GrpcValidator)."""
+    if not name or not name.strip():
+        raise ApiError(Code.ILLEGAL_LITE_TOPIC, "lite topic cannot be blank")
+    if len(name.encode()) > max_size:
+        raise ApiError(Code.ILLEGAL_LITE_TOPIC, f"lite topic is longer than {max_size} bytes")
+    if not _LITE_TOPIC.match(name):
+        raise ApiError(
+            Code.ILLEGAL_LITE_TOPIC,
+            "lite topic may hold only letters, digits, hyphens (-) and underscores (_)",
+        )
+    return name
 
 
 def duration_ms(duration: Duration) -> int:

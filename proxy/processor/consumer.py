@@ -36,6 +36,9 @@ class Popped:
     checkpoint: str
     commit_log_offset: int
     msg_id: str
+    # A lite message (RocketMQ 5.5): its lite topic, which every ack and invisible-time
+    # change of it names; ``topic`` is then the parent.
+    lite_topic: str | None = None
 
 
 class ConsumerProcessor:
@@ -65,14 +68,37 @@ class ConsumerProcessor:
     # -- ack ------------------------------------------------------------------------------
 
     async def ack(
-        self, group: str, topic: str, checkpoints: list[PopCheckpointInfo]
+        self,
+        group: str,
+        topic: str,
+        checkpoints: list[PopCheckpointInfo],
+        lite_topics: list[str | None] | None = None,
     ) -> list[RemotingError | None]:
         """Ack each checkpoint; per checkpoint None or its error. Each broker's share goes
-        in one batch, all brokers at once."""
+        in one batch, all brokers at once. A lite message (its entry in ``lite_topics`` set)
+        is acked alone: brokers refuse lite messages in a batch ack."""
         errors: list[RemotingError | None] = [None] * len(checkpoints)
         by_broker: dict[str, list[int]] = {}
+        lite: list[int] = []
         for i, ck in enumerate(checkpoints):
-            by_broker.setdefault(ck.broker_name, []).append(i)
+            if lite_topics is not None and lite_topics[i]:
+                lite.append(i)
+            else:
+                by_broker.setdefault(ck.broker_name, []).append(i)
+
+        async def ack_lite(i: int) -> None:
+            ck = checkpoints[i]
+            try:
+                client = await self.broker(ck.broker_name, topic)
+                await client.ack(
+                    group,
+                    topic,
+                    ck.encode(),
+                    self.broker_timeout_s,
+                    lite_topic=lite_topics[i] if lite_topics is not None else None,
+                )
+            except RemotingError as exc:
+                errors[i] = exc
 
         async def ack_on(broker: str, indexes: list[int]) -> None:
             try:
@@ -87,16 +113,31 @@ class ConsumerProcessor:
             for i, error in zip(indexes, answers, strict=True):
                 errors[i] = error
 
-        await asyncio.gather(*(ack_on(b, idx) for b, idx in by_broker.items()))
+        await asyncio.gather(
+            *(ack_on(b, idx) for b, idx in by_broker.items()), *(ack_lite(i) for i in lite)
+        )
         return errors
 
     async def change_invisible(
-        self, group: str, topic: str, checkpoint: PopCheckpointInfo, invisible_ms: int
+        self,
+        group: str,
+        topic: str,
+        checkpoint: PopCheckpointInfo,
+        invisible_ms: int,
+        *,
+        lite_topic: str | None = None,
+        suspend: bool = False,
     ) -> str:
         """A new invisible time from now; the message's new checkpoint. Raises RemotingError."""
         client = await self.broker(checkpoint.broker_name, topic)
         return await client.change_invisible_time(
-            group, topic, checkpoint.encode(), invisible_ms, timeout=self.broker_timeout_s
+            group,
+            topic,
+            checkpoint.encode(),
+            invisible_ms,
+            timeout=self.broker_timeout_s,
+            lite_topic=lite_topic,
+            suspend=suspend,
         )
 
     # -- hand-back ------------------------------------------------------------------------
@@ -129,6 +170,7 @@ class ConsumerProcessor:
                     popped.checkpoint,
                     invisible_ms,
                     timeout=self.broker_timeout_s,
+                    lite_topic=popped.lite_topic,
                 )
             except RemotingError as exc:
                 # It becomes visible at the end of its invisible time instead.
@@ -154,7 +196,13 @@ class ConsumerProcessor:
             max_reconsume_times,
             timeout=self.broker_timeout_s,
         )
-        await client.ack(popped.group, popped.topic, popped.checkpoint, self.broker_timeout_s)
+        await client.ack(
+            popped.group,
+            popped.topic,
+            popped.checkpoint,
+            self.broker_timeout_s,
+            lite_topic=popped.lite_topic,
+        )
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Give hand-backs in flight up to ``grace_s``, then cancel what is left."""

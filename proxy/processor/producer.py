@@ -18,6 +18,7 @@ from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.remoting.broker_client import BrokerError, SendResult
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
+from proxy.remoting.lite import lite_queue_index
 from proxy.remoting.message import Prop
 
 # Broker refusals that another broker may not share: the send is tried once elsewhere.
@@ -63,7 +64,12 @@ class ProducerProcessor:
         earlier messages). ``result.broker`` names the broker that took it. Raises
         SendFailure."""
         failure: SendFailure | None = None
-        for broker, queue_id in self._targets(route, properties.get(Prop.SHARDING_KEY)):
+        targets = (
+            self._lite_target(route, properties[Prop.LITE_TOPIC])
+            if Prop.LITE_TOPIC in properties
+            else self._targets(route, properties.get(Prop.SHARDING_KEY))
+        )
+        for broker, queue_id in targets:
             client = self.pool.broker(broker.name)
             if client is None:
                 continue
@@ -86,6 +92,22 @@ class ProducerProcessor:
             except RemotingError as exc:
                 failure = SendFailure(broker.name, exc)
         raise failure or SendFailure("", None)
+
+    @staticmethod
+    def _lite_target(route: TopicRoute, lite_topic: str) -> list[tuple[BrokerRoute, int]]:
+        """A lite message (RocketMQ 5.5) goes to the queue its lite topic hashes to among
+        the parent's write queues listed broker by broker, brokers by name: the broker of
+        that queue owns the lite topic, and only its subscribers get an event for it (a
+        lite message stored elsewhere reaches no lite consumer). The Apache proxy and the
+        broker compute it alike (``remoting/lite.py``). No other broker."""
+        queues = [
+            (broker, queue_id)
+            for broker in sorted(route.writable, key=lambda b: b.name)
+            for queue_id in range(broker.write_queues)
+        ]
+        if not queues:
+            return []
+        return [queues[lite_queue_index(lite_topic, len(queues))]]
 
     def _targets(
         self, route: TopicRoute, message_group: str | None

@@ -46,12 +46,14 @@ from proxy.remoting.popinfo import PopCheckpointInfo
 log = logging.getLogger(__name__)
 
 RENEW_POLICY_MS = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
-# (group, broker, retry flag, queue id, queue offset): a message, whatever its handle.
-HandleKey = tuple[str, str, int, int, int]
+# (group, broker, retry flag, queue id, queue offset, lite topic): a message, whatever its
+# handle. Lite messages of one broker all say queue 0 and their own lite queue's offset, so
+# their lite topic ("" for others) tells them apart.
+HandleKey = tuple[str, str, int, int, int, str]
 
 
-def handle_key(group: str, ck: PopCheckpointInfo) -> HandleKey:
-    return (group, ck.broker_name, ck.retry, ck.queue_id, ck.queue_offset)
+def handle_key(group: str, ck: PopCheckpointInfo, lite_topic: str | None = None) -> HandleKey:
+    return (group, ck.broker_name, ck.retry, ck.queue_id, ck.queue_offset, lite_topic or "")
 
 
 @dataclass(slots=True, eq=False)
@@ -117,17 +119,21 @@ class HandleRenewer:
 
     def add(self, client_id: str, popped: Popped, reconsume_times: int) -> None:
         """A message delivered to a push consumer: keep it invisible until it is settled."""
-        key = handle_key(popped.group, PopCheckpointInfo.parse(popped.checkpoint))
+        key = handle_key(
+            popped.group, PopCheckpointInfo.parse(popped.checkpoint), popped.lite_topic
+        )
         if key not in self._handles and len(self._handles) >= self.max_handles:
             self.dropped += 1
             return
         self._handles[key] = _Renewed(client_id, popped, reconsume_times, self.clock_ms())
         self._last_seen[client_id] = asyncio.get_running_loop().time()
 
-    async def take(self, group: str, checkpoint: PopCheckpointInfo) -> str | None:
+    async def take(
+        self, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None = None
+    ) -> str | None:
         """Stop renewing the message ``checkpoint`` names; its current checkpoint (POP_CK),
         or None when this proxy does not renew it. Waits for a renewal in flight."""
-        key = handle_key(group, checkpoint)
+        key = handle_key(group, checkpoint, lite_topic)
         entry = self._handles.get(key)
         if entry is None:
             return None
@@ -195,6 +201,7 @@ class HandleRenewer:
                 checkpoint,
                 popped.commit_log_offset,
                 popped.msg_id,
+                popped.lite_topic,
             )
             entry.renewals += 1
             entry.failures = 0
@@ -216,6 +223,7 @@ class HandleRenewer:
             popped.checkpoint,
             invisible_ms,
             timeout=self.consumer.broker_timeout_s,
+            lite_topic=popped.lite_topic,
         )
 
     def _clear(self, keys: list[HandleKey], reason: str) -> None:

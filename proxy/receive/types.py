@@ -38,6 +38,7 @@ class PolledMessage:
     broker: str
     group: str
     message: MessageExt
+    lite: bool = False  # popped by POP_LITE_MESSAGE (RocketMQ 5.5 lite topics)
 
     @property
     def receipt_handle(self) -> str:
@@ -56,6 +57,7 @@ class PolledMessage:
             msg.properties[Prop.POP_CK],
             msg.commit_log_offset,
             msg.msg_id,
+            msg.properties.get(Prop.LITE_TOPIC) if self.lite else None,
         )
 
 

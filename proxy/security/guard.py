@@ -91,6 +91,7 @@ RESOURCES: dict[str, Callable[[Any], list[Access]]] = {
     "AckMessage": _subscribe,
     "ChangeInvisibleDuration": _subscribe,
     "ForwardMessageToDeadLetterQueue": _subscribe,
+    "SyncLiteSubscription": _subscribe,
 }
 
 

@@ -1,6 +1,6 @@
 """Head to head with the Apache RocketMQ proxy (issue 12), in one run.
 
-    .venv/bin/python -m tests.bench.peer [--scenarios reported,sparse,busy,fanin,overhead,stub]
+    .venv/bin/python -m tests.bench.peer [--scenarios reported,lite,sparse,busy,fanin,overhead,stub]
         [--rounds 2] [--out results/bench-peer]        # make bench-peer
 
 One real cluster (Apache RocketMQ 5.5.0 from ``make rocketmq``: a name server and 2 brokers,
@@ -18,6 +18,10 @@ Scenarios:
 - ``sparse``, ``busy``: scenarios.py's code unchanged, with the Apache proxy as one more
   "mode". The lean load generator sends its settings over Telemetry first, as the official
   clients do (``SettingsClient``): the Apache proxy reads a receive's subscription from them.
+- ``lite``: lite topics (RocketMQ 5.5): official Python lite consumers of one group
+  subscribed to 1,000 and 10,000 lite topics under one parent, messages at random intervals
+  to random lite topics. LitePushConsumers on every proxy; LiteSimpleConsumers on ours only
+  (the Apache proxy 5.5.0 refuses them).
 - ``fanin``: idle long polls on each proxy in turn: RSS per poll (slope from half to all of
   the polls) of each proxy process, and pops parked on the brokers (POLLING_INFO).
 - ``overhead``: pop+ack of a backlog through each proxy and straight to the brokers:
@@ -50,6 +54,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.lite import lite_queue_index
 from proxy.remoting.message import Prop
 from tests import admin
 from tests.bench import scenarios
@@ -429,8 +434,9 @@ async def create_lite(system: PeerSystem, parent: str, group: str, quota: int) -
     topics per client, on every broker (``tests.admin``)."""
     namesrv = system.cluster.namesrv_address
     await asyncio.to_thread(admin.create_topic, namesrv, parent, 4, message_type="LITE")
-    attributes = {"lite.bind.topic": parent, "lite.sub.client.quota": str(quota)}
-    await asyncio.to_thread(admin.create_group, namesrv, group, attributes=attributes)
+    await asyncio.to_thread(
+        admin.create_group, namesrv, group, lite_parent=parent, lite_quota=quota
+    )
 
 
 async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: float,
@@ -438,16 +444,23 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
                push: bool = True) -> dict:  # fmt: skip
     """Lite topics (RocketMQ 5.5), the load they are made for: ``lite_topics`` light topics
     under one parent topic, ``consumers`` official Python lite consumers of one group
-    subscribed to all of them, a message every ``gap_s`` to a random lite topic on a random
-    broker. LitePushConsumers by default: the Apache proxy 5.5.0 refuses a
+    subscribed to all of them, a message every ``gap_s`` to a random lite topic, on the
+    broker that owns it. LitePushConsumers by default: the Apache proxy 5.5.0 refuses a
     LiteSimpleConsumer's settings ("Client type is not consumer"). With ``push=False``,
     LiteSimpleConsumers, where a false empty is an empty answer to any consumer while a
     message had been waiting for 100 ms or more (the group's consumers share every lite
     topic)."""
     rng = random.Random(83)
+    brokers = sorted(system.broker_clients, key=lambda b: b.name)
     rows: dict[str, dict] = {}
     system.reset_counts()
-    for label in random.sample(system.modes, len(system.modes)):
+    # A lite poll is served the same in every receive mode (receive/lite.py): of ours, the
+    # default mode's proxy runs.
+    labels = [label for label in system.modes if label in (PEER, "adaptive")]
+    for label in random.sample(labels, len(labels)):
+        if label == PEER and not push:
+            rows[label] = {"lite_topics": lite_topics, "refused": "LITE_SIMPLE_CONSUMER"}
+            continue
         parent = group = f"lite-{label}-{lite_topics}-{'push' if push else 'simple'}"
         await create_lite(system, parent, group, quota=lite_topics + 100)
         sent: dict[str, float] = {}
@@ -463,8 +476,11 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
                 await asyncio.sleep(rng.uniform(*gap_s))
                 msg_id = uuid.uuid4().hex.upper()
                 lite_topic = f"lt-{rng.randrange(lite_topics)}"
-                await rng.choice(system.broker_clients).send(
-                    parent, b"x" * 64,
+                # To the queue that owns the lite topic, as the Apache proxy and ours send
+                # it: a 5.5.0 broker hands a lite message to a subscriber only there.
+                broker, queue = divmod(lite_queue_index(lite_topic, 4 * len(brokers)), 4)
+                await brokers[broker].send(
+                    parent, b"x" * 64, queue_id=queue,
                     properties={Prop.UNIQ_KEY: msg_id, Prop.LITE_TOPIC: lite_topic},
                 )  # fmt: skip
                 sent[msg_id] = time.time()
@@ -502,6 +518,10 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
             "delivered": len(lat),
             "undelivered": sum(1 for i in sent if i not in received),
             "duplicates": sum(1 for e in events if e["event"] == "message") - len(received),
+            # Delivered at attempt 2 or later: handed back (or timed out) once at least.
+            "redelivered": sum(
+                1 for e in events if e["event"] == "message" and e.get("attempt", 1) > 1
+            ),
             "latency_ms_p50": ms(percentile(lat, 0.5)),
             "latency_ms_p99": ms(percentile(lat, 0.99)),
             "latency_ms_max": ms(max(lat) if lat else None),
@@ -644,7 +664,7 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
 # -- the run --------------------------------------------------------------------------------
 
 LITE_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
-                "false_empties", "empties", "subscribe_s_max", "proxy_rss_mb",
+                "false_empties", "empties", "redelivered", "subscribe_s_max", "proxy_rss_mb",
                 "broker_requests_per_message_brokers_count"]  # fmt: skip
 REPORTED_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
                     "false_empties", "empties", "receives", "undelivered",
@@ -699,16 +719,19 @@ async def run(args: argparse.Namespace) -> dict:
                 home = Path(args.out) / "official-home"
                 home.mkdir(parents=True, exist_ok=True)
                 results["lite"] = {}
-                for n in args.lite_topics:
-                    results["lite"][n] = await lite(
-                        system, lite_topics=n, consumers=args.lite_consumers,
-                        slot_s=args.lite_slot_s, await_s=args.reported_await_s,
-                        gap_s=(args.gap_min_s, args.gap_max_s), home=home,
-                    )  # fmt: skip
-                    show(f"Lite topics: {n} under one parent, {args.lite_consumers} official "
-                         f"Python LiteSimpleConsumers subscribed to all, a message every "
-                         f"{args.gap_min_s}-{args.gap_max_s} s to a random one; load "
-                         f"{load_average()}", results["lite"][n], LITE_COLUMNS)  # fmt: skip
+                for kind in args.lite_clients:
+                    for n in args.lite_topics:
+                        results["lite"][f"{kind}-{n}"] = rows = await lite(
+                            system, lite_topics=n, consumers=args.lite_consumers,
+                            slot_s=args.lite_slot_s, await_s=args.reported_await_s,
+                            gap_s=(args.gap_min_s, args.gap_max_s), home=home,
+                            push=kind == "push",
+                        )  # fmt: skip
+                        show(f"Lite topics: {n} under one parent, {args.lite_consumers} "
+                             f"official Python Lite{kind.capitalize()}Consumers subscribed to "
+                             f"all, a message every {args.gap_min_s}-{args.gap_max_s} s to a "
+                             f"random one; load {load_average()}", rows,
+                             LITE_COLUMNS)  # fmt: skip
             if "sparse" in wanted:
                 system.reset_counts()
                 results["sparse"] = await scenarios.sparse(
@@ -824,6 +847,9 @@ def main() -> None:
         help="lite topics under the parent, per run",
     )
     p.add_argument("--lite-consumers", type=int, default=3)
+    p.add_argument("--lite-clients", type=lambda s: s.split(","), default=["push", "simple"],
+                   help="push: LitePushConsumers (every proxy); simple: LiteSimpleConsumers "
+                   "(ours: the Apache proxy refuses them)")  # fmt: skip
     p.add_argument("--lite-slot-s", type=float, default=60.0)
     p.add_argument("--busy-rate", type=int, default=1000)
     p.add_argument("--busy-consumers", type=int, default=64)

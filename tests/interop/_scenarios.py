@@ -388,3 +388,49 @@ def transactions_timed_and_recalled(run: Run, lang: str, proxy: ProxyProcess, to
     # Transactions are at least once: a real broker may check a transaction again before
     # the answer to its last check is in, and deliver a check-committed message twice.
     assert set(got) == {out["committed"], out["orphan"], out["timed"]}, out["received"]
+
+
+#: The lite consumers (RocketMQ 5.5) each client has: Python 5.1.2 a LiteSimpleConsumer and a
+#: LitePushConsumer, Node 1.0.8 and Java 5.2.0 a LitePushConsumer.
+LITE_KINDS = {"python": ("simple", "push"), "node": ("push",), "java": ("push",)}
+LITE_QUOTA = 3
+#: What each client raises for a subscription past its settings' quota (its own check):
+#: Python LITE_SUBSCRIPTION_QUOTA_EXCEEDED, Node a ClientException with code 429, Java a
+#: LiteSubscriptionQuotaExceededException (which carries no code).
+LITE_OVER_QUOTA = {
+    "python": {"code": 42902, "type": "LiteSubscriptionQuotaExceededException"},
+    "node": {"code": 429, "type": "ClientException"},
+    "java": {"code": None, "type": "LiteSubscriptionQuotaExceededException"},
+}
+
+
+def lite_consumers(run: Run, lang: str, proxy: ProxyProcess, topic: str, target) -> None:
+    """Each lite consumer of the client on the LITE parent ``topic``, in a lite group of its
+    own with a quota of 3: the settings carry the quota and the longest name (64); it gets
+    one message of each of its two lite topics and nothing of a third it did not subscribe;
+    a fourth subscription (one past the quota) fails with the client's quota error."""
+    for kind in LITE_KINDS[lang]:
+        group = target.new_lite_group(f"interop-{lang}-lite-{kind}", topic, quota=LITE_QUOTA)
+        names = [unique(f"{kind}-a"), unique(f"{kind}-b")]
+        extra = ("--push",) if kind == "push" else ()
+        out = run(
+            lang,
+            "lite",
+            "--endpoint",
+            proxy.grpc,
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--lite-topics",
+            ",".join(names),
+            "--other",
+            unique(f"{kind}-other"),
+            "--over-quota",
+            *extra,
+            timeout=CONSUME_TIMEOUT + 30,
+        )
+        assert out["quota"] == LITE_QUOTA and out["max_size"] == 64, out
+        got = sorted((m["lite_topic"], m["body"]) for m in out["messages"])
+        assert got == sorted((n, f"{n}-body") for n in names), out
+        assert out["over_quota"] == LITE_OVER_QUOTA[lang], out

@@ -111,6 +111,18 @@ class Target:
         admin.create_topic(self.namesrv, topic, brokers=brokers)
         return topic
 
+    def new_lite_topic(self, prefix: str) -> str:
+        """A LITE parent topic (RocketMQ 5.5 lite topics) on every broker."""
+        topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        admin.create_topic(self.namesrv, topic, message_type="LITE")
+        return topic
+
+    def new_lite_group(self, prefix: str, parent: str, *, quota: int | None = None) -> str:
+        """A lite group bound to the LITE topic ``parent``, ``quota`` lite topics a client."""
+        group = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        admin.create_group(self.namesrv, group, lite_parent=parent, lite_quota=quota)
+        return group
+
     def new_group(self, prefix: str, *, fifo: bool = False) -> str:
         """A consumer group created on every broker (``fifo``: consumeMessageOrderly)."""
         group = f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -23,6 +23,14 @@ protobuf. Same command line as ``node/client.mjs``::
         A PushConsumer whose listener records every call; --fail-first answers FAILURE the
         first time an id arrives; stops once N distinct ids were consumed with SUCCESS.
         --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
+    lite --endpoint HOST:PORT --group G --topic PARENT --lite-topics a,b [--other c] [--push]
+         [--over-quota]
+        -> {"quota", "max_size", "messages": [{"id", "body", "lite_topic"}],
+            "over_quota": {"code", "type"} | null, "errors": [...]}
+        A lite consumer (RocketMQ 5.5; LiteSimpleConsumer, or LitePushConsumer with --push) of
+        the lite group G bound to PARENT: subscribes a, b, sends one message to each lite
+        topic (and to c), consumes until a and b each delivered one; --over-quota then
+        subscribes one lite topic past the settings' quota and reports the client's error.
     features --endpoint HOST:PORT --topic T --group G --delay-seconds D
         -> {"committed", "rolled_back", "orphan", "timed", "recalled": ids,
             "recall_answer": what RecallMessage returned, "deliver_ms": the timed message's
@@ -142,6 +150,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     push.add_argument("--fail-first", action="store_true", help="FAILURE on an id's first call")
     push.add_argument("--consume-seconds", type=float, default=0.0, help="listener sleeps this")
     push.add_argument("--deadline-seconds", type=float, default=120.0)
+
+    lite = sub.add_parser("lite", help="a lite consumer (RocketMQ 5.5) of its lite topics")
+    lite.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
+    lite.add_argument("--group", required=True, help="a lite group bound to --topic")
+    lite.add_argument("--topic", required=True, help="the LITE parent topic")
+    lite.add_argument("--lite-topics", required=True, help="comma-separated lite topics")
+    lite.add_argument("--other", help="also send one message to this unsubscribed lite topic")
+    lite.add_argument("--push", action="store_true", help="a LitePushConsumer (else simple)")
+    lite.add_argument("--over-quota", action="store_true", help="subscribe one lite topic more")
+    lite.add_argument("--deadline-seconds", type=float, default=90.0)
 
     features = sub.add_parser("features", help="transactions, a timed and a recalled message")
     features.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
@@ -410,6 +428,107 @@ def push(args: argparse.Namespace) -> dict:
         consumer.shutdown()
 
 
+def lite(args: argparse.Namespace) -> dict:
+    """A LiteSimpleConsumer (or --push: LitePushConsumer) bound to the parent --topic:
+    subscribes each of --lite-topics, sends one message to each (and one to --other), and
+    consumes (acking, with the lite topic) until one message of each lite topic arrived;
+    then, with --over-quota, subscribes one lite topic more than the settings' quota
+    allows. -> {"quota", "max_size", "messages": [{"id", "body", "lite_topic"}],
+    "over_quota": {"code", "type"} or null, "errors": [...]}"""
+    from rocketmq import (
+        ConsumeResult,
+        LitePushConsumer,
+        LiteSimpleConsumer,
+        Message,
+        MessageListener,
+        Producer,
+    )
+
+    topics = [t for t in args.lite_topics.split(",") if t]
+    got: list[dict] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def record(message) -> None:
+        with lock:
+            got.append(
+                {
+                    "id": message.message_id,
+                    "body": message.body.decode("utf-8", "replace") if message.body else "",
+                    "lite_topic": message.lite_topic,
+                }
+            )
+            if {m["lite_topic"] for m in got} >= set(topics):
+                done.set()
+
+    class Listener(MessageListener):
+        def consume(self, message) -> ConsumeResult:
+            record(message)
+            return ConsumeResult.SUCCESS
+
+    config = client_configuration(args.endpoint)
+    if args.push:
+        consumer = LitePushConsumer(config, args.group, args.topic, Listener())
+        manager = consumer._LitePushConsumer__subscription_manager
+    else:
+        consumer = LiteSimpleConsumer(args.topic, config, args.group, await_duration=5)
+        manager = consumer._LiteSimpleConsumer__subscription_manager
+    consumer.startup()
+    producer = Producer(config, topics=(args.topic,))
+    producer.startup()
+    try:
+        # The settings (quota, longest name) come after start-up; 0 refuses every name.
+        deadline = time.monotonic() + 15
+        while manager.lite_subscription_quota == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out: dict = {
+            "quota": manager.lite_subscription_quota,
+            "max_size": manager.max_lite_topic_size,
+        }
+        for topic in topics:
+            consumer.subscribe_lite(topic)
+        # 5.1.2's subscribe_lite names the characters of the lite topic (it extends the
+        # request's set with the string); the full set reaches the brokers with the periodic
+        # COMPLETE_ADD, which this sends now rather than in 30 s.
+        consumer.subscribe_lite_all()
+        for topic in [*topics, *([args.other] if args.other else [])]:
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = f"{topic}-body".encode()
+            msg.lite_topic = topic
+            producer.send(msg)
+        stop = time.monotonic() + max(args.deadline_seconds - 25, 5)
+        while not done.is_set() and time.monotonic() < stop:
+            if args.push:
+                done.wait(0.2)
+                continue
+            try:
+                for message in consumer.receive(16, 15):
+                    consumer.ack(message)
+                    record(message)
+            except Exception as exc:
+                errors.append(describe(exc))
+        if not done.is_set():
+            raise RuntimeError(f"lite topics {topics}: got only {got}; errors {errors[-5:]}")
+        out["over_quota"] = None
+        if args.over_quota:
+            try:
+                for i in range(out["quota"] - len(topics) + 1):
+                    consumer.subscribe_lite(f"extra-{i}")
+            except Exception as exc:
+                out["over_quota"] = {"code": getattr(exc, "code", None), "type": type(exc).__name__}
+        if args.push:
+            time.sleep(2)  # the last acks leave the consumption threads
+        with lock:
+            out["messages"] = list(got)
+        out["errors"] = errors
+        return out
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
 def features(args: argparse.Namespace) -> dict:
     from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
 
@@ -484,9 +603,13 @@ def main(argv: list[str]) -> int:
     arm_watchdog(args.deadline_seconds)
     started = time.monotonic()
     try:
-        command = {"produce": produce, "consume": consume, "push": push, "features": features}[
-            args.command
-        ]
+        command = {
+            "produce": produce,
+            "consume": consume,
+            "push": push,
+            "lite": lite,
+            "features": features,
+        }[args.command]
         result = command(args)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)

@@ -97,3 +97,18 @@ def test_fifo_simple_consumers_keep_group_order(target, proxy, new_topic, run_cl
         at_once=1,
         target=target,
     )
+
+
+@pytest.mark.parametrize("target", DEFAULT_ONLY, indirect=True)
+def test_lite_consumers(target, proxy, run_client):
+    """RocketMQ 5.5 lite topics: each client's lite consumers (Python: simple and push; Node
+    and Java: push) subscribe lite topics of a LITE parent, get their messages only, and
+    meet their quota."""
+    scenario.for_each_client(
+        LANGS,
+        scenario.lite_consumers,
+        run_client,
+        proxy,
+        topic=target.new_lite_topic,
+        target=target,
+    )

@@ -271,7 +271,13 @@ class SimBroker:
         return result
 
     async def change_invisible_time(
-        self, group: str, topic: str, extra_info: str, invisible_ms: int, timeout: float = 3.0
+        self,
+        group: str,
+        topic: str,
+        extra_info: str,
+        invisible_ms: int,
+        timeout: float = 3.0,
+        lite_topic: str | None = None,
     ) -> str:
         self.requests["change_invisible"] += 1
         await self._hop()

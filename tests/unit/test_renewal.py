@@ -12,7 +12,9 @@ class _Broker:
     def __init__(self) -> None:
         self.changes: list[tuple[str, int]] = []
 
-    async def change_invisible_time(self, group, topic, extra_info, invisible_ms, timeout):
+    async def change_invisible_time(
+        self, group, topic, extra_info, invisible_ms, timeout, lite_topic=None
+    ):
         self.changes.append((extra_info, invisible_ms))
         old = PopCheckpointInfo.parse(extra_info)
         return PopCheckpointInfo(

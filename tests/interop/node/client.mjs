@@ -22,6 +22,14 @@
 //           "started_at", "ended_at", "result"}], "errors": [...]}
 //       A PushConsumer whose listener records every call; --fail-first answers FAILURE the first
 //       time an id arrives; stops once N distinct ids were consumed with SUCCESS.
+//   lite --endpoint HOST:PORT --group G --topic PARENT --lite-topics a,b [--other c] --push
+//        [--over-quota]
+//       -> {"quota", "max_size", "messages": [{"id", "body", "lite_topic"}],
+//           "over_quota": {"code", "type"} | null, "errors": [...]}
+//       A LitePushConsumer (RocketMQ 5.5; 1.0.8 has no lite simple consumer) of the lite group G
+//       bound to PARENT: subscribes a, b, sends one message to each lite topic (and to c),
+//       consumes until a and b each delivered one; --over-quota then subscribes one lite topic
+//       past the settings' quota and reports the client's error.
 //   features --endpoint HOST:PORT --topic T --group G --delay-seconds D
 //       -> {"committed", "rolled_back", "orphan", "timed", "recalled": ids,
 //           "recall_answer": the id RecallMessage returned, "deliver_ms": the timed message's
@@ -115,10 +123,10 @@ import rocketmq from 'rocketmq-client-nodejs';
 // Not re-exported by the package's index: the resolution a transaction checker returns.
 import definition from 'rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb.js';
 
-const { ConsumeResult, Producer, PushConsumer, SimpleConsumer } = rocketmq;
+const { ConsumeResult, LitePushConsumerBuilder, Producer, PushConsumer, SimpleConsumer } = rocketmq;
 const { TransactionResolution } = definition;
 
-const COMMANDS = [ 'produce', 'consume', 'push', 'features' ];
+const COMMANDS = [ 'produce', 'consume', 'push', 'lite', 'features' ];
 const REQUEST_TIMEOUT_MS = 3000; // the client's default, stated so deadlines can be computed
 const MAX_MESSAGES_PER_RECEIVE = 16;
 const CODE_OK = 20000;
@@ -163,6 +171,10 @@ function parseCli(argv) {
       'consume-seconds': { type: 'string', default: '0' },
       'delay-seconds': { type: 'string', default: '4' },
       'deadline-seconds': { type: 'string' },
+      'lite-topics': { type: 'string' },
+      other: { type: 'string' },
+      push: { type: 'boolean', default: false },
+      'over-quota': { type: 'boolean', default: false },
     },
   });
   const command = positionals[0];
@@ -217,6 +229,12 @@ function parseCli(argv) {
     args.failFirst = values['fail-first'];
     args.consumeSeconds = Number(values['consume-seconds']);
     if (!(args.consumeSeconds >= 0)) throw new UsageError('--consume-seconds must be a number >= 0');
+  } else if (command === 'lite') {
+    if (!values['lite-topics']) throw new UsageError('lite needs --lite-topics');
+    if (!values.push) throw new UsageError('lite needs --push (1.0.8 has only a LitePushConsumer)');
+    args.liteTopics = values['lite-topics'].split(',').filter(t => t);
+    args.other = values.other;
+    args.overQuota = values['over-quota'];
   } else {
     args.delaySeconds = int('delay-seconds', true);
   }
@@ -231,6 +249,7 @@ function defaultDeadline(args) {
   const timeout = REQUEST_TIMEOUT_MS / 1000;
   if (args.command === 'produce') return 20 + args.count * 3 * timeout;
   if (args.command === 'push') return 120;
+  if (args.command === 'lite') return 90;
   if (args.command === 'features') return 60;
   if (args.startOnly) return 30;
   const perRound = args.awaitSeconds + timeout + 1;
@@ -453,6 +472,60 @@ async function push(args, logger, startedMs) {
   }
 }
 
+// A LitePushConsumer bound to the parent --topic: see the usage at the top.
+async function lite(args, logger, startedMs) {
+  const got = [];
+  let markDone;
+  const done = new Promise(resolve => { markDone = resolve; });
+  const messageListener = {
+    async consume(message) {
+      got.push({ id: message.messageId, body: message.body.toString('utf8'), lite_topic: message.liteTopic ?? null });
+      if (args.liteTopics.every(t => got.some(m => m.lite_topic === t))) markDone(true);
+      return ConsumeResult.SUCCESS;
+    },
+  };
+  phase = 'lite push consumer startup';
+  const consumer = await new LitePushConsumerBuilder()
+    .bindTopic(args.topic)
+    .setClientConfiguration({ endpoints: args.endpoint, namespace: '', requestTimeout: REQUEST_TIMEOUT_MS, logger })
+    .setConsumerGroup(args.group)
+    .setMessageListener(messageListener)
+    .build();
+  const producer = newProducer(args, logger);
+  try {
+    phase = 'producer startup';
+    await producer.startup();
+    const manager = consumer.liteSubscriptionManager;
+    const out = { quota: manager.liteSubscriptionQuota, max_size: manager.maxLiteTopicSize, over_quota: null };
+    phase = 'subscribing';
+    for (const topic of args.liteTopics) await consumer.subscribeLite(topic);
+    phase = 'sending';
+    for (const topic of [ ...args.liteTopics, ...(args.other ? [ args.other ] : []) ]) {
+      await producer.send({ topic: args.topic, body: Buffer.from(`${topic}-body`), liteTopic: topic });
+    }
+    phase = 'consuming';
+    const waitMs = Math.max(startedMs + (args.deadlineSeconds - PUSH_SHUTDOWN_ALLOWANCE_S) * 1000 - Date.now(), 1000);
+    let timer;
+    const finished = await Promise.race([ done, new Promise(resolve => { timer = setTimeout(resolve, waitMs, false); }) ]);
+    clearTimeout(timer);
+    if (!finished) throw new Error(`lite topics ${args.liteTopics}: got only ${JSON.stringify(got)}`);
+    if (args.overQuota) {
+      phase = 'subscribing over the quota';
+      try {
+        for (let i = 0; i <= out.quota - args.liteTopics.length; i++) await consumer.subscribeLite(`extra-${i}`);
+      } catch (err) {
+        out.over_quota = { code: err.code ?? null, type: err.name ?? 'Error' };
+      }
+    }
+    await sleep(2000); // the last acks leave
+    return { ...out, messages: [ ...got ], errors: [] };
+  } finally {
+    phase = 'lite shutdown';
+    await producer.shutdown();
+    await consumer.shutdown();
+  }
+}
+
 async function features(args, logger, startedMs) {
   const checked = [];
   const checker = {
@@ -542,7 +615,7 @@ async function main() {
   }, args.deadlineSeconds * 1000);
   const started = Date.now();
   const logger = makeLogger();
-  const command = { produce, consume, push, features }[args.command];
+  const command = { produce, consume, push, lite, features }[args.command];
   let result;
   try {
     result = await command(args, logger, started);

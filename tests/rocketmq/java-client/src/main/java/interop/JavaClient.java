@@ -24,6 +24,15 @@
  *           "started_at", "ended_at", "result"}], "errors": [...]}
  *       A PushConsumer whose listener records every call; --fail-first answers FAILURE the
  *       first time an id arrives; stops once N distinct ids were consumed with SUCCESS.
+ *   lite --endpoint HOST:PORT --group G --topic PARENT --lite-topics a,b [--other c] --push
+ *        [--over-quota]
+ *       -> {"quota", "max_size", "messages": [{"id", "body", "lite_topic"}],
+ *           "over_quota": {"code", "type"} | null, "errors": [...]}
+ *       A LitePushConsumer (RocketMQ 5.5; 5.2.0 has no lite simple consumer) of the lite group
+ *       G bound to PARENT: subscribes a, b, sends one message to each lite topic (and to c),
+ *       consumes until a and b each delivered one; --over-quota then subscribes one lite
+ *       topic past the settings' quota and reports the client's error (code: null, the Java
+ *       exception carries none).
  *   features --endpoint HOST:PORT --topic T --group G --delay-seconds D
  *       -> {"committed", "rolled_back", "orphan", "timed", "recalled": ids,
  *           "recall_answer": what RecallMessage returned, "deliver_ms": the timed message's
@@ -119,6 +128,7 @@ import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
 import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
+import org.apache.rocketmq.client.apis.consumer.LitePushConsumer;
 import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
@@ -129,6 +139,8 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
 import org.apache.rocketmq.client.apis.producer.Transaction;
 import org.apache.rocketmq.client.apis.producer.TransactionResolution;
 import org.apache.rocketmq.client.java.impl.ClientImpl;
+import org.apache.rocketmq.client.java.impl.consumer.LitePushConsumerImpl;
+import org.apache.rocketmq.client.java.impl.consumer.LitePushConsumerSettings;
 import org.apache.rocketmq.client.java.impl.consumer.PushSubscriptionSettings;
 import org.apache.rocketmq.client.java.message.MessageViewImpl;
 import org.apache.rocketmq.client.java.route.Address;
@@ -153,12 +165,13 @@ public final class JavaClient {
     /** System.nanoTime() at which the watchdog ends the run. */
     private long deadlineNanos;
 
-    private static final Set<String> COMMANDS = Set.of("produce", "consume", "push", "features");
+    private static final Set<String> COMMANDS = Set.of("produce", "consume", "push", "lite", "features");
     private static final Set<String> VALUED = Set.of("endpoint", "topic", "group", "count", "tag",
         "keys", "body-prefix", "message-groups", "priority", "filter", "await-seconds", "expect",
         "max-rounds", "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
-        "delay-seconds", "deadline-seconds");
-    private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first");
+        "delay-seconds", "deadline-seconds", "lite-topics", "other");
+    private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first",
+        "push", "over-quota");
 
     private void parse(String[] argv) throws UsageError {
         List<String> positionals = new ArrayList<>();
@@ -182,7 +195,7 @@ public final class JavaClient {
         }
         if (positionals.size() != 1 || !COMMANDS.contains(positionals.get(0))) {
             throw new UsageError(
-                "usage: JavaClient produce|consume|push|features --endpoint HOST:PORT --topic T ...");
+                "usage: JavaClient produce|consume|push|lite|features --endpoint HOST:PORT --topic T ...");
         }
         command = positionals.get(0);
         require("endpoint");
@@ -210,6 +223,13 @@ public final class JavaClient {
                 require("group");
                 integer("expect", null, true);
                 number("consume-seconds", 0.0);
+                break;
+            case "lite":
+                require("group");
+                require("lite-topics");
+                if (!flags.contains("push")) {
+                    throw new UsageError("lite needs --push (5.2.0 has only a LitePushConsumer)");
+                }
                 break;
             default: // features
                 require("group");
@@ -270,6 +290,8 @@ public final class JavaClient {
                 return 20 + integer("count", 0, true) * 3 * REQUEST_TIMEOUT_SECONDS;
             case "push":
                 return 120;
+            case "lite":
+                return 90;
             case "features":
                 return 60;
             default:
@@ -545,6 +567,96 @@ public final class JavaClient {
         }
     }
 
+    /** A LitePushConsumer bound to the parent --topic: see the usage at the top. */
+    private String lite() throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        String parent = opts.get("topic");
+        List<String> topics = new ArrayList<>();
+        for (String t : opts.get("lite-topics").split(",")) {
+            if (!t.isEmpty()) {
+                topics.add(t);
+            }
+        }
+        List<Object> got = new ArrayList<>();
+        Set<String> seenTopics = new HashSet<>();
+        CountDownLatch done = new CountDownLatch(1);
+        Object lock = new Object();
+        LitePushConsumer consumer = provider.newLitePushConsumerBuilder()
+            .setClientConfiguration(configuration())
+            .setConsumerGroup(opts.get("group"))
+            .bindTopic(parent)
+            .setMessageListener(message -> {
+                synchronized (lock) {
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("id", message.getMessageId().toString());
+                    m.put("body", text(message));
+                    m.put("lite_topic", message.getLiteTopic().orElse(null));
+                    got.add(m);
+                    message.getLiteTopic().ifPresent(seenTopics::add);
+                    if (seenTopics.containsAll(topics)) {
+                        done.countDown();
+                    }
+                }
+                return ConsumeResult.SUCCESS;
+            })
+            .build();
+        Producer producer = null;
+        try {
+            producer = provider.newProducerBuilder()
+                .setClientConfiguration(configuration())
+                .setTopics(parent)
+                .build();
+            LitePushConsumerSettings settings = ((LitePushConsumerImpl) consumer).getSettings();
+            Map<String, Object> out = new LinkedHashMap<>();
+            out.put("quota", settings.getLiteSubscriptionQuota());
+            out.put("max_size", settings.getMaxLiteTopicSize());
+            out.put("over_quota", null);
+            for (String t : topics) {
+                consumer.subscribeLite(t);
+            }
+            List<String> sends = new ArrayList<>(topics);
+            if (opts.containsKey("other")) {
+                sends.add(opts.get("other"));
+            }
+            for (String t : sends) {
+                producer.send(provider.newMessageBuilder()
+                    .setTopic(parent)
+                    .setBody((t + "-body").getBytes(StandardCharsets.UTF_8))
+                    .setLiteTopic(t)
+                    .build());
+            }
+            long waitMillis = (long) (Math.max(remainingSeconds() - 25, 1) * 1000);
+            if (!done.await(waitMillis, TimeUnit.MILLISECONDS)) {
+                synchronized (lock) {
+                    throw new IllegalStateException("lite topics " + topics + ": got only " + Json.value(got));
+                }
+            }
+            if (flags.contains("over-quota")) {
+                try {
+                    for (int i = 0; i <= settings.getLiteSubscriptionQuota() - topics.size(); i++) {
+                        consumer.subscribeLite("extra-" + i);
+                    }
+                } catch (Exception e) {
+                    Map<String, Object> err = new LinkedHashMap<>();
+                    err.put("code", null);
+                    err.put("type", e.getClass().getSimpleName());
+                    out.put("over_quota", err);
+                }
+            }
+            Thread.sleep(2000); // the last acks leave the consumption threads
+            synchronized (lock) {
+                out.put("messages", new ArrayList<>(got));
+            }
+            out.put("errors", List.of());
+            return Json.value(out);
+        } finally {
+            if (producer != null) {
+                closeWithin(producer, "the Producer");
+            }
+            closeWithin(consumer, "the LitePushConsumer");
+        }
+    }
+
     /**
      * close() that gives up (on stderr) before the deadline: a PushConsumer's close waits for
      * its receives in flight, up to long polling + request timeout each.
@@ -667,6 +779,8 @@ public final class JavaClient {
                 return consume();
             case "push":
                 return push();
+            case "lite":
+                return lite();
             default:
                 return features();
         }

@@ -1,0 +1,233 @@
+"""Lite topics (RocketMQ 5.5) through the proxy: SyncLiteSubscription, the settings a lite
+consumer needs, lite sends, lite polls and lite acks, on both backends.
+
+The real backend is RocketMQ 5.5.0 (brokers with enableLmq and enableMultiDispatch); the stub
+backend serves lite once ``broker_stub`` implements it. Bad input is refused by the proxy
+before any broker is asked, so those tests hold on either backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.remoting.lite import lite_queue_index
+from tests import admin
+from tests.lean_client import millis
+
+Code = pb.Code
+
+
+async def lite_names(backend, app, quota: int | None = None) -> tuple[str, str]:
+    """A fresh LITE parent topic on both brokers and a lite group bound to it."""
+    namesrv = app.config.namesrv_addrs[0]
+    parent, group = backend.new_names()
+    parent, group = f"L{parent}", f"L{group}"
+    await asyncio.to_thread(admin.create_topic, namesrv, parent, 4, message_type="LITE")
+    await asyncio.to_thread(
+        admin.create_group, namesrv, group, lite_parent=parent, lite_quota=quota
+    )
+    return parent, group
+
+
+async def receive_until(client, group: str, parent: str, count: int, await_ms: int = 2000):
+    """Receive (and not ack) until ``count`` messages are in hand; bounded."""
+    got: list[pb.Message] = []
+    deadline = time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        result = await client.receive(group, parent, await_ms=await_ms, batch=32)
+        got.extend(result.messages)
+    return got
+
+
+async def settings_of(app, client_id: str, group: str, parent: str) -> pb.Settings:
+    """The settings the proxy answers a LiteSimpleConsumer's Telemetry settings with."""
+    import grpc
+
+    from proxy.api.v2 import service_pb2_grpc
+
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.config.grpc_port}")
+    try:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        settings = pb.Settings(
+            client_type=pb.ClientType.LITE_SIMPLE_CONSUMER,
+            request_timeout=millis(3000),
+            subscription=pb.Subscription(
+                group=pb.Resource(name=group),
+                subscriptions=[
+                    pb.SubscriptionEntry(
+                        topic=pb.Resource(name=parent),
+                        expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+                    )
+                ],
+                long_polling_timeout=millis(5000),
+            ),
+        )
+        call = stub.Telemetry(metadata=(("x-mq-client-id", client_id),), timeout=10)
+        await call.write(api.TelemetryCommand(settings=settings))
+        answer = await call.read()
+        await call.done_writing()
+        call.cancel()
+        assert answer.status.code == Code.OK, answer.status
+        return answer.settings
+    finally:
+        await channel.close()
+
+
+async def test_settings_carry_the_group_quota_and_the_longest_name(backend):
+    app = await backend.start()
+    parent, group = await lite_names(backend, app, quota=7)
+
+    settings = await settings_of(app, "lite-settings", group, parent)
+
+    assert settings.subscription.lite_subscription_quota == 7
+    assert settings.subscription.max_lite_topic_size == 64
+
+
+async def test_a_lite_consumer_gets_its_lite_topics_only_and_acks_them(backend, lean):
+    app = await backend.start()
+    parent, group = await lite_names(backend, app)
+    client = lean(app, "lite-client-1")
+    synced = await client.sync_lite(group, parent, ["alpha", "beta"])
+    assert synced.status.code == Code.OK, synced.status
+    for lite in ("alpha", "beta", "gamma", "alpha"):
+        sent = await client.send(parent, f"{lite}-body".encode(), lite_topic=lite)
+        assert sent.status.code == Code.OK, sent.status
+
+    got = await receive_until(client, group, parent, 3)
+
+    assert sorted(m.body for m in got) == [b"alpha-body", b"alpha-body", b"beta-body"]
+    assert {m.system_properties.lite_topic for m in got} == {"alpha", "beta"}
+    assert {m.system_properties.message_type for m in got} == {pb.MessageType.LITE}
+    acked = await client.ack(group, parent, got)
+    assert [e.status.code for e in acked.entries] == [Code.OK] * 3
+    # Nothing more: gamma was never subscribed, and the acked ones do not come back.
+    again = await client.receive(group, parent, await_ms=1000)
+    assert again.status == Code.MESSAGE_NOT_FOUND and not again.messages
+
+
+async def test_a_lite_message_goes_to_the_broker_that_owns_its_lite_topic(backend, lean):
+    app = await backend.start()
+    parent, _ = await lite_names(backend, app)
+    client = lean(app, "lite-producer")
+    names = [f"owner-{i}" for i in range(6)]
+    for name in names:
+        sent = await client.send(parent, b"x", lite_topic=name)
+        assert sent.status.code == Code.OK, sent.status
+
+    for name in names:
+        owner = ("broker-a", "broker-b")[lite_queue_index(name, 8) // 4]
+        other = "broker-b" if owner == "broker-a" else "broker-a"
+        lmq = f"%LMQ%${parent}${name}"
+        assert await backend.max_offset(owner, lmq) == 1, name
+        assert await backend.max_offset(other, lmq) == 0, name
+
+
+async def test_a_parked_lite_poll_answers_when_a_message_arrives(backend, lean):
+    app = await backend.start()
+    parent, group = await lite_names(backend, app)
+    client = lean(app, "lite-client-2")
+    assert (await client.sync_lite(group, parent, ["late"])).status.code == Code.OK
+    producer = lean(app, "lite-producer-2")
+
+    async def send_later() -> None:
+        await asyncio.sleep(1.0)
+        await producer.send(parent, b"late-body", lite_topic="late")
+
+    started = time.monotonic()
+    sender = asyncio.create_task(send_later())
+    result = await client.receive(group, parent, await_ms=10_000)
+    waited = time.monotonic() - started
+    await sender
+
+    assert [m.body for m in result.messages] == [b"late-body"]
+    assert waited < 8, f"answered after {waited:.1f}s, not when the message arrived"
+    assert (await client.ack(group, parent, result.messages)).status.code == Code.OK
+
+
+async def test_an_unsubscribed_lite_topic_is_no_longer_delivered(backend, lean):
+    app = await backend.start()
+    parent, group = await lite_names(backend, app)
+    client = lean(app, "lite-client-3")
+    assert (await client.sync_lite(group, parent, ["keep", "drop"])).status.code == Code.OK
+    removed = await client.sync_lite(
+        group, parent, ["drop"], action=pb.LiteSubscriptionAction.PARTIAL_REMOVE
+    )
+    assert removed.status.code == Code.OK
+    await client.send(parent, b"drop-body", lite_topic="drop")
+    await client.send(parent, b"keep-body", lite_topic="keep")
+
+    got = await receive_until(client, group, parent, 1)
+    assert [m.body for m in got] == [b"keep-body"]
+    await client.ack(group, parent, got)
+    again = await client.receive(group, parent, await_ms=1000)
+    assert not again.messages
+
+
+async def test_offset_option_min_replays_what_the_group_already_acked(backend, lean):
+    app = await backend.start()
+    parent, group = await lite_names(backend, app)
+    first = lean(app, "lite-client-4")
+    assert (await first.sync_lite(group, parent, ["replay"])).status.code == Code.OK
+    await first.send(parent, b"replay-body", lite_topic="replay")
+    got = await receive_until(first, group, parent, 1)
+    assert (await first.ack(group, parent, got)).status.code == Code.OK
+    second = lean(app, "lite-client-5")
+
+    synced = await second.sync_lite(
+        group, parent, ["replay"], offset_option=pb.OffsetOption(policy=pb.OffsetOption.MIN)
+    )
+
+    assert synced.status.code == Code.OK
+    replayed = await receive_until(second, group, parent, 1)
+    assert [m.body for m in replayed] == [b"replay-body"]
+
+
+@pytest.mark.parametrize(
+    ("names", "code"),
+    [
+        (["a b"], Code.ILLEGAL_LITE_TOPIC),
+        ([" "], Code.ILLEGAL_LITE_TOPIC),
+        (["x" * 65], Code.ILLEGAL_LITE_TOPIC),
+        (["ok", "é"], Code.ILLEGAL_LITE_TOPIC),
+    ],
+)
+async def test_bad_lite_topic_names_are_refused(backend, lean, names, code):
+    app = await backend.start()
+    client = lean(app, "lite-bad")
+
+    answer = await client.sync_lite(backend.group, backend.topic, names)
+
+    assert answer.status.code == code
+
+
+async def test_bad_sync_requests_get_the_codes_clients_expect(backend, lean):
+    app = await backend.start()
+    client = lean(app, "lite-bad-2")
+    no_group = await client.sync_lite("", backend.topic, ["a"])
+    assert no_group.status.code == Code.ILLEGAL_CONSUMER_GROUP
+    no_topic = await client.sync_lite(backend.group, "", ["a"])
+    assert no_topic.status.code == Code.ILLEGAL_TOPIC
+    unknown = await client.sync_lite(backend.group, "NoSuchLiteParent", ["a"])
+    assert unknown.status.code == Code.TOPIC_NOT_FOUND
+    empty_option = await client.sync_lite(
+        backend.group, backend.topic, ["a"], offset_option=pb.OffsetOption()
+    )
+    assert empty_option.status.code == Code.ILLEGAL_OFFSET
+    anonymous = lean(app, None)
+    assert (await anonymous.sync_lite(backend.group, backend.topic, ["a"])).status.code == (
+        Code.CLIENT_ID_REQUIRED
+    )
+
+
+async def test_a_bad_lite_topic_on_send_is_refused(backend, lean):
+    app = await backend.start()
+    client = lean(app, "lite-bad-send")
+
+    sent = await client.send(backend.topic, b"x", lite_topic="not ok")
+
+    assert sent.status.code == Code.ILLEGAL_LITE_TOPIC
