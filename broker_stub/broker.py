@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import zlib
+from typing import Any
 
 import orjson
 
@@ -21,7 +22,8 @@ from proxy.background import start_background, stop_background
 from proxy.remoting.client import RemotingClient, RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from proxy.remoting.headers import RegisterBrokerHeader, UnregisterBrokerHeader
+from proxy.remoting.headers import RegisterBrokerHeader, TopicHeader, UnregisterBrokerHeader
+from proxy.remoting.lite import LMQ_PREFIX
 from proxy.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ class Broker:
             self.notifications,
             self.scheduler,
             self.transactions,
+            self.parent_route if self._namesrv_clients else None,
         )
         self.server = RemotingServer(self.processor, max_frame=config.max_frame)
         config.port = await self.server.start(config.host, config.port)
@@ -101,6 +104,8 @@ class Broker:
             await self._unregister()
             self.pops.close()
             self.notifications.close()
+            self.processor.lite_polls.close()
+            self.processor.lite.close()
             self.pop.close()
             self.scheduler.close()
             await self.transactions.close()
@@ -115,6 +120,9 @@ class Broker:
     def _on_arrival(self, topic: str, queue_id: int) -> None:
         if not self._started:
             return
+        if topic.startswith(LMQ_PREFIX):
+            self.processor.lite.on_arrival(topic)
+            return
         origin = self.pop.retry_origins.get(topic)
         if origin is not None:
             # A revived message: only its group can pop it, from any queue's pop.
@@ -124,6 +132,23 @@ class Broker:
         else:
             self.pops.wake(topic, queue_id)
             self.notifications.wake(topic, queue_id)
+
+    async def parent_route(self, topic: str) -> list[dict[str, Any]] | None:
+        """The queueDatas of ``topic``'s route from the first name server that has one
+        (which broker owns a lite topic depends on it, as on a RocketMQ broker)."""
+        request = TopicHeader(topic).encode()
+        for client in self._namesrv_clients:
+            try:
+                response = await client.invoke(
+                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, dict(request)),
+                    REGISTER_TIMEOUT,
+                )
+            except RemotingError as exc:
+                log.warning("broker %s: name server %s: %s", self.name, client.address, exc)
+                continue
+            if response.code == ResponseCode.SUCCESS and response.body:
+                return list(orjson.loads(response.body).get("queueDatas") or [])
+        return None
 
     # -- name server registration ---------------------------------------------------------
 

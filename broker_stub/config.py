@@ -41,6 +41,12 @@ class BrokerConfig:
     recall_message_enable: bool = True
 
     # broker-side long polling
+    # (client, lite topic) subscriptions a broker holds (maxLiteSubscriptionCount)
+    max_lite_subscriptions: int = 100_000
+    # light message queues (lite topics) a broker holds (maxLmqConsumeQueueNum), enforced
+    # only with lmq_quota (enableLmqQuota, off by default as on a RocketMQ broker)
+    max_lmq_queues: int = 20_000
+    lmq_quota: bool = False
     polling_per_key: int = 1024
     polling_total: int = 100_000
 

@@ -379,6 +379,60 @@ class PopService:
             self._pop_queue_orderly(req, qid, offset, want, attempt_id, result)
         return result
 
+    def pop_queue_orderly(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_nums: int,
+        invisible_time: int,
+        attempt_id: str | None,
+        pop_time: int,
+    ) -> PopResult:
+        """An orderly pop of one queue of a topic the broker need not have a config for (a
+        lite topic's LMQ): nothing while the queue is blocked by another attempt."""
+        result = PopResult(pop_time, invisible_time, POP_ORDER_REVIVE_QUEUE, order_count_info=[])
+        order = self._orders.get((group, topic, queue_id))
+        if order is not None and order.blocks(attempt_id, pop_time):
+            return result
+        req = PopRequest(group, topic, queue_id, max_nums, invisible_time, TagFilter(None))
+        offset = self._offset(req, topic, queue_id)
+        self._pop_queue_orderly(req, queue_id, offset, max_nums, attempt_id, result)
+        return result
+
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Move the group's offset of a queue (a lite subscription's offset option) and
+        forget its orderly block, as a RocketMQ broker's assignResetOffset does."""
+        self._offsets[(group, topic, queue_id)] = offset
+        self._orders.pop((group, topic, queue_id), None)
+
+    def suspend_orderly(
+        self, group: str, topic: str, queue_id: int, pop_time: int, next_visible: int
+    ) -> None:
+        """Hand a whole orderly pop back until ``next_visible`` without counting it as an
+        attempt (MemoryConsumerOrderInfoManager.suspendQueue): each message's count of
+        earlier pops goes down by one; a handle of another pop changes nothing."""
+        order = self._orders.get((group, topic, queue_id))
+        if order is None or order.pop_time != pop_time:
+            return
+        order.counts = {o: c - 1 if c > 0 else c for o, c in order.counts.items()}
+        order.next_visible.clear()
+        order.invisible_time = next_visible - pop_time
+
+    def block_end(self, group: str, topic: str, queue_id: int) -> int | None:
+        """When the last unacked message of the queue's orderly pop becomes visible again
+        (its lock-free time), or None when none is unacked."""
+        order = self._orders.get((group, topic, queue_id))
+        if order is None:
+            return None
+        default = order.pop_time + order.invisible_time
+        ends = [order.next_visible.get(o, default) for o in order.offsets if o not in order.acked]
+        return max(ends) if ends else None
+
+    def has_offset(self, group: str, topic: str, queue_id: int) -> bool:
+        """Whether the group has consumed (or reset) the queue before."""
+        return (group, topic, queue_id) in self._offsets
+
     def _pop_queue_orderly(
         self,
         req: PopRequest,

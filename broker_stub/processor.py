@@ -16,6 +16,8 @@ import orjson
 from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.handlers import RequestError, dispatch
+from broker_stub.lite import LiteService
+from broker_stub.lite_handlers import LiteHandlers, RouteLookup
 from broker_stub.polling import PollingTable, PollKey, Waiter
 from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult, PopService, now_ms
 from broker_stub.store import MessageStore
@@ -55,6 +57,7 @@ from proxy.remoting.headers import (
     SendMessageResponseHeader,
     TopicHeader,
 )
+from proxy.remoting.lite import lmq_name
 from proxy.remoting.message import (
     SYSFLAG_MULTI_TAGS,
     MessageExt,
@@ -91,6 +94,7 @@ class BrokerProcessor:
         notifications: PollingTable,
         scheduler: DeliveryScheduler,
         transactions: TransactionService | None = None,
+        route: RouteLookup | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -109,6 +113,15 @@ class BrokerProcessor:
             check_max=config.transaction_check_max,
         )
         self.groups = GroupTable(config.max_reconsume_times)
+        # Lite topics (RocketMQ 5.5): parked lite pops wait per client, not per queue.
+        self.lite_polls = PollingTable(pop.loop, config.polling_per_key, config.polling_total)
+        self.lite = LiteService(
+            store, pop, self.groups, self.lite_polls, pop.loop,
+            max_subscriptions=config.max_lite_subscriptions,
+        )  # fmt: skip
+        self.lite_handlers = LiteHandlers(
+            config, store, topics, self.groups, pop, self.lite, self.lite_polls, route
+        )
         self.ids = UniqueIdGenerator(config.address.rpartition(":")[0])
         self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
@@ -138,6 +151,10 @@ class BrokerProcessor:
             GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
+            RequestCode.POP_LITE_MESSAGE: self.lite_handlers.pop_lite,
+            RequestCode.LITE_SUBSCRIPTION_CTL: self.lite_handlers.subscription_ctl,
+            RequestCode.GET_BROKER_LITE_INFO: self.lite_handlers.broker_lite_info,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
         }
         self.started_ms = now_ms()
 
@@ -227,6 +244,19 @@ class BrokerProcessor:
                 )
             props = dict(props)
             props.setdefault(Prop.UNIQ_KEY, self.ids.next_id())
+            if props.get(Prop.LITE_TOPIC):
+                # Also indexed in the lite topic's LMQ (store.put), whatever the topic's type.
+                lmq = lmq_name(topic, props[Prop.LITE_TOPIC])
+                if (
+                    self.config.lmq_quota
+                    and not self.store.has_queue(lmq, 0)
+                    and self.lite.lmq_count >= self.config.max_lmq_queues
+                ):  # HookUtils.handleLmqQuota: no new LMQ past maxLmqConsumeQueueNum
+                    raise RequestError(
+                        ResponseCode.LMQ_QUOTA_EXCEEDED,
+                        "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.",
+                    )
+                props[Prop.INNER_MULTI_DISPATCH] = lmq
             props[Prop.CLUSTER] = self.config.cluster
             messages.append(
                 MessageExt(
@@ -447,6 +477,9 @@ class BrokerProcessor:
 
     def ack_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = AckMessageHeader.decode(cmd.ext_fields)
+        if h.lite_topic:
+            self._read_queue(self._topic(h.topic), h.queue_id, ResponseCode.MESSAGE_ILLEGAL)
+            return self.lite_handlers.ack(cmd, h)
         group, topic, queue_id, info, offset = self._checkpoint_target(h)
         low, high = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         if not low <= offset <= high:
@@ -477,6 +510,9 @@ class BrokerProcessor:
         self, cmd: RemotingCommand, conn: RemotingConnection
     ) -> RemotingCommand:
         h = ChangeInvisibleTimeHeader.decode(cmd.ext_fields)
+        if h.lite_topic:
+            self._read_queue(self._topic(h.topic), h.queue_id, ResponseCode.MESSAGE_ILLEGAL)
+            return self.lite_handlers.change_invisible_time(cmd, h)
         group, topic, queue_id, info, offset = self._checkpoint_target(h)
         invisible_time = h.invisible_time
         if invisible_time < 0:
@@ -633,9 +669,22 @@ class BrokerProcessor:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: body = SubscriptionGroupConfig JSON."""
         try:
             body = orjson.loads(cmd.body)
-            config = GroupConfig.from_json(body, self.config.max_reconsume_times)
+            name = str(body["groupName"])
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
             raise RequestError(BAD, "the body is not a SubscriptionGroupConfig") from None
+        current = self.groups.find(name)
+        try:
+            config = GroupConfig.from_json(
+                body, self.config.max_reconsume_times, current.attributes if current else None
+            )
+        except (TypeError, KeyError, AttributeError):
+            raise RequestError(BAD, "the body is not a SubscriptionGroupConfig") from None
+        except ValueError as exc:
+            # A RocketMQ broker lets AttributeUtil's exception reach the remoting layer.
+            # (Its remark goes on with the Java stack frame, which the stub has not.)
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR, f"java.lang.RuntimeException: {exc}"
+            ) from None
         self._group(config.name)
         self.groups.put(config)
         return cmd.make_response(OK)
@@ -647,6 +696,31 @@ class BrokerProcessor:
         self._group(group)
         config = self.groups.get(group)
         return cmd.make_response(OK, body=orjson.dumps(config.to_json()))
+
+    def update_broker_config(
+        self, cmd: RemotingCommand, conn: RemotingConnection
+    ) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG: a properties body (``key=value`` lines). The stub acts on
+        ``maxLiteSubscriptionCount``, ``maxLmqConsumeQueueNum`` and ``enableLmqQuota``; like
+        a RocketMQ broker, which sets whatever field matches, it takes other keys without
+        complaint (and ignores them)."""
+        text = cmd.body.decode("utf-8", "replace") if cmd.body else ""
+        for line in text.splitlines():
+            key, sep, value = (part.strip() for part in line.partition("="))
+            if not sep:
+                continue
+            if key == "enableLmqQuota":
+                self.config.lmq_quota = value.lower() == "true"
+            elif key in ("maxLiteSubscriptionCount", "maxLmqConsumeQueueNum"):
+                try:
+                    number = int(value)
+                except ValueError:
+                    raise RequestError(ResponseCode.SYSTEM_ERROR, f"bad {line!r}") from None
+                if key == "maxLiteSubscriptionCount":
+                    self.lite.max_subscriptions = number
+                else:
+                    self.config.max_lmq_queues = number
+        return cmd.make_response(OK)
 
     def runtime_info(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: a KVTable of the figures ``mqadmin clusterList`` prints

@@ -13,7 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from proxy.remoting.message import MessageExt, decode_messages, encode_message
+from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_message
+
+LMQ_PREFIX = "%LMQ%"  # MixAll.LMQ_PREFIX: queues a message can be multi-dispatched to
 
 
 class CommitLog(ABC):
@@ -146,8 +148,22 @@ class MessageStore:
         return self._puts
 
     def put(self, msg: MessageExt) -> PutResult:
-        """Assign offsets and store time, encode and append ``msg``; return where it went."""
+        """Assign offsets and store time, encode and append ``msg``; return where it went.
+
+        A message naming light message queues in INNER_MULTI_DISPATCH (a lite message) is
+        also indexed in queue 0 of each, its offsets there written into the record as
+        INNER_MULTI_QUEUE_OFFSET: RocketMQ's LMQ dispatch (enableLmq, enableMultiDispatch).
+        """
         queue = self.queue(msg.topic, msg.queue_id)
+        lmqs = [
+            name
+            for name in msg.properties.get(Prop.INNER_MULTI_DISPATCH, "").split(",")
+            if name.startswith(LMQ_PREFIX)
+        ]
+        if lmqs:
+            msg.properties[Prop.INNER_MULTI_QUEUE_OFFSET] = ",".join(
+                str(self.max_offset(name, 0)) for name in lmqs
+            )
         msg.queue_offset = queue.max_offset
         msg.commit_log_offset = self.commit_log.end_offset
         msg.store_timestamp = int(time.time() * 1000)
@@ -156,8 +172,14 @@ class MessageStore:
         queue.add(QueueEntry(physical, msg.tags))
         for dropped in queue.truncate_to(self.retain_per_queue):
             self.commit_log.drop(dropped.physical_offset)
+        for name in lmqs:
+            # The commit log keeps the record while its own queue does; an LMQ only
+            # indexes it.
+            self.queue(name, 0).add(QueueEntry(physical, msg.tags))
         if self.on_arrival is not None:
             self.on_arrival(msg.topic, msg.queue_id)
+            for name in lmqs:
+                self.on_arrival(name, 0)
         return PutResult(msg.queue_offset, physical, msg.store_timestamp)
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -166,6 +188,13 @@ class MessageStore:
         if queue is None:
             queue = self._queues[key] = ConsumeQueue(topic, queue_id)
         return queue
+
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        return (topic, queue_id) in self._queues
+
+    def queue_count(self, prefix: str) -> int:
+        """How many queues there are of topics named ``prefix...``."""
+        return sum(1 for topic, _ in self._queues if topic.startswith(prefix))
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get((topic, queue_id))

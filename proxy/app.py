@@ -75,6 +75,7 @@ class ProxyApp:
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
         self.lite = LiteProcessor(self.pool, rc.broker_timeout_s)
+        self.lite.start()
         self.transactions = TransactionProcessor(
             self.pool,
             client_id=f"rmq-notify-proxy@{config.proxy_id}",

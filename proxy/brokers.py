@@ -154,8 +154,9 @@ class BrokerPool:
         self._lookups: dict[str, asyncio.Future[TopicRoute]] = {}
         self._brokers: dict[str, BrokerClient] = {}
         self._retired: list[BrokerClient] = []
-        # Requests brokers send us (a transaction check), with the broker's name.
-        self.server_handler: Callable[[str, RemotingCommand], RemotingCommand | None] | None = None
+        # Requests brokers send us (a transaction check, a lite unsubscribe), by request
+        # code; each handler gets the broker's name (``serve``).
+        self._served: dict[int, Callable[[str, RemotingCommand], RemotingCommand | None]] = {}
 
     async def route(self, topic: str) -> TopicRoute:
         """The route of ``topic``; raises TopicNotFound, or RemotingError with no route known."""
@@ -228,8 +229,14 @@ class BrokerPool:
             self._brokers[broker.name] = client
         return client
 
+    def serve(
+        self, code: int, handler: Callable[[str, RemotingCommand], RemotingCommand | None]
+    ) -> None:
+        """Hand requests of ``code`` that brokers send on our connections to ``handler``."""
+        self._served[code] = handler
+
     def _on_server_request(self, broker: str, cmd: RemotingCommand) -> RemotingCommand | None:
-        handler = self.server_handler
+        handler = self._served.get(cmd.code)
         return None if handler is None else handler(broker, cmd)
 
     def broker(self, name: str) -> BrokerClient | None:

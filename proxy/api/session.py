@@ -3,15 +3,19 @@ transaction checks a producer's Telemetry stream carries.
 
 The proxy keeps no session state beyond the open Telemetry streams of producers, which it
 names to the brokers so that their transaction checks reach a producer
-(``processor/transaction.py``). A consumer's settings say whether its group is FIFO
-(``subscription.fifo``, from the group's config on the brokers). Heartbeats and
-termination tell the handle renewer whether a push consumer is still there.
+(``processor/transaction.py``), and of lite consumers, to which it passes the brokers'
+word that a lite topic was taken from them (``processor/lite.py``). A consumer's settings
+say whether its group is FIFO (``subscription.fifo``, from the group's config on the
+brokers) and carry a lite group's quota. Heartbeats and termination tell the handle renewer
+whether a push consumer is still there; a lite consumer's termination drops its lite
+subscriptions on the brokers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 
 from proxy.api import validation as check
@@ -96,12 +100,20 @@ class SessionActivity:
         except ApiError as err:
             yield api.TelemetryCommand(status=err.status)
             return
+        client_id = check.require_client_id(context)
         async for command in commands:
             answer, topics = await self._answer(command)
             if answer is None:
                 continue
             if topics and self.transactions is not None:
-                async for out in self._producer_stream(commands, answer, topics):
+                register = functools.partial(self._register_producer, topics)
+                async for out in self._stream(commands, answer, register):
+                    yield out
+                return
+            lite_group = _lite_group(command)
+            if lite_group is not None and self.lite is not None:
+                register = functools.partial(self._register_lite, lite_group, client_id)
+                async for out in self._stream(commands, answer, register):
                     yield out
                 return
             yield answer
@@ -129,18 +141,30 @@ class SessionActivity:
         topics = [t.name for t in command.settings.publishing.topics]
         return api.TelemetryCommand(status=ok(), settings=settings), topics
 
-    async def _producer_stream(
+    def _register_producer(
+        self, topics: list[str], outbox: asyncio.Queue[api.TelemetryCommand | None]
+    ) -> Callable[[], None]:
+        assert self.transactions is not None
+        return self.transactions.register(topics, _sink(outbox))
+
+    def _register_lite(
+        self, group: str, client_id: str, outbox: asyncio.Queue[api.TelemetryCommand | None]
+    ) -> Callable[[], None]:
+        assert self.lite is not None
+        return self.lite.register(group, client_id, _unsubscribe_sink(outbox))
+
+    async def _stream(
         self,
         commands: AsyncIterator[api.TelemetryCommand],
         first: api.TelemetryCommand,
-        topics: list[str],
+        register: Callable[[asyncio.Queue[api.TelemetryCommand | None]], Callable[[], None]],
     ) -> AsyncIterator[api.TelemetryCommand]:
-        """The rest of a producer's stream: the answer ``first``, then checks of ``topics``
-        and answers to further commands, in the order they are put in the outbox."""
-        assert self.transactions is not None
+        """The rest of a stream that also carries the server's commands (a producer's
+        transaction checks, a lite consumer's lost lite topics): the answer ``first``, then
+        what ``register`` puts in the outbox and answers to further commands, in order."""
         outbox: asyncio.Queue[api.TelemetryCommand | None] = asyncio.Queue(OUTBOX_LIMIT)
         outbox.put_nowait(first)
-        forget = self.transactions.register(topics, _sink(outbox))
+        forget = register(outbox)
         reader = asyncio.get_running_loop().create_task(self._read(commands, outbox))
         try:
             while (command := await outbox.get()) is not None:
@@ -166,6 +190,35 @@ class SessionActivity:
             # means the writer is gone too; it is cancelled with the stream.
             with contextlib.suppress(asyncio.QueueFull):
                 outbox.put_nowait(None)
+
+
+_LITE_CONSUMERS = (pb.ClientType.LITE_PUSH_CONSUMER, pb.ClientType.LITE_SIMPLE_CONSUMER)
+
+
+def _lite_group(command: api.TelemetryCommand) -> str | None:
+    """The group of a lite consumer's settings, else None."""
+    if command.WhichOneof("command") != "settings":
+        return None
+    settings = command.settings
+    if settings.client_type not in _LITE_CONSUMERS or not settings.subscription.group.name:
+        return None
+    return settings.subscription.group.name
+
+
+def _unsubscribe_sink(
+    outbox: asyncio.Queue[api.TelemetryCommand | None],
+) -> Callable[[str], bool]:
+    def deliver(lite_topic: str) -> bool:
+        command = api.TelemetryCommand(
+            notify_unsubscribe_lite_command=api.NotifyUnsubscribeLiteCommand(lite_topic=lite_topic)
+        )
+        try:
+            outbox.put_nowait(command)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    return deliver
 
 
 def _sink(

@@ -80,7 +80,7 @@ class TransactionProcessor:
         self.checks_dropped = 0
 
     def start(self) -> None:
-        self.pool.server_handler = self.on_broker_request
+        self.pool.serve(RequestCode.CHECK_TRANSACTION_STATE, self.on_broker_request)
         self._task = start_background(self._heartbeats(), name="producer-heartbeats", log=log)
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ POP_LITE_MESSAGE; see ``docs/design.md`` "Lite topics".
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,3 +186,16 @@ def lite_queue_index(lite_topic: str, queue_count: int) -> int:
     (brokers by name, each broker's queues 0..n-1), as the 5.5.0 proxy
     (``SendMessageQueueSelector``) and broker (``LiteShardingImpl``) compute it."""
     return consistent_hash(java_string_hash(lite_topic), queue_count)
+
+
+def lite_owner(lite_topic: str, queue_datas: Sequence[dict[str, Any]]) -> str | None:
+    """The broker owning ``lite_topic`` by the parent's route ``queueDatas``: the broker of
+    write queue ``lite_queue_index`` among the writable brokers' queues, brokers by name
+    (LiteShardingImpl over topicRouteData2TopicPublishInfo); None without a write queue."""
+    queues = [
+        qd["brokerName"]
+        for qd in sorted(queue_datas, key=lambda q: q["brokerName"])
+        if int(qd.get("perm", 6)) & 2
+        for _ in range(int(qd["writeQueueNums"]))
+    ]
+    return queues[lite_queue_index(lite_topic, len(queues))] if queues else None

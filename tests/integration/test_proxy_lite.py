@@ -231,3 +231,50 @@ async def test_a_bad_lite_topic_on_send_is_refused(backend, lean):
     sent = await client.send(backend.topic, b"x", lite_topic="not ok")
 
     assert sent.status.code == Code.ILLEGAL_LITE_TOPIC
+
+
+async def test_a_lite_topic_taken_by_another_client_is_told_on_telemetry(backend, lean):
+    """An exclusive lite group (lite.sub.model=Exclusive): a second client's subscription of
+    a lite topic takes it from the first; the broker says so to the proxy
+    (NOTIFY_UNSUBSCRIBE_LITE), and the proxy to the first client's Telemetry stream."""
+    import grpc
+
+    from proxy.api.v2 import service_pb2_grpc
+
+    app = await backend.start()
+    namesrv = app.config.namesrv_addrs[0]
+    parent, group = backend.new_names()
+    parent, group = f"L{parent}", f"X{group}"
+    await asyncio.to_thread(admin.create_topic, namesrv, parent, 4, message_type="LITE")
+    await asyncio.to_thread(
+        admin.create_group,
+        namesrv,
+        group,
+        lite_parent=parent,
+        attributes={"lite.sub.model": "Exclusive"},
+    )
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.config.grpc_port}")
+    stub = service_pb2_grpc.MessagingServiceStub(channel)
+    call = stub.Telemetry(metadata=(("x-mq-client-id", "lite-first"),), timeout=30)
+    try:
+        settings = pb.Settings(
+            client_type=pb.ClientType.LITE_PUSH_CONSUMER,
+            request_timeout=millis(3000),
+            subscription=pb.Subscription(
+                group=pb.Resource(name=group),
+                subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name=parent))],
+            ),
+        )
+        await call.write(api.TelemetryCommand(settings=settings))
+        assert (await asyncio.wait_for(call.read(), 10)).status.code == Code.OK
+        first, second = lean(app, "lite-first"), lean(app, "lite-second")
+        assert (await first.sync_lite(group, parent, ["solo"])).status.code == Code.OK
+        assert (await second.sync_lite(group, parent, ["solo"])).status.code == Code.OK
+
+        told = await asyncio.wait_for(call.read(), 10)
+
+        assert told.WhichOneof("command") == "notify_unsubscribe_lite_command", told
+        assert told.notify_unsubscribe_lite_command.lite_topic == "solo"
+    finally:
+        call.cancel()
+        await channel.close()

@@ -1,0 +1,223 @@
+"""The lite poll (receive/lite.py) with scripted brokers: instant pops on every broker, then
+parked ones; what a client does not get is handed back with its lite topic; and the
+translations of the lite activity and the group config."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from proxy.api.errors import ApiError
+from proxy.api.lite import LiteActivity, offset_option
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
+from proxy.groups import DEFAULT_LITE_QUOTA, GroupConfig
+from proxy.receive.lite import LiteReceiver
+from proxy.receive.types import ReceiveRequest
+from proxy.remoting.broker_client import PopResult
+from proxy.remoting.lite import LiteAction, OffsetOption, OffsetType
+from proxy.remoting.message import MessageExt, Prop
+from proxy.remoting.popinfo import PopCheckpointInfo
+
+Code = pb.Code
+
+
+def lite_message(broker: str, lite: str, offset: int) -> MessageExt:
+    ck = PopCheckpointInfo(0, 1, 30_000, 999, 0, broker, 0, offset).encode()
+    return MessageExt(
+        topic="P",
+        body=b"x",
+        properties={Prop.POP_CK: ck, Prop.LITE_TOPIC: lite, Prop.UNIQ_KEY: f"{broker}{offset}"},
+    )
+
+
+@dataclass
+class ScriptedBroker:
+    """Answers lite pops from a script: per call, (delay s, messages)."""
+
+    name: str
+    script: list[tuple[float, list[MessageExt]]]
+    calls: list[int] = field(default_factory=list)  # poll_ms of each call
+
+    async def pop_lite(self, client_id, group, topic, *, poll_ms, on_late=None, **_):
+        self.calls.append(poll_ms)
+        delay, messages = self.script.pop(0) if self.script else (poll_ms / 1000, [])
+        await asyncio.sleep(delay)
+        return PopResult(code=0, messages=messages)
+
+
+@dataclass
+class Route:
+    readable: list
+
+
+@dataclass
+class BrokerRouteStub:
+    name: str
+
+
+class Pool:
+    def __init__(self, brokers: list[ScriptedBroker]) -> None:
+        self.brokers = {b.name: b for b in brokers}
+
+    async def route(self, topic):
+        return Route([BrokerRouteStub(n) for n in self.brokers])
+
+    def broker(self, name):
+        return self.brokers.get(name)
+
+
+class Consumer:
+    def __init__(self) -> None:
+        self.handed_back: list[tuple[str, str | None, str]] = []
+
+    def hand_back(self, popped, reason, invisible_ms=None):
+        self.handed_back.extend((p.msg_id, p.lite_topic, reason) for p in popped)
+
+
+def request(batch: int = 32, polling_ms: int = 1000, push: bool = False) -> ReceiveRequest:
+    loop = asyncio.get_running_loop()
+    return ReceiveRequest(
+        group="G",
+        topic="P",
+        expression="*",
+        batch_size=batch,
+        invisible_ms=30_000,
+        polling_ms=polling_ms,
+        answer_by=loop.time() + polling_ms / 1000,
+        arrived_at=loop.time(),
+        broker_hint="a",
+        named_broker_only=push,
+    )
+
+
+async def test_instant_pops_on_every_broker_and_the_rest_over_the_batch_goes_back():
+    a = ScriptedBroker("a", [(0, [lite_message("a", "x", 0), lite_message("a", "x", 1)])])
+    b = ScriptedBroker("b", [(0, [lite_message("b", "y", 0)])])
+    consumer = Consumer()
+    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+
+    result = await receiver.receive(request(batch=2), "client")
+
+    assert result.is_short_polling_hit and len(result.messages) == 2
+    assert a.calls == [0] and b.calls == [0]
+    assert all(m.lite for m in result.messages)
+    delivered = {m.message.msg_id for m in result.messages}
+    assert [reason for _, _, reason in consumer.handed_back] == ["over_batch"]
+    handed = {msg_id for msg_id, _, _ in consumer.handed_back}
+    assert delivered | handed == {"a0", "a1", "b0"} and not delivered & handed
+
+
+async def test_the_first_parked_pop_with_messages_answers_and_a_late_one_is_handed_back():
+    a = ScriptedBroker("a", [(0, []), (0.1, [lite_message("a", "x", 5)])])
+    b = ScriptedBroker("b", [(0, []), (0.4, [lite_message("b", "y", 7)])])
+    consumer = Consumer()
+    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+
+    result = await receiver.receive(request(polling_ms=2000), "client")
+
+    assert [m.message.properties[Prop.LITE_TOPIC] for m in result.messages] == ["x"]
+    assert not result.is_short_polling_hit and result.pops == 4
+    assert a.calls[1] > 1000 and b.calls[1] > 1000  # parked for the time left
+    # b's parked pop still brings a message: it goes back, with its lite topic.
+    for _ in range(100):
+        if consumer.handed_back:
+            break
+        await asyncio.sleep(0.01)
+    assert consumer.handed_back == [("b7", "y", "deadline")]
+
+
+async def test_a_push_poll_watches_only_its_named_broker():
+    a = ScriptedBroker("a", [(0, []), (0.05, [lite_message("a", "x", 1)])])
+    b = ScriptedBroker("b", [])
+    receiver = LiteReceiver(Pool([a, b]), Consumer(), broker_timeout_s=1.0)
+
+    result = await receiver.receive(request(push=True), "client")
+
+    assert len(result.messages) == 1 and b.calls == []
+
+
+async def test_a_poll_with_nothing_anywhere_answers_empty_by_its_time():
+    a, b = ScriptedBroker("a", []), ScriptedBroker("b", [])
+    receiver = LiteReceiver(Pool([a, b]), Consumer(), broker_timeout_s=1.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    result = await receiver.receive(request(polling_ms=300), "client")
+
+    assert result.messages == [] and loop.time() - started < 1.0
+
+
+async def test_a_cancelled_poll_hands_back_what_its_pops_still_bring():
+    a = ScriptedBroker("a", [(0, []), (0.2, [lite_message("a", "x", 3)])])
+    consumer = Consumer()
+    receiver = LiteReceiver(Pool([a]), consumer, broker_timeout_s=1.0)
+    task = asyncio.ensure_future(receiver.receive(request(polling_ms=2000), "client"))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        if consumer.handed_back:
+            break
+        await asyncio.sleep(0.01)
+    assert consumer.handed_back == [("a3", "x", "cancelled")]
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (pb.OffsetOption(policy=pb.OffsetOption.LAST), OffsetOption(OffsetType.POLICY, 0)),
+        (pb.OffsetOption(policy=pb.OffsetOption.MIN), OffsetOption(OffsetType.POLICY, 1)),
+        (pb.OffsetOption(policy=pb.OffsetOption.MAX), OffsetOption(OffsetType.POLICY, 2)),
+        (pb.OffsetOption(offset=42), OffsetOption(OffsetType.OFFSET, 42)),
+        (pb.OffsetOption(tail_n=3), OffsetOption(OffsetType.TAIL_N, 3)),
+        (pb.OffsetOption(timestamp=1700), OffsetOption(OffsetType.TIMESTAMP, 1700)),
+    ],
+)
+def test_offset_options_as_the_broker_reads_them(option, expected):
+    assert offset_option(option) == expected
+
+
+@pytest.mark.parametrize(
+    "option", [pb.OffsetOption(), pb.OffsetOption(offset=-1), pb.OffsetOption(tail_n=-2)]
+)
+def test_bad_offset_options_are_illegal_offset(option):
+    with pytest.raises(ApiError) as err:
+        offset_option(option)
+    assert err.value.code == Code.ILLEGAL_OFFSET
+
+
+def test_the_offset_option_travels_only_with_a_partial_add():
+    activity = LiteActivity(processor=None, max_lite_topic_size=64)  # type: ignore[arg-type]
+    option = pb.OffsetOption(policy=pb.OffsetOption.MIN)
+    add = api.SyncLiteSubscriptionRequest(
+        action=pb.LiteSubscriptionAction.PARTIAL_ADD,
+        topic=pb.Resource(name="P"),
+        group=pb.Resource(name="G"),
+        lite_topic_set=["a", "b", "a"],
+        offset_option=option,
+    )
+    sub = activity.translate(add, "cid")
+    assert (sub.action, sub.lite_topics, sub.offset_option) == (
+        LiteAction.PARTIAL_ADD,
+        ("a", "b"),
+        OffsetOption(OffsetType.POLICY, 1),
+    )
+    complete = api.SyncLiteSubscriptionRequest()
+    complete.CopyFrom(add)
+    complete.action = pb.LiteSubscriptionAction.COMPLETE_ADD
+    assert activity.translate(complete, "cid").offset_option is None
+
+
+def test_group_config_reads_the_lite_attributes():
+    config = GroupConfig.from_json(
+        {"attributes": {"lite.bind.topic": "P", "lite.sub.client.quota": "7"}}
+    )
+    assert config.is_lite("P") and not config.is_lite("Q") and config.lite_quota == 7
+    plain = GroupConfig.from_json({"consumeMessageOrderly": True})
+    assert plain.fifo and not plain.is_lite("P") and plain.lite_quota == DEFAULT_LITE_QUOTA
+    huge = GroupConfig.from_json({"attributes": {"lite.sub.client.quota": str(2**40)}})
+    assert huge.lite_quota == 2**31 - 1
