@@ -77,6 +77,7 @@ class PopRequest:
     invisible_time: int  # ms
     filter: TagFilter
     init_mode: int = INIT_MODE_MAX
+    priority_factor: int = 100  # the group's priority.factor
 
 
 @dataclass(slots=True)
@@ -216,20 +217,39 @@ class PopService:
             revive_qid=self._revive_counter % self.config.revive_queue_nums,
         )
         retry_topic = pop_retry_topic(req.group, req.topic)
-        retry_first = self.rng.random() < self.config.retry_first_probability
+        # A 5.5.0 broker pops a PRIORITY topic in "priority mode" in priority.factor percent
+        # of pops: its queues from the highest id down (queue id = priority), and its retry
+        # topic never first (popFromRetryProbabilityForPriority 0).
+        config = self.topics.get(req.topic)
+        priority_mode = (
+            config is not None
+            and config.message_type == "PRIORITY"
+            and self.rng.randrange(100) < req.priority_factor
+        )
+        retry_first = not priority_mode and self.rng.random() < self.config.retry_first_probability
         if retry_first:
             self._pop_topic(req, retry_topic, -1, result)
-        self._pop_topic(req, req.topic, req.queue_id, result)
+        self._pop_topic(req, req.topic, req.queue_id, result, by_priority=priority_mode)
         if not retry_first:
             self._pop_topic(req, retry_topic, -1, result)
         return result
 
-    def _pop_topic(self, req: PopRequest, topic: str, queue_id: int, result: PopResult) -> None:
+    def _pop_topic(
+        self,
+        req: PopRequest,
+        topic: str,
+        queue_id: int,
+        result: PopResult,
+        *,
+        by_priority: bool = False,
+    ) -> None:
         config = self.topics.get(topic)
         if config is None:
             return
         if queue_id >= 0:
             queue_ids = [queue_id]
+        elif by_priority:
+            queue_ids = list(reversed(range(config.read_queue_nums)))
         else:
             count = config.read_queue_nums
             start = self.rng.randrange(count)

@@ -30,6 +30,7 @@ from broker_stub.topics import (
     topic_name_error,
 )
 from broker_stub.transactions import TransactionService
+from proxy.message_types import MessageType, message_type_of
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand, RemotingProtocolError
 from proxy.remoting.connection import RemotingConnection
@@ -220,6 +221,8 @@ class BrokerProcessor:
         born_timestamp = h.born_timestamp or now_ms()
         batch = h.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         header_props = decode_properties(h.properties)
+        if not batch:
+            queue_id = _priority_queue(header_props, queue_id, config.write_queue_nums)
         if batch:
             try:
                 entries = decode_batch(cmd.body)
@@ -379,6 +382,7 @@ class BrokerProcessor:
             invisible_time,
             tag_filter,
             h.init_mode,
+            self.groups.get(group).priority_factor,
         )
 
         def pop() -> PopResult:
@@ -822,3 +826,20 @@ def _set_bits(data: bytes) -> Iterator[int]:
         for bit in range(8):
             if byte >> bit & 1:
                 yield byte_index * 8 + bit
+
+
+def _priority_queue(props: dict[str, str], queue_id: int, write_queue_nums: int) -> int:
+    """The queue of a priority message, as a 5.5.0 broker picks it (SendMessageProcessor):
+    a message of type PRIORITY (not FIFO, delayed or transactional too) goes to queue
+    min(priority, writeQueueNums - 1) of any topic; from the others the broker drops the
+    priority. The topic's own type is not looked at."""
+    try:
+        priority = int(props.get(Prop.PRIORITY, "-1"))
+    except ValueError:
+        priority = -1
+    if priority < 0:
+        return queue_id
+    if message_type_of(props) is MessageType.PRIORITY:
+        return min(priority, write_queue_nums - 1)
+    del props[Prop.PRIORITY]
+    return queue_id

@@ -12,17 +12,21 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
 from proxy.background import shared_lookup
+from proxy.message_types import MessageType, topic_message_type
 from proxy.remoting.broker_client import BrokerClient, CallObserver
 from proxy.remoting.client import RemotingClient, RemotingError, RequestHook
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 
 log = logging.getLogger(__name__)
+
+# The Apache proxy's bound on its topic-config look-up (ClusterTopicConfigCacheLoader).
+TOPIC_CONFIG_TIMEOUT_S = 3.0
 
 PERM_WRITE = 2
 PERM_READ = 4
@@ -69,6 +73,8 @@ class RouteQueue:
 class TopicRoute:
     topic: str
     brokers: tuple[BrokerRoute, ...]
+    # The topic's message.type, read from one of its brokers with the route (what it accepts).
+    message_type: MessageType = MessageType.UNKNOWN
 
     @property
     def readable(self) -> list[BrokerRoute]:
@@ -187,8 +193,25 @@ class BrokerPool:
             raise TopicNotFound(topic)
         for broker in route.brokers:
             self._client_for(broker)
+        route = replace(route, message_type=await self._message_type(route))
         self._routes[topic] = (time.monotonic(), route)
         return route
+
+    async def _message_type(self, route: TopicRoute) -> MessageType:
+        """The topic's ``message.type`` from the topic config of one of its brokers, as the
+        Apache proxy learns it (ClusterMetadataService: GET_TOPIC_CONFIG of one broker; it
+        caches it for 20 s, we for as long as the route). A broker that cannot answer leaves
+        it UNKNOWN until the next refresh rather than fail the route: what a topic accepts
+        only narrows what clients may send, and the broker itself checks no type."""
+        broker = (route.writable or list(route.brokers))[0]
+        try:
+            config = await self._client_for(broker).topic_config(
+                route.topic, min(self._timeout, TOPIC_CONFIG_TIMEOUT_S)
+            )
+        except RemotingError as exc:
+            log.warning("topic config of %s from %s: %s", route.topic, broker.name, exc)
+            return MessageType.UNKNOWN
+        return topic_message_type(config)
 
     def _client_for(self, broker: BrokerRoute) -> BrokerClient:
         client = self._brokers.get(broker.name)

@@ -69,9 +69,11 @@ class LeanClient:
         message_id: str | None = None,
         message_group: str | None = None,
         lite_topic: str | None = None,
+        priority: int | None = None,
     ) -> api.SendMessageResponse:
         """Send one message (the proxy chooses its queue; with ``message_group``, a FIFO
-        message of that group; with ``lite_topic``, a lite message of the parent ``topic``)."""
+        message of that group; with ``lite_topic``, a lite message of the parent ``topic``;
+        with ``priority``, a priority message)."""
         system = pb.SystemProperties(
             keys=list(keys),
             message_id=message_id or f"LEAN{next(_ids):028d}",
@@ -86,6 +88,9 @@ class LeanClient:
         if lite_topic is not None:
             system.lite_topic = lite_topic
             system.message_type = pb.MessageType.LITE
+        if priority is not None:
+            system.priority = priority
+            system.message_type = pb.MessageType.PRIORITY
         message = pb.Message(
             topic=pb.Resource(name=topic),
             body=body,

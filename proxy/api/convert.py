@@ -21,6 +21,7 @@ from proxy.remoting.message import SYSFLAG_COMPRESSED, MessageExt, Prop
 _MD5 = pb.DigestType.MD5
 _IDENTITY = pb.Encoding.IDENTITY
 _NORMAL, _FIFO, _DELAY = pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY
+_PRIORITY = pb.MessageType.PRIORITY
 
 
 def _time_fields(ms: int) -> dict[str, int]:
@@ -58,7 +59,22 @@ def _message_type(props: dict[str, str]) -> int:
         return _FIFO
     if Prop.TIMER_DELIVER_MS in props or Prop.DELAY in props or Prop.START_DELIVER_TIME in props:
         return _DELAY
+    if Prop.PRIORITY in props:
+        return _PRIORITY
     return _NORMAL
+
+
+def _priority(props: dict[str, str]) -> int | None:
+    """The message's priority if it has one (the Apache proxy reports it when it is 0 or
+    more, as Message.getPriority parses it)."""
+    value = props.get(Prop.PRIORITY)
+    if value is None:
+        return None
+    try:
+        priority = int(value)
+    except ValueError:
+        return None
+    return priority if priority >= 0 else None
 
 
 def to_api_message(polled: PolledMessage, namespace: str = "") -> pb.Message:
@@ -93,6 +109,9 @@ def to_api_message(polled: PolledMessage, namespace: str = "") -> pb.Message:
         system["lite_topic"] = props[Prop.LITE_TOPIC]
     if Prop.TIMER_DELIVER_MS in props:
         system["delivery_timestamp"] = _time_fields(int(props[Prop.TIMER_DELIVER_MS]))
+    priority = _priority(props)
+    if priority is not None:
+        system["priority"] = priority
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
     return pb.Message(
         topic={"name": msg.topic, "resource_namespace": namespace},

@@ -8,17 +8,26 @@ from proxy.api.errors import ok, route_error
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import BrokerPool, TopicNotFound, TopicRoute
+from proxy.message_types import MessageType, accepted_types
 from proxy.remoting.client import RemotingError
 
-# FIFO messages go to the queue their group hashes to (the client picks it from this
-# route) and are popped orderly; transactional ones are sent as half messages.
-ACCEPTED_TYPES = [
-    pb.MessageType.NORMAL,
-    pb.MessageType.FIFO,
-    pb.MessageType.DELAY,
-    pb.MessageType.TRANSACTION,
-    pb.MessageType.LITE,  # to a LITE parent topic, with system_properties.lite_topic
-]
+_API_TYPES = {
+    MessageType.NORMAL: pb.MessageType.NORMAL,
+    MessageType.FIFO: pb.MessageType.FIFO,
+    MessageType.DELAY: pb.MessageType.DELAY,
+    MessageType.TRANSACTION: pb.MessageType.TRANSACTION,
+    MessageType.PRIORITY: pb.MessageType.PRIORITY,
+    MessageType.LITE: pb.MessageType.LITE,
+    MessageType.UNSPECIFIED: pb.MessageType.MESSAGE_TYPE_UNSPECIFIED,
+}
+
+
+def accept_message_types(route: TopicRoute) -> list[pb.MessageType]:
+    """What a queue of ``route`` accepts, from its topic's message.type (clients refuse to
+    send another type there). FIFO messages go to the queue their group hashes to (the
+    client picks it from this route) and are popped orderly; transactional ones are sent
+    as half messages; a priority message's broker picks its queue by its priority."""
+    return sorted((_API_TYPES[t] for t in accepted_types(route.message_type)), key=int)
 
 
 async def topic_route(pool: BrokerPool, topic: str) -> TopicRoute:
@@ -48,13 +57,14 @@ class RouteActivity:
         topic = check.validate_topic(request.topic.name)
         route = await topic_route(self.pool, topic)
         endpoints = self._endpoints()
+        accepted = accept_message_types(route)
         queues = [
             pb.MessageQueue(
                 topic=request.topic,
                 id=position,  # SendMessage maps it back to the broker and its queue
                 permission=_permission(queue.readable, queue.writable),
                 broker=pb.Broker(name=queue.broker.name, id=0, endpoints=endpoints),
-                accept_message_types=ACCEPTED_TYPES,
+                accept_message_types=accepted,
             )
             for position, queue in enumerate(route.queues)
         ]
@@ -68,6 +78,7 @@ class RouteActivity:
         check.validate_group(request.group.name)
         route = await topic_route(self.pool, topic)
         endpoints = self._endpoints()
+        accepted = accept_message_types(route)
         assignments = [
             pb.Assignment(
                 message_queue=pb.MessageQueue(
@@ -75,7 +86,7 @@ class RouteActivity:
                     id=-1,
                     permission=pb.Permission.READ_WRITE,
                     broker=pb.Broker(name=b.name, id=0, endpoints=endpoints),
-                    accept_message_types=ACCEPTED_TYPES,
+                    accept_message_types=accepted,
                 )
             )
             for b in route.readable

@@ -14,6 +14,7 @@ from proxy.api.transaction import encode_transaction_id
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import BrokerPool, TopicRoute
+from proxy.message_types import accepts, message_type_of
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.producer import ProducerProcessor, SendFailure
 from proxy.processor.transaction import HalfMessageRef
@@ -73,6 +74,7 @@ class SendActivity:
                 # the broker's check of this half message goes to a producer of the topic.
                 properties[Prop.TRANSACTION_PREPARED] = "true"
                 properties[Prop.PRODUCER_GROUP] = route.topic
+            self._check_type(route, properties)
             body = self._body(message)
             result = await self.producer.send(
                 route,
@@ -135,6 +137,19 @@ class SendActivity:
             )
         return body
 
+    @staticmethod
+    def _check_type(route: TopicRoute, properties: dict[str, str]) -> None:
+        """Refuse a message its topic's type does not take, as the Apache proxy does
+        (ProducerProcessor with DefaultTopicMessageTypeValidator; the broker checks nothing).
+        Clients check the route's accepted types first: this catches the rest."""
+        message_type = message_type_of(properties)
+        if not accepts(route.message_type, message_type):
+            raise ApiError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic {route.topic} takes {route.message_type.value or 'untyped'} messages, "
+                f"not {message_type.value}",
+            )
+
     def _properties(self, message: pb.Message) -> dict[str, str]:
         system = message.system_properties
         props = check.validate_user_properties(dict(message.user_properties))
@@ -155,6 +170,12 @@ class SendActivity:
             if deliver_ms - int(time.time() * 1000) > check.MAX_DELIVERY_DELAY_MS:
                 raise ApiError(Code.ILLEGAL_DELIVERY_TIME, "delivery time is more than 24 h away")
             props[Prop.TIMER_DELIVER_MS] = str(deliver_ms)
+        if system.HasField("priority"):
+            # Set whenever given, as the Apache proxy does (Message.setPriority); the broker
+            # drops it again from a FIFO, delayed or transactional message.
+            if system.priority < 0:
+                raise ApiError(Code.BAD_REQUEST, "priority must be 0 or more")
+            props[Prop.PRIORITY] = str(system.priority)
         if system.message_type == pb.MessageType.TRANSACTION and system.HasField(
             "orphaned_transaction_recovery_duration"
         ):

@@ -47,6 +47,7 @@ from proxy.remoting.headers import (
     RecallMessageResponseHeader,
     SendMessageHeader,
     SendMessageResponseHeader,
+    TopicHeader,
     now_ms,
 )
 from proxy.remoting.lite import LiteSubscription, LiteSubscriptionCtlBody
@@ -729,6 +730,22 @@ class BrokerClient:
             raise RemotingError(f"group config of {group}: {exc}") from None
         if not isinstance(config, dict):
             raise RemotingError(f"group config of {group} is not an object")
+        return config
+
+    async def topic_config(self, topic: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """The topic's TopicConfig (GET_TOPIC_CONFIG) as JSON: its queues, perm, attributes."""
+        response = self._check(
+            await self._call(
+                RequestCode.GET_TOPIC_CONFIG, TopicHeader(topic).encode(), timeout=timeout
+            ),
+            "topic config",
+        )
+        try:
+            config = orjson.loads(response.body)
+        except orjson.JSONDecodeError as exc:
+            raise RemotingError(f"topic config of {topic}: {exc}") from None
+        if not isinstance(config, dict):
+            raise RemotingError(f"topic config of {topic} is not an object")
         return config
 
     async def polling_info(

@@ -51,6 +51,9 @@ class Prop:
     TIMER_OUT_MS = "TIMER_OUT_MS"
     TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
     LITE_TOPIC = "__LITE_TOPIC"  # the lite topic of a message to a LITE parent (5.5)
+    # A priority message's priority (5.4, RIP-80); the broker stores it in queue
+    # min(priority, writeQueueNums - 1) of a PRIORITY topic.
+    PRIORITY = "_SYS_MSG_PRIORITY_"
     # The extra queues a message is indexed in (",": several), and its offset in each: a lite
     # message's lite queue (%LMQ%$<parent>$<lite>) and its offset there.
     INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"

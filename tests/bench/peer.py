@@ -1,6 +1,7 @@
 """Head to head with the Apache RocketMQ proxy (issue 12), in one run.
 
-    .venv/bin/python -m tests.bench.peer [--scenarios reported,lite,sparse,busy,fanin,overhead,stub]
+    .venv/bin/python -m tests.bench.peer
+        [--scenarios reported,lite,priority,sparse,busy,fanin,overhead,stub]
         [--rounds 2] [--out results/bench-peer]        # make bench-peer
 
 One real cluster (Apache RocketMQ 5.5.0 from ``make rocketmq``: a name server and 2 brokers,
@@ -22,6 +23,9 @@ Scenarios:
   subscribed to 1,000 and 10,000 lite topics under one parent, messages at random intervals
   to random lite topics. LitePushConsumers on every proxy; LiteSimpleConsumers on ours only
   (the Apache proxy 5.5.0 refuses them).
+- ``priority``: priority messages (RocketMQ 5.4+): a backlog of priority-0 messages on a
+  PRIORITY topic, then a few priority-3 ones; one consumer receiving through each proxy:
+  the time until every high one is in, and how many low ones came first.
 - ``fanin``: idle long polls on each proxy in turn: RSS per poll (slope from half to all of
   the polls) of each proxy process, and pops parked on the brokers (POLLING_INFO).
 - ``overhead``: pop+ack of a backlog through each proxy and straight to the brokers:
@@ -62,6 +66,7 @@ from tests.bench.bench_proxy import aligned, load_average, machine
 from tests.bench.calibrate_client import DRIVER, INTEROP_PYTHON
 from tests.bench.processes import Process, System, proxy_label
 from tests.bench.scenarios import ModeTally, ms, percentile
+from tests.conformance._util import wait_visible
 from tests.lean_client import LeanClient, millis
 
 PEER = "apache"
@@ -661,6 +666,70 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
     }
 
 
+# -- priority -------------------------------------------------------------------------------
+
+
+async def priority(
+    system: PeerSystem, *, rounds: int, backlog: int, high: int, await_ms: int = 5000
+) -> dict:
+    """A backlog of ``backlog`` priority-0 messages on a PRIORITY topic, then ``high``
+    priority-3 ones (sent straight to random brokers, before the consumer starts); one
+    consumer then receives (batches of 32, acking each) through each proxy in turn until
+    every high one is in: how long that takes, and how many low ones came before it."""
+    namesrv = system.namesrv.address["remoting"]
+    took: dict[str, list[float]] = {label: [] for label in system.modes}
+    lows: dict[str, list[int]] = {label: [] for label in system.modes}
+    for round_no in range(rounds):
+        for label in random.sample(system.modes, len(system.modes)):
+            run_id = uuid.uuid4().hex[:8]
+            topic, group = f"prio-{label}-{run_id}", f"prio-{label}-{run_id}"
+            await asyncio.to_thread(admin.create_topic, namesrv, topic, 4, message_type="PRIORITY")
+            await asyncio.to_thread(admin.create_group, namesrv, group)
+            sent: dict[int, list] = {}
+            for n, prio in enumerate([0] * backlog + [3] * high):
+                body = b"high" if prio else b"low"
+                props = {Prop.PRIORITY: str(prio), Prop.UNIQ_KEY: f"{run_id}{n:024d}".upper()}
+                which = random.randrange(len(system.broker_clients))
+                broker = system.broker_clients[which]
+                sent.setdefault(which, []).append(await broker.send(topic, body, properties=props))
+            for which, results in sent.items():  # indexed by each broker before receiving
+                await wait_visible(system.broker_clients[which], topic, results)
+            client = SettingsClient(system.proxies[label].address["grpc"])
+            await client.prepare(group, topic, await_ms)
+            got_high = got_low = 0
+            started = time.perf_counter()
+            deadline = started + 60
+            try:
+                while got_high < high and time.perf_counter() < deadline:
+                    result = await client.receive(group, topic, await_ms=await_ms, batch=32)
+                    for msg in result.messages:
+                        if msg.body == b"high":
+                            got_high += 1
+                        elif got_high < high:
+                            got_low += 1
+                    if result.messages:
+                        await client.ack(group, topic, result.messages)
+            finally:
+                await client.close()
+            if got_high == high:
+                took[label].append(time.perf_counter() - started)
+            lows[label].append(got_low)
+            print(f"  priority {label} r{round_no}: {got_high}/{high} high after "
+                  f"{got_low} low", flush=True)  # fmt: skip
+    return {
+        label: {
+            "backlog": backlog,
+            "high": high,
+            "runs": rounds,
+            "all_high_runs": len(took[label]),
+            "all_high_ms_p50": ms(statistics.median(took[label])) if took[label] else None,
+            "all_high_ms_max": ms(max(took[label])) if took[label] else None,
+            "low_before_last_high_max": max(lows[label]),
+        }
+        for label in system.modes
+    }
+
+
 # -- the run --------------------------------------------------------------------------------
 
 LITE_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
@@ -732,6 +801,16 @@ async def run(args: argparse.Namespace) -> dict:
                              f"all, a message every {args.gap_min_s}-{args.gap_max_s} s to a "
                              f"random one; load {load_average()}", rows,
                              LITE_COLUMNS)  # fmt: skip
+            if "priority" in wanted:
+                results["priority"] = await priority(
+                    system, rounds=args.rounds, backlog=args.priority_backlog,
+                    high=args.priority_high,
+                )  # fmt: skip
+                show(f"Priority: {args.priority_high} priority-3 messages behind "
+                     f"{args.priority_backlog} priority-0 ones, one consumer, batches of 32; "
+                     f"load {load_average()}", results["priority"],
+                     ["all_high_runs", "all_high_ms_p50", "all_high_ms_max",
+                      "low_before_last_high_max"])  # fmt: skip
             if "sparse" in wanted:
                 system.reset_counts()
                 results["sparse"] = await scenarios.sparse(
@@ -851,6 +930,8 @@ def main() -> None:
                    help="push: LitePushConsumers (every proxy); simple: LiteSimpleConsumers "
                    "(ours: the Apache proxy refuses them)")  # fmt: skip
     p.add_argument("--lite-slot-s", type=float, default=60.0)
+    p.add_argument("--priority-backlog", type=int, default=2000)
+    p.add_argument("--priority-high", type=int, default=20)
     p.add_argument("--busy-rate", type=int, default=1000)
     p.add_argument("--busy-consumers", type=int, default=64)
     p.add_argument("--fanin-polls", type=lambda s: [int(x) for x in s.split(",")],

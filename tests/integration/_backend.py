@@ -19,6 +19,7 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from tests import admin
 
 BROKERS = ("broker-a", "broker-b")
 _names = itertools.count()
@@ -50,6 +51,17 @@ class Backend:
     def broker_client(self, broker: str) -> BrokerClient:
         """A client of one broker, bypassing the proxy; the caller closes it."""
         return BrokerClient(broker, self.address(broker))
+
+    @property
+    def namesrv(self) -> str:
+        raise NotImplementedError
+
+    async def create_topic(self, topic: str, *, message_type: str | None = None) -> None:
+        """Another topic, on both brokers (after ``start``), of ``message_type`` if given."""
+        brokers = {b: self.address(b) for b in BROKERS}
+        await asyncio.to_thread(
+            admin.create_topic, self.namesrv, topic, message_type=message_type, brokers=brokers
+        )
 
     async def send_to(self, broker: str, body: bytes, *, tag: str | None = None, topic=None):
         """Send one message straight to ``broker``, bypassing the proxy."""
@@ -99,6 +111,10 @@ class StubBackend(Backend):
     def address(self, broker: str) -> str:
         return self.cluster.broker(broker).address
 
+    @property
+    def namesrv(self) -> str:
+        return self.cluster.namesrv_address
+
 
 class RealBackend(Backend):
     """The session's real RocketMQ cluster (``real_cluster``): name server, broker-a and
@@ -120,3 +136,7 @@ class RealBackend(Backend):
 
     def address(self, broker: str) -> str:
         return self.cluster.broker(broker).address
+
+    @property
+    def namesrv(self) -> str:
+        return self.cluster.namesrv_address

@@ -434,3 +434,17 @@ def lite_consumers(run: Run, lang: str, proxy: ProxyProcess, topic: str, target)
         got = sorted((m["lite_topic"], m["body"]) for m in out["messages"])
         assert got == sorted((n, f"{n}-body") for n in names), out
         assert out["over_quota"] == LITE_OVER_QUOTA[lang], out
+
+
+# -- priority messages (RocketMQ 5.4+, RIP-80) -------------------------------------------
+
+PRIORITY = 5  # not 0: Node 1.0.8 types a priority-0 message NORMAL, which a PRIORITY topic refuses
+
+
+def priority_round_trip(run: Run, lang: str, proxy: ProxyProcess, topic: str, target) -> None:
+    """Priority messages to a PRIORITY topic (the route must accept them: every client
+    checks) arrive once each with their priority."""
+    ids, prefix = produce(run, lang, proxy, topic, 3, "--priority", PRIORITY)
+    group = target.new_group(f"interop-{lang}-priority")
+    out = consume(run, lang, proxy, topic, group, "--expect", 3, "--max-rounds", 6, "--ack")
+    assert_delivered_once(out, ids, prefix, topic, priority=PRIORITY)

@@ -102,20 +102,21 @@ class Target:
     proxy: ProxyProcess
     namesrv: str
 
-    def new_topic(self, prefix: str, *, one_broker: bool = False) -> str:
-        """A topic on every broker (``one_broker``: on the first one only)."""
+    def new_topic(
+        self, prefix: str, *, one_broker: bool = False, message_type: str | None = None
+    ) -> str:
+        """A topic on every broker (``one_broker``: on the first one only), of
+        ``message_type`` (its message.type attribute: PRIORITY, LITE, ...) if given."""
         topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
         brokers = admin.masters(self.namesrv)
         if one_broker:
             brokers = dict([min(brokers.items())])
-        admin.create_topic(self.namesrv, topic, brokers=brokers)
+        admin.create_topic(self.namesrv, topic, message_type=message_type, brokers=brokers)
         return topic
 
     def new_lite_topic(self, prefix: str) -> str:
         """A LITE parent topic (RocketMQ 5.5 lite topics) on every broker."""
-        topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
-        admin.create_topic(self.namesrv, topic, message_type="LITE")
-        return topic
+        return self.new_topic(prefix, message_type="LITE")
 
     def new_lite_group(self, prefix: str, parent: str, *, quota: int | None = None) -> str:
         """A lite group bound to the LITE topic ``parent``, ``quota`` lite topics a client."""

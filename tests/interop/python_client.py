@@ -5,14 +5,15 @@ interpreter: the client bundles its own generated ``apache.rocketmq.v2`` descrip
 protobuf. Same command line as ``node/client.mjs``::
 
     produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
-            [--message-groups G]
+            [--message-groups G] [--priority P]
         -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO
-                                     messages, message i in group "g<i mod G>"
+                                     messages, message i in group "g<i mod G>"; with
+                                     --priority, priority messages of priority P
     consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
             [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
             [--no-ack-first] [--start-only] [--batch B]
         -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group",
-                          "receive", "received_at", "ack_at"}],
+                          "priority", "receive", "received_at", "ack_at"}],
             "receives": <calls>, "empty_receives": <count>, "errors": [...]}
             (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
     push --endpoint HOST:PORT --group G --topic T --expect N [--fail-first]
@@ -105,6 +106,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     produce.add_argument("--keys", help="one message key")
     produce.add_argument("--body-prefix", default="msg", help='message i gets body "<P>-<i>"')
     produce.add_argument("--message-groups", type=int, help="FIFO: message i in group g<i%%G>")
+    produce.add_argument("--priority", type=int, help="priority messages of this priority")
     produce.add_argument("--deadline-seconds", type=float)
 
     consume = sub.add_parser("consume", help="receive with a SimpleConsumer in a bounded loop")
@@ -269,6 +271,8 @@ def produce(args: argparse.Namespace) -> dict:
                 msg.keys = args.keys
             if args.message_groups:
                 msg.message_group = f"g{i % args.message_groups}"
+            if args.priority is not None:
+                msg.priority = args.priority
             receipt = producer.send(msg)
             ids.append(receipt.message_id)
     finally:
@@ -324,6 +328,7 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
                     "topic": msg.topic,
                     "attempt": msg.delivery_attempt,
                     "group": msg.message_group,
+                    "priority": msg.priority,
                     "receive": receives,
                     "received_at": time.time(),
                     "ack_at": None,

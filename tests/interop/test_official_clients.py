@@ -112,3 +112,17 @@ def test_lite_consumers(target, proxy, run_client):
         topic=target.new_lite_topic,
         target=target,
     )
+
+
+@pytest.mark.parametrize("target", DEFAULT_ONLY, indirect=True)
+def test_priority_messages_keep_their_priority(target, proxy, run_client):
+    """Each client sends priority messages to a PRIORITY topic and receives them with
+    their priority (the Apache proxy 5.5.0 does the same)."""
+    scenario.for_each_client(
+        LANGS,
+        scenario.priority_round_trip,
+        run_client,
+        proxy,
+        topic=functools.partial(target.new_topic, message_type="PRIORITY"),
+        target=target,
+    )

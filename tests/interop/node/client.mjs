@@ -4,14 +4,16 @@
 // ../python_client.py:
 //
 //   produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
-//           [--message-groups G]
+//           [--message-groups G] [--priority P]
 //       -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO messages,
-//                                    message i in group "g<i mod G>"
+//                                    message i in group "g<i mod G>"; with --priority,
+//                                    priority messages of priority P (1.0.8 types a priority
+//                                    0 message NORMAL, though it sends the priority)
 //   consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
 //           [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
 //           [--no-ack-first] [--start-only] [--batch B]
-//       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group", "receive",
-//                         "received_at", "ack_at"}],
+//       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group", "priority",
+//                         "receive", "received_at", "ack_at"}],
 //           "receives": <calls>, "empty_receives": <count>, "errors": [...]}
 //           (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
 //       --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
@@ -154,6 +156,7 @@ function parseCli(argv) {
       keys: { type: 'string' },
       'body-prefix': { type: 'string', default: 'msg' },
       'message-groups': { type: 'string' },
+      priority: { type: 'string' },
       filter: { type: 'string', default: '*' },
       'await-seconds': { type: 'string' },
       expect: { type: 'string' },
@@ -211,6 +214,7 @@ function parseCli(argv) {
     args.count = int('count', true);
     args.messageGroups = int('message-groups', false);
     if (args.messageGroups === 0) throw new UsageError('--message-groups must be positive');
+    args.priority = int('priority', false);
   } else if (command === 'consume') {
     args.awaitSeconds = int('await-seconds', !args.startOnly);
     args.expect = int('expect', !args.startOnly);
@@ -311,6 +315,7 @@ async function produce(args, logger) {
         keys: args.keys ? [ args.keys ] : [],
         body: Buffer.from(`${args.bodyPrefix}-${i}`),
         messageGroup: args.messageGroups ? `g${i % args.messageGroups}` : undefined,
+        priority: args.priority,
       });
       ids.push(receipt.messageId);
     }
@@ -365,6 +370,7 @@ async function receiveLoop(consumer, args) {
         topic: msg.topic,
         attempt: msg.deliveryAttempt ?? null,
         group: msg.messageGroup || null,
+        priority: msg.priority ?? null,
         receive: receives,
         received_at: receivedAt,
         ack_at: null,

@@ -6,14 +6,15 @@
  * line and output as tests/interop/python_client.py and node/client.mjs:
  *
  *   produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
- *           [--message-groups G]
+ *           [--message-groups G] [--priority P]
  *       -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO
- *                                    messages, message i in group "g<i mod G>"
+ *                                    messages, message i in group "g<i mod G>"; with
+ *                                    --priority, priority messages of priority P
  *   consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
  *           [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
  *           [--no-ack-first] [--start-only] [--batch B]
  *       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group",
- *                         "receive", "received_at", "ack_at"}],
+ *                         "priority", "receive", "received_at", "ack_at"}],
  *           "receives": <calls>, "empty_receives": <count>, "errors": [...]}
  *           (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
  *       --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
@@ -166,8 +167,8 @@ public final class JavaClient {
 
     private static final Set<String> COMMANDS = Set.of("produce", "consume", "push", "lite", "features");
     private static final Set<String> VALUED = Set.of("endpoint", "topic", "group", "count", "tag",
-        "keys", "body-prefix", "message-groups", "filter", "await-seconds", "expect", "max-rounds",
-        "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
+        "keys", "body-prefix", "message-groups", "priority", "filter", "await-seconds", "expect",
+        "max-rounds", "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
         "delay-seconds", "deadline-seconds", "lite-topics", "other");
     private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first",
         "push", "over-quota");
@@ -203,6 +204,7 @@ public final class JavaClient {
             case "produce":
                 integer("count", null, true);
                 integer("message-groups", null, false);
+                integer("priority", null, false);
                 break;
             case "consume":
                 require("group");
@@ -339,6 +341,7 @@ public final class JavaClient {
         String prefix = opts.getOrDefault("body-prefix", "msg");
         int count = integer("count", null, true);
         Integer groups = integer("message-groups", null, false);
+        Integer priority = integer("priority", null, false);
         List<Object> ids = new ArrayList<>();
         try (Producer producer = provider.newProducerBuilder()
             .setClientConfiguration(configuration())
@@ -356,6 +359,9 @@ public final class JavaClient {
                 }
                 if (groups != null && groups > 0) {
                     builder.setMessageGroup("g" + (i % groups));
+                }
+                if (priority != null) {
+                    builder.setPriority(priority);
                 }
                 Message message = builder.build();
                 SendReceipt receipt = producer.send(message);
@@ -459,6 +465,7 @@ public final class JavaClient {
                 record.put("topic", msg.getTopic());
                 record.put("attempt", msg.getDeliveryAttempt());
                 record.put("group", group(msg));
+                record.put("priority", msg.getPriority().orElse(null));
                 record.put("receive", receives);
                 record.put("received_at", receivedAt);
                 record.put("ack_at", null);
