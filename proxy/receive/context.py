@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.processor.consumer import Popped
+from proxy.receive.timeline import Timeline
 from proxy.receive.types import PolledMessage, ReceiveRequest
 from proxy.remoting.broker_client import PopResult
 from proxy.remoting.client import RemotingError
@@ -52,6 +53,8 @@ class PollContext:
         # adaptive switch's evidence); see ``first_pop_done``.
         self.on_first_pop: Callable[[bool], None] | None = None
         self._first_index = first_broker_index
+        # Stages with their times, when the timeline debug log is on (``timeline.py``).
+        self.timeline: Timeline | None = Timeline.wanted()
         # One plain future at a time carries every wait of the poll; an idle poll is held
         # by thousands, so no task, queue or event per poll.
         self._waiter: asyncio.Future[None] | None = None
@@ -74,8 +77,14 @@ class PollContext:
         self.stopped = True
         self._wake()
 
-    def has_msg(self) -> None:
+    def mark(self, stage: str, detail: str = "") -> None:
+        """Note a stage of the poll on its timeline, when there is one."""
+        if self.timeline is not None:
+            self.timeline.mark(self.loop.time(), stage, detail)
+
+    def has_msg(self, broker: str = "") -> None:
         """A broker this poll watches said it has messages (see ``wait_has_msg``)."""
+        self.mark("has_msg", broker)
         if self._has_msg is not None and not self._has_msg.done():
             self._has_msg.set_result(None)
 
@@ -135,8 +144,10 @@ class PollContext:
     def broker(self, name: str) -> BrokerRoute | None:
         return next((b for b in self.brokers if b.name == name), None)
 
-    def count_probe(self) -> None:
+    def count_probe(self, broker: str = "") -> None:
+        """A NOTIFICATION was sent on this poll's behalf (to ``broker``)."""
         self.probes += 1
+        self.mark("probe", broker)
 
     async def pop(self, broker: BrokerRoute, poll_ms: int = 0) -> list[PolledMessage]:
         """Pop from ``broker``; [] when it has nothing, is down or too slow.
@@ -149,6 +160,7 @@ class PollContext:
             return []
         req = self.request
         self.pops += 1
+        self.mark("pop", f"{broker.name}/{poll_ms}" if poll_ms else broker.name)
 
         def hand_back_result(result: PopResult, reason: str = "late") -> None:
             if result.messages:
@@ -179,15 +191,18 @@ class PollContext:
             call.add_done_callback(lambda c: _hand_back_done(c, hand_back_result, "cancelled"))
             raise
         if not finished:  # out of time, or stopping: the pop hands back what it brings
+            self.mark("pop_abandoned", broker.name)
             call.add_done_callback(lambda c: _hand_back_done(c, hand_back_result, "deadline"))
             return []
         try:
             result = call.result()
         except RemotingError as exc:
             log.info("pop from %s failed: %s", broker.name, exc)
+            self.mark("pop_failed", broker.name)
             return []
         if result.polling_full:
             self.polling_full = True
+        self.mark("popped", f"{broker.name}/{len(result.messages)}")
         return [PolledMessage(broker.name, req.group, m) for m in result.messages]
 
 

@@ -142,9 +142,16 @@ class PeerSystem(System):
     the brokers' Prometheus exporters, from which broker requests are counted per slot."""
 
     def __init__(
-        self, brokers: int = 2, modes=OURS, apache: bool = True, notify_workers=(1,)
+        self,
+        brokers: int = 2,
+        modes=OURS,
+        apache: bool = True,
+        notify_workers=(1,),
+        proxy_log_level: str = "warning",
     ) -> None:
-        super().__init__(brokers=brokers, modes=modes, backend="real")
+        # Our proxies' log level: "debug" logs each poll's stages (proxy/receive/timeline.py).
+        levels = {m: ["--log-level", proxy_log_level] for m in ("notify", "adaptive", "coupled")}
+        super().__init__(brokers=brokers, modes=modes, backend="real", proxy_args=levels)
         # Notify proxies of more workers (``rmq-proxy --workers N``), beside the others.
         for n in notify_workers:
             self.proxy_specs[proxy_label("notify", n)] = ("notify", n)
@@ -265,11 +272,13 @@ def broker_side_summary(system: PeerSystem, rows: dict[str, dict]) -> None:
 
 async def _official(system: PeerSystem, label: str, topic: str, group: str, await_s: int,
                     home: Path, work, *, consumers: int = 1, extra: tuple[str, ...] = (),
-                    ready_s: float = 90) -> tuple[list[dict], list[str]]:  # fmt: skip
+                    ready_s: float = 90,
+                    graceful: bool = True) -> tuple[list[dict], list[str]]:  # fmt: skip
     """Run ``consumers`` official consumers on ``label``'s proxy while ``work()`` runs; their
     events, each with ``c``, the consumer's index. ``extra``: more driver arguments (a lite
     consumer's); ``ready_s``: how long each may take to start (a lite consumer subscribes
-    one lite topic at a time)."""
+    one lite topic at a time); ``graceful=False``: kill them once ``work()`` is done rather
+    than wait for the receive in progress (up to ``await_s``) to end."""
     env = dict(os.environ, HOME=str(home))
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONHOME", None)
@@ -307,6 +316,9 @@ async def _official(system: PeerSystem, label: str, topic: str, group: str, awai
         readers = [asyncio.ensure_future(read(c, p)) for c, p in enumerate(procs)]
         await work(events)
         for proc in procs:
+            if not graceful:
+                proc.kill()
+                continue
             proc.stdin.write(b"stop\n")
             await proc.stdin.drain()
             proc.stdin.close()
@@ -400,6 +412,9 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
                     "load_1m": [load0, os.getloadavg()[0]],
                     "sent": len(sent),
                     "latency_ms_max": ms(max(lat, default=0)),
+                    # The slot's first message: round 0's is the cold start (a fresh group
+                    # and topic); None when it was not delivered.
+                    "first_ms": ms(first_latency(sent, received)),
                 }
             )
             print(
@@ -418,6 +433,36 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
             "latencies_ms": [round(x * 1000, 2) for x in lat],
         }
     broker_side_summary(system, out)
+    return out
+
+
+def first_latency(sent: dict[str, float], received: dict[str, float]) -> float | None:
+    """Send-to-receive latency of the first message sent (``sent`` keeps send order)."""
+    first = next(iter(sent), None)
+    if first is None or first not in received:
+        return None
+    return received[first] - sent[first]
+
+
+FIRST_COLUMNS = ["cold_first_ms", "first_ms_later_rounds", "first_ms_max",
+                 "latency_ms_p50"]  # fmt: skip
+
+
+def first_messages(rows: dict[str, dict]) -> dict[str, dict]:
+    """The reported case's first message of each slot, per proxy, a row of its own: round
+    0's is the cold start (fresh group, topic and consumer), later rounds' a fresh topic of
+    a group the proxy has seen. An undelivered first message counts as None."""
+    out = {}
+    for label, row in rows.items():
+        firsts = [slot["first_ms"] for slot in row["slots"]]
+        cold = [f for slot, f in zip(row["slots"], firsts, strict=True) if slot["round"] == 0]
+        later = [f for slot, f in zip(row["slots"], firsts, strict=True) if slot["round"] > 0]
+        out[label] = {
+            "cold_first_ms": cold[0] if cold else None,
+            "first_ms_later_rounds": later,
+            "first_ms_max": max((f for f in firsts if f is not None), default=None),
+            "latency_ms_p50": row["latency_ms_p50"],
+        }
     return out
 
 
@@ -674,7 +719,9 @@ async def run(args: argparse.Namespace) -> dict:
     real = [s for s in wanted if s != "stub"]
     if real:
         t0 = time.monotonic()
-        system = await PeerSystem(brokers=args.brokers, notify_workers=args.workers).start()
+        system = await PeerSystem(
+            brokers=args.brokers, notify_workers=args.workers, proxy_log_level=args.proxy_log_level
+        ).start()
         from tests.rocketmq.launcher import rocketmq_version
 
         results["rocketmq"] = rocketmq_version()
@@ -695,6 +742,10 @@ async def run(args: argparse.Namespace) -> dict:
                      f"{args.reported_await_s} s, a message every {args.gap_min_s}-"
                      f"{args.gap_max_s} s to a random broker; load {load_average()}",
                      results["reported"], REPORTED_COLUMNS)  # fmt: skip
+                results["reported_first"] = first_messages(results["reported"])
+                show("The reported case's first message per proxy (cold: round 0, a fresh "
+                     "group and topic; then each later round's, a fresh topic), ms",
+                     results["reported_first"], FIRST_COLUMNS)  # fmt: skip
             if "lite" in wanted:
                 home = Path(args.out) / "official-home"
                 home.mkdir(parents=True, exist_ok=True)
@@ -833,6 +884,9 @@ def main() -> None:
     p.add_argument("--workers", type=lambda s: tuple(int(x) for x in s.split(",")),
                    default=(1,), help="worker counts of notify proxies, e.g. 1,2: a notify "
                    "proxy of each runs every scenario beside the others")  # fmt: skip
+    p.add_argument("--proxy-log-level", default="warning",
+                   help="our proxies' log level (to stderr); debug logs each poll's stages, "
+                   "proxy/receive/timeline.py")  # fmt: skip
     p.add_argument("--out", default="results/bench-peer")
     args = p.parse_args()
     out = Path(args.out)
