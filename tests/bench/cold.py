@@ -36,7 +36,7 @@ from pathlib import Path
 from proxy.remoting.message import Prop
 from tests.bench.bench_proxy import aligned, load_average, machine
 from tests.bench.peer import PEER, PeerSystem, _official
-from tests.bench.processes import Process, _spawn
+from tests.bench.processes import Process, _spawn, scrape
 from tests.bench.scenarios import ms, percentile
 
 TIMELINE = re.compile(
@@ -119,6 +119,10 @@ async def one_run(system: PeerSystem, label: str, run: int, args, rng: random.Ra
         events, errors = await _official(
             system, label, topic, group, args.await_s, out, work, graceful=False
         )
+        # Messages the proxy popped and handed back undelivered (a late pop answer is one).
+        handed_back = None
+        if proxy is not None:
+            handed_back = (await scrape(proxy)).get("rocketmq_proxy_nacks_total", 0.0)
     finally:
         if proxy is not None:
             system.proxies.pop(label, None)
@@ -156,6 +160,7 @@ async def one_run(system: PeerSystem, label: str, run: int, args, rng: random.Ra
         "label": label,
         "topic": topic,
         "load_1m": [round(load0[0], 2), round(os.getloadavg()[0], 2)],
+        "handed_back": handed_back,
         "messages": messages,
         "errors": errors[:5],
     }
@@ -179,6 +184,8 @@ def summary(runs: list[dict]) -> dict[str, dict]:
             "later_ms_p99": ms(percentile(later, 0.99)),
             "undelivered": missing,
             "first_modes": sorted({r["messages"][0]["mode"] or "-" for r in mine}),
+            "redelivered": sum(1 for r in mine for m in r["messages"] if (m["attempt"] or 1) > 1),
+            "handed_back": sum(r["handed_back"] or 0 for r in mine),
             "load_1m_max": max(r["load_1m"][1] for r in mine),
         }
     return rows
@@ -209,7 +216,8 @@ async def run(args: argparse.Namespace) -> dict:
     results["summary"] = summary(runs)
     results["load_end"] = load_average()
     columns = ["runs", "first_ms_p50", "first_ms_p99", "first_ms_max", "later_ms_p50",
-               "later_ms_p99", "undelivered", "first_modes", "load_1m_max"]  # fmt: skip
+               "later_ms_p99", "undelivered", "redelivered", "handed_back", "first_modes",
+               "load_1m_max"]  # fmt: skip
     lines = [["proxy", *columns]] + [
         [label, *(str(row[c]) for c in columns)] for label, row in results["summary"].items()
     ]
