@@ -149,8 +149,18 @@ class PollContext:
         self.probes += 1
         self.mark("probe", broker)
 
-    async def pop(self, broker: BrokerRoute, poll_ms: int = 0) -> list[PolledMessage]:
+    async def pop(
+        self, broker: BrokerRoute, poll_ms: int = 0, *, patient: bool = False
+    ) -> list[PolledMessage]:
         """Pop from ``broker``; [] when it has nothing, is down or too slow.
+
+        A pop is given up after ``broker_timeout_s`` past its broker-side wait, so a broker
+        that hangs costs a poll no more. A ``patient`` pop waits for the answer as long as
+        the poll can instead: one sent to a broker that has just answered hasMsg, which is
+        up, so a slow answer is slowness, not a hang. A pop given up still brings back what
+        the broker popped for it, and that is handed back, to be redelivered only when a
+        real broker's revive service next scans (3-6 s after the hand-back on RocketMQ
+        5.5.0, measured): a late answer delivered beats that (issue 26).
 
         The pop runs as its own task: if this poll stops waiting for it (cancelled, or out
         of time), whatever it still brings back is handed back at once.
@@ -171,6 +181,7 @@ class PollContext:
 
         # A pop without broker-side wait may use its own timeout even on a short poll.
         limit = self.remaining_s if poll_ms else max(self.remaining_s, self.broker_timeout_s)
+        timeout = poll_ms / 1000 + self.broker_timeout_s
         call = asyncio.ensure_future(
             client.pop(
                 req.group,
@@ -181,12 +192,7 @@ class PollContext:
                 expression=req.expression,
                 order=req.fifo,
                 attempt_id=req.attempt_id,
-                # As long as the poll can wait for the answer, not just broker_timeout_s: a
-                # broker that answers late has popped the messages all the same, and a pop
-                # given up hands them back, to be redelivered only when a real broker's
-                # revive service next scans (2-3 s after the hand-back's invisible time).
-                # A late answer is a delivered answer (issue 26).
-                timeout=max(poll_ms / 1000 + self.broker_timeout_s, limit),
+                timeout=max(timeout, limit) if patient else timeout,
                 on_late=hand_back_result,
             )
         )

@@ -83,7 +83,8 @@ async def notify_poll(
                 continue
             broker_name = ready.pop(0)
             broker = ctx.broker(broker_name)
-            messages = await ctx.pop(broker) if broker is not None else []
+            # Patient: the broker has just said hasMsg, so it is up (ctx.pop).
+            messages = await ctx.pop(broker, patient=True) if broker is not None else []
             hub.release(watches[broker_name])
             miss_key = (broker_name, req.group, req.topic, req.expression)
             if messages:
