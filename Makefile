@@ -19,6 +19,7 @@ help:
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
 	@echo "make bench-peer   the Apache RocketMQ proxy beside ours on real brokers (results/bench-peer)"
+	@echo "make bench-cold   the reported case cold, 20 times per mode: the first message (results/bench-cold)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
@@ -207,3 +208,10 @@ deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
 .PHONY: bench-peer
 bench-peer: $(BENCH_STAMP) rocketmq interop-deps
 	$(BIN)/python -m tests.bench.peer --out results/bench-peer $(BENCH_ARGS)
+
+# The reported case cold (tests/bench/cold.py; about 10 minutes): a fresh proxy, group, topic
+# and official consumer per run, 20 runs per mode; the first message's latency and, from
+# each proxy's timeline debug log, the stages of the poll that delivered it.
+.PHONY: bench-cold
+bench-cold: $(BENCH_STAMP) rocketmq interop-deps
+	$(BIN)/python -m tests.bench.cold --out results/bench-cold $(BENCH_ARGS)

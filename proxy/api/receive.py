@@ -94,6 +94,14 @@ class ReceiveActivity:
             rec.pops = result.pops
             rec.notifications = result.probes
             await self._write(result.messages, context, rec)
+            if result.timeline is not None:
+                result.timeline.mark(loop.time(), "written", str(rec.messages))
+                ids = ",".join(m.message.msg_id for m in result.messages[: rec.messages])
+                result.timeline.log(
+                    rec.arrived_at,
+                    f"receive {rec.group}/{rec.topic} arrived_ms={rec.arrived_ms} "
+                    f"mode={rec.mode.value} polling_ms={rec.polling_ms} ids={ids or '-'}",
+                )
             if request.auto_renew:
                 for polled in result.messages[: rec.messages]:
                     self.renewer.add(client_id, polled.popped, polled.message.reconsume_times)

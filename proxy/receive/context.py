@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.processor.consumer import Popped
+from proxy.receive.timeline import Timeline
 from proxy.receive.types import PolledMessage, ReceiveRequest
 from proxy.remoting.broker_client import PopResult
 from proxy.remoting.client import RemotingError
@@ -52,6 +53,8 @@ class PollContext:
         # adaptive switch's evidence); see ``first_pop_done``.
         self.on_first_pop: Callable[[bool], None] | None = None
         self._first_index = first_broker_index
+        # Stages with their times, when the timeline debug log is on (``timeline.py``).
+        self.timeline: Timeline | None = Timeline.wanted()
         # One plain future at a time carries every wait of the poll; an idle poll is held
         # by thousands, so no task, queue or event per poll.
         self._waiter: asyncio.Future[None] | None = None
@@ -74,8 +77,14 @@ class PollContext:
         self.stopped = True
         self._wake()
 
-    def has_msg(self) -> None:
+    def mark(self, stage: str, detail: str = "") -> None:
+        """Note a stage of the poll on its timeline, when there is one."""
+        if self.timeline is not None:
+            self.timeline.mark(self.loop.time(), stage, detail)
+
+    def has_msg(self, broker: str = "") -> None:
         """A broker this poll watches said it has messages (see ``wait_has_msg``)."""
+        self.mark("has_msg", broker)
         if self._has_msg is not None and not self._has_msg.done():
             self._has_msg.set_result(None)
 
@@ -135,11 +144,23 @@ class PollContext:
     def broker(self, name: str) -> BrokerRoute | None:
         return next((b for b in self.brokers if b.name == name), None)
 
-    def count_probe(self) -> None:
+    def count_probe(self, broker: str = "") -> None:
+        """A NOTIFICATION was sent on this poll's behalf (to ``broker``)."""
         self.probes += 1
+        self.mark("probe", broker)
 
-    async def pop(self, broker: BrokerRoute, poll_ms: int = 0) -> list[PolledMessage]:
+    async def pop(
+        self, broker: BrokerRoute, poll_ms: int = 0, *, patient: bool = False
+    ) -> list[PolledMessage]:
         """Pop from ``broker``; [] when it has nothing, is down or too slow.
+
+        A pop is given up after ``broker_timeout_s`` past its broker-side wait, so a broker
+        that hangs costs a poll no more. A ``patient`` pop waits for the answer as long as
+        the poll can instead: one sent to a broker that has just answered hasMsg, which is
+        up, so a slow answer is slowness, not a hang. A pop given up still brings back what
+        the broker popped for it, and that is handed back, to be redelivered only when a
+        real broker's revive service next scans (3-6 s after the hand-back on RocketMQ
+        5.5.0, measured): a late answer delivered beats that (issue 26).
 
         The pop runs as its own task: if this poll stops waiting for it (cancelled, or out
         of time), whatever it still brings back is handed back at once.
@@ -149,6 +170,7 @@ class PollContext:
             return []
         req = self.request
         self.pops += 1
+        self.mark("pop", f"{broker.name}/{poll_ms}" if poll_ms else broker.name)
 
         def hand_back_result(result: PopResult, reason: str = "late") -> None:
             if result.messages:
@@ -157,6 +179,9 @@ class PollContext:
                     reason,
                 )
 
+        # A pop without broker-side wait may use its own timeout even on a short poll.
+        limit = self.remaining_s if poll_ms else max(self.remaining_s, self.broker_timeout_s)
+        timeout = poll_ms / 1000 + self.broker_timeout_s
         call = asyncio.ensure_future(
             client.pop(
                 req.group,
@@ -167,27 +192,28 @@ class PollContext:
                 expression=req.expression,
                 order=req.fifo,
                 attempt_id=req.attempt_id,
-                timeout=poll_ms / 1000 + self.broker_timeout_s,
+                timeout=max(timeout, limit) if patient else timeout,
                 on_late=hand_back_result,
             )
         )
-        # A pop without broker-side wait may use its own timeout even on a short poll.
-        limit = self.remaining_s if poll_ms else max(self.remaining_s, self.broker_timeout_s)
         try:
             finished = await self.wait_done(call, limit)
         except asyncio.CancelledError:
             call.add_done_callback(lambda c: _hand_back_done(c, hand_back_result, "cancelled"))
             raise
         if not finished:  # out of time, or stopping: the pop hands back what it brings
+            self.mark("pop_abandoned", broker.name)
             call.add_done_callback(lambda c: _hand_back_done(c, hand_back_result, "deadline"))
             return []
         try:
             result = call.result()
         except RemotingError as exc:
             log.info("pop from %s failed: %s", broker.name, exc)
+            self.mark("pop_failed", broker.name)
             return []
         if result.polling_full:
             self.polling_full = True
+        self.mark("popped", f"{broker.name}/{len(result.messages)}")
         return [PolledMessage(broker.name, req.group, m) for m in result.messages]
 
 

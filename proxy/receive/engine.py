@@ -137,6 +137,7 @@ class ReceiveEngine:
             next(self._turn),
             self.config.broker_timeout_s,
         )
+        ctx.mark("mode", mode.value)
         if self.stopping:
             ctx.stop()
         self._listen(req, ctx)
@@ -166,6 +167,7 @@ class ReceiveEngine:
             is_short_polling_hit=ctx.short_polling_hit and bool(delivered),
             pops=ctx.pops,
             probes=ctx.probes,
+            timeline=ctx.timeline,
         )
 
     async def _run(self, mode: PollMode, ctx: PollContext) -> list[PolledMessage]:

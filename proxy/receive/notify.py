@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from proxy.receive.context import PollContext
 from proxy.receive.misses import MissMemory
@@ -53,11 +54,16 @@ async def notify_poll(
 
     def has_msg(broker: str) -> None:
         ready.append(broker)
-        ctx.has_msg()
+        ctx.has_msg(broker)
 
     def watch(broker: str) -> Watch:
+        ctx.mark("watch", broker)
         return hub.watch(
-            (broker, req.group, req.topic), deadline, has_msg, ctx.count_probe, order=req.fifo
+            (broker, req.group, req.topic),
+            deadline,
+            has_msg,
+            functools.partial(ctx.count_probe, broker),
+            order=req.fifo,
         )
 
     watches = {broker.name: watch(broker.name) for broker in ctx.brokers}
@@ -77,7 +83,8 @@ async def notify_poll(
                 continue
             broker_name = ready.pop(0)
             broker = ctx.broker(broker_name)
-            messages = await ctx.pop(broker) if broker is not None else []
+            # Patient: the broker has just said hasMsg, so it is up (ctx.pop).
+            messages = await ctx.pop(broker, patient=True) if broker is not None else []
             hub.release(watches[broker_name])
             miss_key = (broker_name, req.group, req.topic, req.expression)
             if messages:

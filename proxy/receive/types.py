@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from proxy.config import PollMode
 from proxy.processor.consumer import Popped
+from proxy.receive.timeline import Timeline
 from proxy.remoting.message import MessageExt, Prop
 
 
@@ -67,6 +68,7 @@ class ReceiveResult:
     is_short_polling_hit: bool
     pops: int
     probes: int  # NOTIFICATION requests (the record's ``notifications``)
+    timeline: Timeline | None = None  # the poll's stages, when the timeline log is on
 
     @property
     def broker(self) -> str | None:

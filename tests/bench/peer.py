@@ -55,6 +55,7 @@ import aiohttp
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from proxy.receive.types import PolledMessage
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
@@ -152,9 +153,16 @@ class PeerSystem(System):
     the brokers' Prometheus exporters, from which broker requests are counted per slot."""
 
     def __init__(
-        self, brokers: int = 2, modes=OURS, apache: bool = True, notify_workers=(1,)
+        self,
+        brokers: int = 2,
+        modes=OURS,
+        apache: bool = True,
+        notify_workers=(1,),
+        proxy_log_level: str = "warning",
     ) -> None:
-        super().__init__(brokers=brokers, modes=modes, backend="real")
+        # Our proxies' log level: "debug" logs each poll's stages (proxy/receive/timeline.py).
+        levels = {m: ["--log-level", proxy_log_level] for m in ("notify", "adaptive", "coupled")}
+        super().__init__(brokers=brokers, modes=modes, backend="real", proxy_args=levels)
         # Notify proxies of more workers (``rmq-proxy --workers N``), beside the others.
         for n in notify_workers:
             self.proxy_specs[proxy_label("notify", n)] = ("notify", n)
@@ -191,6 +199,35 @@ class PeerSystem(System):
             self.proxies[PEER] = Process(PEER, c.proxy.process.proc, {"grpc": c.proxy.grpc_address})
             self.modes = (PEER, *self.modes)
         return c.namesrv_address
+
+    async def start(self) -> PeerSystem:
+        await super().start()
+        try:
+            await self.warm_brokers()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def warm_brokers(self, groups: int = 8) -> None:
+        """Before any scenario, pop a message from every broker with a few new groups. A
+        broker's first pops after it started are its slowest: on a fresh 5.5.0 cluster at
+        load 25-35 the first pop that found a message took 0.8-0.9 s, the first empty one
+        0.2-0.5 s, and both settled to 10-90 ms after 4-5 groups. Without this, whichever
+        proxy comes first in round 0 of the reported case pays for it in its first
+        message, and not because it is cold itself (issue 26)."""
+        topic = "bench-warm-up"
+        await self.create_topic(topic)
+        for n in range(groups):
+            group = f"bench-warm-up-{n}"
+            for client in self.broker_clients:
+                await client.send(topic, b"warm-up", properties={Prop.UNIQ_KEY: uuid.uuid4().hex})
+                popped = await client.pop(
+                    group, topic, max_nums=16, invisible_ms=30_000, poll_ms=0, timeout=30
+                )
+                for message in popped.messages:
+                    handle = PolledMessage(client.name, group, message).popped
+                    await client.ack(group, handle.topic, handle.checkpoint, timeout=10)
 
     async def stop(self) -> None:
         # The launcher stops the Apache proxy's JVM (by pid) with the cluster.
@@ -275,11 +312,13 @@ def broker_side_summary(system: PeerSystem, rows: dict[str, dict]) -> None:
 
 async def _official(system: PeerSystem, label: str, topic: str, group: str, await_s: int,
                     home: Path, work, *, consumers: int = 1, extra: tuple[str, ...] = (),
-                    ready_s: float = 90) -> tuple[list[dict], list[str]]:  # fmt: skip
+                    ready_s: float = 90,
+                    graceful: bool = True) -> tuple[list[dict], list[str]]:  # fmt: skip
     """Run ``consumers`` official consumers on ``label``'s proxy while ``work()`` runs; their
     events, each with ``c``, the consumer's index. ``extra``: more driver arguments (a lite
     consumer's); ``ready_s``: how long each may take to start (a lite consumer subscribes
-    one lite topic at a time)."""
+    one lite topic at a time); ``graceful=False``: kill them once ``work()`` is done rather
+    than wait for the receive in progress (up to ``await_s``) to end."""
     env = dict(os.environ, HOME=str(home))
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONHOME", None)
@@ -317,6 +356,9 @@ async def _official(system: PeerSystem, label: str, topic: str, group: str, awai
         readers = [asyncio.ensure_future(read(c, p)) for c, p in enumerate(procs)]
         await work(events)
         for proc in procs:
+            if not graceful:
+                proc.kill()
+                continue
             proc.stdin.write(b"stop\n")
             await proc.stdin.drain()
             proc.stdin.close()
@@ -410,6 +452,9 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
                     "load_1m": [load0, os.getloadavg()[0]],
                     "sent": len(sent),
                     "latency_ms_max": ms(max(lat, default=0)),
+                    # The slot's first message: round 0's is the cold start (a fresh group
+                    # and topic); None when it was not delivered.
+                    "first_ms": ms(first_latency(sent, received)),
                 }
             )
             print(
@@ -428,6 +473,36 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
             "latencies_ms": [round(x * 1000, 2) for x in lat],
         }
     broker_side_summary(system, out)
+    return out
+
+
+def first_latency(sent: dict[str, float], received: dict[str, float]) -> float | None:
+    """Send-to-receive latency of the first message sent (``sent`` keeps send order)."""
+    first = next(iter(sent), None)
+    if first is None or first not in received:
+        return None
+    return received[first] - sent[first]
+
+
+FIRST_COLUMNS = ["cold_first_ms", "first_ms_later_rounds", "first_ms_max",
+                 "latency_ms_p50"]  # fmt: skip
+
+
+def first_messages(rows: dict[str, dict]) -> dict[str, dict]:
+    """The reported case's first message of each slot, per proxy, a row of its own: round
+    0's is the cold start (fresh group, topic and consumer), later rounds' a fresh topic of
+    a group the proxy has seen. An undelivered first message counts as None."""
+    out = {}
+    for label, row in rows.items():
+        firsts = [slot["first_ms"] for slot in row["slots"]]
+        cold = [f for slot, f in zip(row["slots"], firsts, strict=True) if slot["round"] == 0]
+        later = [f for slot, f in zip(row["slots"], firsts, strict=True) if slot["round"] > 0]
+        out[label] = {
+            "cold_first_ms": cold[0] if cold else None,
+            "first_ms_later_rounds": later,
+            "first_ms_max": max((f for f in firsts if f is not None), default=None),
+            "latency_ms_p50": row["latency_ms_p50"],
+        }
     return out
 
 
@@ -623,7 +698,8 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
 async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: int = 16) -> dict:
     """Pop+ack of a backlog through the Apache proxy, our notify proxies (one of each worker
     count in the system) and straight to the brokers, in shuffled order each round."""
-    labels = [PEER, *(label for label in system.modes if label.split("-w")[0] == "notify")]
+    peer = [PEER] if PEER in system.proxies else []
+    labels = [*peer, *(label for label in system.modes if label.split("-w")[0] == "notify")]
     paths = [*labels, "direct"]
     rates: dict[str, list[float]] = {p: [] for p in paths}
     waits: dict[str, list[float]] = {p: [] for p in paths}
@@ -763,13 +839,20 @@ async def run(args: argparse.Namespace) -> dict:
     real = [s for s in wanted if s != "stub"]
     if real:
         t0 = time.monotonic()
-        system = await PeerSystem(brokers=args.brokers, notify_workers=args.workers).start()
+        system = await PeerSystem(
+            brokers=args.brokers,
+            apache=not args.no_apache,
+            notify_workers=args.workers,
+            proxy_log_level=args.proxy_log_level,
+        ).start()
         from tests.rocketmq.launcher import rocketmq_version
 
         results["rocketmq"] = rocketmq_version()
-        print(f"real RocketMQ {results['rocketmq']}: {args.brokers} brokers, the Apache proxy "
-              f"and {len(system.proxies) - 1} of ours ready in {time.monotonic() - t0:.0f} s; load "
-              f"{load_average()}", flush=True)  # fmt: skip
+        ours = len(system.proxies) - (PEER in system.proxies)
+        print(f"real RocketMQ {results['rocketmq']}: {args.brokers} brokers, "
+              f"{'the Apache proxy and ' if PEER in system.proxies else ''}{ours} of ours "
+              f"ready in {time.monotonic() - t0:.0f} s; load {load_average()}",
+              flush=True)  # fmt: skip
         try:
             if "reported" in wanted:
                 home = Path(args.out) / "official-home"
@@ -784,6 +867,10 @@ async def run(args: argparse.Namespace) -> dict:
                      f"{args.reported_await_s} s, a message every {args.gap_min_s}-"
                      f"{args.gap_max_s} s to a random broker; load {load_average()}",
                      results["reported"], REPORTED_COLUMNS)  # fmt: skip
+                results["reported_first"] = first_messages(results["reported"])
+                show("The reported case's first message per proxy (cold: round 0, a fresh "
+                     "group and topic; then each later round's, a fresh topic), ms",
+                     results["reported_first"], FIRST_COLUMNS)  # fmt: skip
             if "lite" in wanted:
                 home = Path(args.out) / "official-home"
                 home.mkdir(parents=True, exist_ok=True)
@@ -940,6 +1027,11 @@ def main() -> None:
     p.add_argument("--workers", type=lambda s: tuple(int(x) for x in s.split(",")),
                    default=(1,), help="worker counts of notify proxies, e.g. 1,2: a notify "
                    "proxy of each runs every scenario beside the others")  # fmt: skip
+    p.add_argument("--no-apache", action="store_true",
+                   help="our proxies only, without the Apache proxy")  # fmt: skip
+    p.add_argument("--proxy-log-level", default="warning",
+                   help="our proxies' log level (to stderr); debug logs each poll's stages, "
+                   "proxy/receive/timeline.py")  # fmt: skip
     p.add_argument("--out", default="results/bench-peer")
     args = p.parse_args()
     out = Path(args.out)

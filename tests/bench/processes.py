@@ -60,13 +60,16 @@ class Process:
         return 0
 
 
-async def _spawn(name: str, module: str, func: str, *args: str) -> Process:
+async def _spawn(name: str, module: str, func: str, *args: str, stderr=None) -> Process:
+    """Start ``module.func()`` with ``args``; ``stderr``: a file for its log (default
+    inherited)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
         f"from {module} import {func}; {func}()",
         *args,
         stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
     )
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
