@@ -33,7 +33,6 @@ from proxy.processor.producer import ProducerProcessor
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
-from proxy.receive.lite import LiteReceiver
 from proxy.security.runtime import SecurityRuntime
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,6 @@ class ProxyApp:
             ReceiveRecorder(config.proxy_id, self.metrics, self.events),
             self.groups,
             self.renewer,
-            LiteReceiver(self.pool, self.consumer, rc.broker_timeout_s, rc.max_delivery_attempts),
         )
         self.service = MessagingService(
             route=RouteActivity(self.pool, advertise),

@@ -28,6 +28,9 @@ class PollMode(enum.StrEnum):
     NOTIFY = "notify"
     COUPLED = "coupled"
     SLICING = "slicing"
+    # A lite consumer's poll (RocketMQ 5.5 lite topics, ``receive/lite.py``): the brokers'
+    # own per-client lite long polling on every broker, whatever ``receive.mode`` says.
+    LITE = "lite"
 
 
 class ReceiveMode(enum.StrEnum):

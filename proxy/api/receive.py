@@ -30,7 +30,6 @@ from proxy.observability.receive_record import Outcome, ReceiveRecord, ReceiveRe
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.processor.renewal import HandleRenewer
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
-from proxy.receive.lite import LiteReceiver
 from proxy.receive.types import PolledMessage, ReceiveRequest
 from proxy.remoting.client import RemotingError
 
@@ -46,7 +45,6 @@ class ReceiveActivity:
         recorder: ReceiveRecorder,
         groups: GroupSettings,
         renewer: HandleRenewer,
-        lite: LiteReceiver | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
@@ -54,7 +52,6 @@ class ReceiveActivity:
         self.recorder = recorder
         self.groups = groups
         self.renewer = renewer
-        self.lite = lite
         self.accepting = True  # off while the proxy shuts down
 
     async def receive_message(self, request: api.ReceiveMessageRequest, context: Context) -> None:
@@ -76,12 +73,12 @@ class ReceiveActivity:
                 raise route_error(req.topic, exc) from None
             req.fifo = group.fifo
             try:
-                if self.lite is not None and group.is_lite(req.topic):
+                if group.is_lite(req.topic):
                     # A lite push consumer polls every broker itself; a poll of it parked on
                     # the others too would stay parked there after it answered, and the
                     # next message for the client could wake that stale pop first.
                     req.named_broker_only = req.named_broker_only or request.auto_renew
-                    result = await self.lite.receive(req, client_id)
+                    result = await self.engine.receive_lite(req, client_id)
                 else:
                     result = await self.engine.receive(req)
             except TooManyRequests as exc:

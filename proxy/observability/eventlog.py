@@ -51,7 +51,7 @@ class ReceiveEvent:
     proxy: str
     group: str
     topic: str
-    mode: str  # notify / coupled / slicing
+    mode: str  # notify / coupled / slicing / lite
     is_long_polling: bool
     is_short_polling_hit: bool
     polling_ms: int  # long-polling time granted

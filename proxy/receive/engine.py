@@ -21,6 +21,7 @@ from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.adaptive import AdaptiveSwitch, Decision, Evidence
 from proxy.receive.context import PollContext
 from proxy.receive.coupled import coupled_poll
+from proxy.receive.lite import LiteReceiver
 from proxy.receive.misses import MissMemory
 from proxy.receive.notify import notify_poll
 from proxy.receive.probes import ProbeHub
@@ -58,6 +59,9 @@ class ReceiveEngine:
             slice_s=config.probe_slice_s,
         )
         self.misses = MissMemory()
+        self.lite = LiteReceiver(
+            pool, consumer, config.broker_timeout_s, config.max_delivery_attempts
+        )
         self.switch = AdaptiveSwitch(
             config.adaptive_high_rate,
             config.adaptive_low_rate,
@@ -169,6 +173,20 @@ class ReceiveEngine:
             probes=ctx.probes,
             timeline=ctx.timeline,
         )
+
+    async def receive_lite(self, req: ReceiveRequest, client_id: str) -> ReceiveResult:
+        """Run one lite consumer's poll (``receive/lite.py``): mode LITE, within the same
+        in-flight limit as every other poll (each holds a parked pop per broker)."""
+        req.mode = PollMode.LITE
+        if self.in_flight_total >= self.config.max_in_flight:
+            raise TooManyRequests(f"{self.config.max_in_flight} long polls already in flight")
+        self.in_flight[PollMode.LITE] += 1
+        self.metrics.long_poll_started(PollMode.LITE)
+        try:
+            return await self.lite.receive(req, client_id)
+        finally:
+            self.in_flight[PollMode.LITE] -= 1
+            self.metrics.long_poll_finished(PollMode.LITE)
 
     async def _run(self, mode: PollMode, ctx: PollContext) -> list[PolledMessage]:
         if mode is PollMode.NOTIFY:

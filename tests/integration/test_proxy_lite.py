@@ -15,6 +15,7 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from proxy.config import PollMode
 from proxy.remoting.lite import lite_queue_index
 from tests import admin
 from tests.lean_client import millis
@@ -135,7 +136,12 @@ async def test_a_parked_lite_poll_answers_when_a_message_arrives(backend, lean):
     producer = lean(app, "lite-producer-2")
 
     async def send_later() -> None:
-        await asyncio.sleep(1.0)
+        # Once the poll is parked: it counts as a long poll in flight, mode lite.
+        deadline = time.monotonic() + 5
+        while app.engine.in_flight[PollMode.LITE] != 1:
+            assert time.monotonic() < deadline, f"no lite poll in flight: {app.engine.in_flight}"
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)  # parked on the brokers, not only counted
         await producer.send(parent, b"late-body", lite_topic="late")
 
     started = time.monotonic()
@@ -147,6 +153,24 @@ async def test_a_parked_lite_poll_answers_when_a_message_arrives(backend, lean):
     assert [m.body for m in result.messages] == [b"late-body"]
     assert waited < 8, f"answered after {waited:.1f}s, not when the message arrived"
     assert (await client.ack(group, parent, result.messages)).status.code == Code.OK
+
+
+async def test_lite_polls_count_against_the_in_flight_limit(backend, lean):
+    """A lite poll holds a parked pop on every broker: it is a long poll like any other,
+    within ``receive.max_in_flight``."""
+    app = await backend.start(max_in_flight=1)
+    parent, group = await lite_names(backend, app)
+    first, second = lean(app, "lite-client-limit-1"), lean(app, "lite-client-limit-2")
+    for client in (first, second):
+        assert (await client.sync_lite(group, parent, ["idle"])).status.code == Code.OK
+    held = asyncio.create_task(first.receive(group, parent, await_ms=5000))
+    deadline = time.monotonic() + 5
+    while app.engine.in_flight[PollMode.LITE] != 1:
+        assert time.monotonic() < deadline, f"no lite poll in flight: {app.engine.in_flight}"
+        await asyncio.sleep(0.02)
+    refused = await second.receive(group, parent, await_ms=5000)
+    assert refused.status == Code.TOO_MANY_REQUESTS, refused.message
+    assert not (await held).messages
 
 
 async def test_an_unsubscribed_lite_topic_is_no_longer_delivered(backend, lean):
