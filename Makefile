@@ -202,8 +202,9 @@ K8S_NODE_STAMP := $(K8S_NODE_DIR)/node_modules/.installed
 deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
 
 # Head to head with the Apache RocketMQ proxy on real brokers (tests/bench/peer.py; about
-# 20 minutes): the reported case with the official Python client, sparse, busy, idle fan-in,
-# overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help), e.g.
+# 40 minutes): the reported case with the official Python client, lite topics (official
+# Python lite consumers, 1,000 and 10,000 lite topics), priority messages, sparse, busy,
+# idle fan-in, overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help), e.g.
 # BENCH_ARGS="--workers 1,2" for a notify proxy of 2 workers beside the others.
 .PHONY: bench-peer
 bench-peer: $(BENCH_STAMP) rocketmq interop-deps

@@ -999,7 +999,7 @@ def charts(results: dict, out: Path) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--scenarios", default="reported,sparse,busy,fanin,overhead,stub")
+    p.add_argument("--scenarios", default="reported,lite,priority,sparse,busy,fanin,overhead,stub")
     p.add_argument("--brokers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--reported-slot-s", type=float, default=30.0)
