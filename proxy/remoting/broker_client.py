@@ -368,6 +368,29 @@ class BrokerClient:
             order=order,
             attempt_id=attempt_id,
         )
+        return await self._pop_call(
+            RequestCode.POP_MESSAGE,
+            header.encode(),
+            lambda response: self._pop_result(response, topic),
+            "pop",
+            poll_ms,
+            timeout,
+            on_late,
+        )
+
+    async def _pop_call(
+        self,
+        code: int,
+        header: dict[str, str],
+        decode: Callable[[RemotingCommand], PopResult],
+        what: str,
+        poll_ms: int,
+        timeout: float | None,
+        on_late: Callable[[PopResult], None] | None,
+    ) -> PopResult:
+        """Send a pop of either kind (``code``) and decode its answer; one that comes after
+        ``timeout`` goes, decoded, to ``on_late`` (its messages are the caller's to hand
+        back), one the broker answers with nothing is an empty result."""
         if timeout is None:
             timeout = DEFAULT_TIMEOUT + poll_ms / 1000
         late = None
@@ -377,30 +400,26 @@ class BrokerClient:
                 if response.code != ResponseCode.SUCCESS:
                     return
                 try:
-                    with _readable(self.name, "late pop"):
-                        result = self._pop_result(response, topic)
-                except BrokerResponseError as exc:
+                    with _readable(self.name, f"late {what}"):
+                        result = decode(response)
+                except RemotingError as exc:  # unreadable (BrokerResponseError) or unusable
                     # Its messages (if any) come back after their invisible time.
                     log.warning("%s", exc)
                     return
                 on_late(result)
 
         response = await self._call(
-            RequestCode.POP_MESSAGE,
-            header.encode(),
-            timeout=timeout,
-            long_polling=poll_ms > 0,
-            on_late=late,
+            code, header, timeout=timeout, long_polling=poll_ms > 0, on_late=late
         )
         self._check(
             response,
-            "pop",
+            what,
             ResponseCode.POLLING_TIMEOUT,
             ResponseCode.PULL_NOT_FOUND,
             ResponseCode.POLLING_FULL,
         )
-        with _readable(self.name, "pop"):
-            return self._pop_result(response, topic)
+        with _readable(self.name, what):
+            return decode(response)
 
     def _pop_result(self, response: RemotingCommand, topic: str) -> PopResult:
         h = PopMessageResponseHeader.decode(response.ext_fields)
@@ -487,38 +506,15 @@ class BrokerClient:
             born_time=now_ms(),
             attempt_id=attempt_id,
         )
-        if timeout is None:
-            timeout = DEFAULT_TIMEOUT + poll_ms / 1000
-        late = None
-        if on_late is not None:
-
-            def late(response: RemotingCommand) -> None:
-                if response.code != ResponseCode.SUCCESS:
-                    return
-                try:
-                    with _readable(self.name, "late lite pop"):
-                        result = self._pop_lite_result(response, topic)
-                except (BrokerResponseError, RemotingError) as exc:
-                    log.warning("%s", exc)
-                    return
-                on_late(result)
-
-        response = await self._call(
+        return await self._pop_call(
             RequestCode.POP_LITE_MESSAGE,
             header.encode(),
-            timeout=timeout,
-            long_polling=poll_ms > 0,
-            on_late=late,
-        )
-        self._check(
-            response,
+            lambda response: self._pop_lite_result(response, topic),
             "lite pop",
-            ResponseCode.POLLING_TIMEOUT,
-            ResponseCode.PULL_NOT_FOUND,
-            ResponseCode.POLLING_FULL,
+            poll_ms,
+            timeout,
+            on_late,
         )
-        with _readable(self.name, "lite pop"):
-            return self._pop_lite_result(response, topic)
 
     def _pop_lite_result(self, response: RemotingCommand, topic: str) -> PopResult:
         """Decode a lite pop; give each message the POP_CK the Java client builds

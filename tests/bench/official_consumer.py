@@ -69,6 +69,21 @@ def watch_stdin(stop: threading.Event) -> None:
     threading.Thread(target=read, name="stdin-watch", daemon=True).start()
 
 
+def start(consumer, args: argparse.Namespace) -> None:
+    """Route and settings in, the lite topics subscribed (if any); then "ready"."""
+    endpoints = route_endpoints(consumer, args.topic)
+    wait_for_settings(consumer)
+    started = time.time()
+    for i in range(args.lite_topics):
+        consumer.subscribe_lite(f"{args.lite_prefix}-{i}")
+    if args.lite_topics:
+        # The 5.1.2 client sends subscribe_lite("abc") as the lite topics a, b, c (it
+        # extends the request's set with the string); its own full sync every 30 s puts
+        # the right set on the brokers. Sync it now, or the first 30 s measure that bug.
+        consumer.subscribe_lite_all()
+    emit("ready", t=time.time(), endpoints=endpoints, subscribe_s=time.time() - started)
+
+
 def lite_consumer(args: argparse.Namespace):
     """A started LiteSimpleConsumer bound to ``args.topic``; the caller shuts it down."""
     from rocketmq import LiteSimpleConsumer
@@ -112,16 +127,7 @@ def lite_push(args: argparse.Namespace) -> int:
     )
     consumer.startup()
     try:
-        endpoints = route_endpoints(consumer, args.topic)
-        wait_for_settings(consumer)
-        started = time.time()
-        for i in range(args.lite_topics):
-            consumer.subscribe_lite(f"{args.lite_prefix}-{i}")
-        # The 5.1.2 client sends subscribe_lite("abc") as the lite topics a, b, c (it
-        # extends the request's set with the string); its own full sync every 30 s puts
-        # the right set on the brokers. Sync it now, or the first 30 s measure that bug.
-        consumer.subscribe_lite_all()
-        emit("ready", t=time.time(), endpoints=endpoints, subscribe_s=time.time() - started)
+        start(consumer, args)
         watch_stdin(stop)
         stop.wait()
     finally:
@@ -140,16 +146,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     receives = empty = acks = errors = 0
     try:
-        endpoints = route_endpoints(consumer, args.topic)
-        wait_for_settings(consumer)
-        started = time.time()
-        for i in range(args.lite_topics):
-            consumer.subscribe_lite(f"{args.lite_prefix}-{i}")
-        # The 5.1.2 client sends subscribe_lite("abc") as the lite topics a, b, c (it
-        # extends the request's set with the string); its own full sync every 30 s puts
-        # the right set on the brokers. Sync it now, or the first 30 s measure that bug.
-        consumer.subscribe_lite_all()
-        emit("ready", t=time.time(), endpoints=endpoints, subscribe_s=time.time() - started)
+        start(consumer, args)
         watch_stdin(stop)
         while not stop.is_set():
             receives += 1
