@@ -63,7 +63,7 @@ format: $(STAMP)
 run: $(STAMP)
 	$(BIN)/rmq-proxy --embedded-brokers 3 --topic TestTopic --topic OrderTopic
 
-# Every component a process of its own, on the DESIGN.md ports (STACK_ARGS=--free-ports
+# Every component a process of its own, on the ports of docs/design.md (STACK_ARGS=--free-ports
 # or --base-port N to move them); prints every URL, stops them all on Ctrl-C.
 # STACK_ARGS=--real runs real RocketMQ brokers (fetching the jars first).
 .PHONY: stack

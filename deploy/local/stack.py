@@ -53,7 +53,7 @@ class Ports:
 
     @classmethod
     def defaults(cls) -> Ports:
-        # DESIGN.md's ports; the second proxy adds 100, Prometheus and the Pushgateway
+        # docs/design.md's ports; the second proxy adds 100, Prometheus and the Pushgateway
         # keep their usual ones. A real broker also binds port - 2 and port + 1, which
         # these leave free.
         return cls(9876, (10911, 10921, 10931), (8081, 8181), (8082, 8182), 9090, 9091)

@@ -1,6 +1,6 @@
 """The event-log record as Spark reads it, and the columns of the aggregates it writes.
 
-The record's fields are DESIGN.md's ("The event log") and proxy/observability/eventlog.py's
+The record's fields are docs/design.md's ("The event log") and proxy/observability/eventlog.py's
 ``ReceiveEvent``, in order. An explicit schema skips inference (a full extra pass over the
 input) and makes a line that does not fit land in the corrupt-record column instead of
 silently changing a column's type.

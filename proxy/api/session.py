@@ -205,6 +205,17 @@ def _lite_group(command: api.TelemetryCommand) -> str | None:
     return settings.subscription.group.name
 
 
+def _offer(
+    outbox: asyncio.Queue[api.TelemetryCommand | None], command: api.TelemetryCommand
+) -> bool:
+    """Queue a command for the client's stream without waiting; False when it is full."""
+    try:
+        outbox.put_nowait(command)
+    except asyncio.QueueFull:
+        return False
+    return True
+
+
 def _unsubscribe_sink(
     outbox: asyncio.Queue[api.TelemetryCommand | None],
 ) -> Callable[[str], bool]:
@@ -212,11 +223,7 @@ def _unsubscribe_sink(
         command = api.TelemetryCommand(
             notify_unsubscribe_lite_command=api.NotifyUnsubscribeLiteCommand(lite_topic=lite_topic)
         )
-        try:
-            outbox.put_nowait(command)
-        except asyncio.QueueFull:
-            return False
-        return True
+        return _offer(outbox, command)
 
     return deliver
 
@@ -231,10 +238,6 @@ def _sink(
                 transaction_id=encode_transaction_id(check_.ref),
             )
         )
-        try:
-            outbox.put_nowait(command)
-        except asyncio.QueueFull:
-            return False
-        return True
+        return _offer(outbox, command)
 
     return deliver

@@ -1,6 +1,6 @@
 """The receive event log: one JSON line per client ReceiveMessage, the Spark job's input.
 
-Layout (DESIGN.md, "The event log")::
+Layout (docs/design.md, "The event log")::
 
     <dir>/proxy=<proxy_id>/date=<YYYY-MM-DD>/part-<yyyymmddTHHMMSS>-<seq>.jsonl
 

@@ -1,4 +1,4 @@
-"""The proxy's Prometheus metrics, exactly as DESIGN.md's "Metrics" table names them.
+"""The proxy's Prometheus metrics, exactly as docs/design.md's "Metrics" table names them.
 
 Each ``ProxyMetrics`` owns its own ``CollectorRegistry`` (never the process-global one) so a
 test, or a process hosting several proxies, can make as many as it likes without

@@ -1,4 +1,4 @@
-"""Pop-with-notify: the long-polling task of DESIGN.md.
+"""Pop-with-notify: the long-polling task of docs/design.md ("How one long poll is served").
 
 1. First pop: pop (no broker-side wait) from the broker the client named, or the next in
    turn. Messages: answer at once; that is a short-polling hit.

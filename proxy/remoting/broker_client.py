@@ -92,6 +92,17 @@ class BrokerResponseError(RemotingError):
 _UNREADABLE = (ValueError, KeyError, IndexError, struct.error, RemotingProtocolError)
 
 
+def _json_object(response: RemotingCommand, what: str) -> dict[str, Any]:
+    """The answer's body as a JSON object, or the RemotingError that says why it is not."""
+    try:
+        value = orjson.loads(response.body)
+    except orjson.JSONDecodeError as exc:
+        raise RemotingError(f"{what}: {exc}") from None
+    if not isinstance(value, dict):
+        raise RemotingError(f"{what} is not an object")
+    return value
+
+
 @contextlib.contextmanager
 def _readable(broker: str, request: str) -> Iterator[None]:
     try:
@@ -720,13 +731,7 @@ class BrokerClient:
             ),
             "group config",
         )
-        try:
-            config = orjson.loads(response.body)
-        except orjson.JSONDecodeError as exc:
-            raise RemotingError(f"group config of {group}: {exc}") from None
-        if not isinstance(config, dict):
-            raise RemotingError(f"group config of {group} is not an object")
-        return config
+        return _json_object(response, f"group config of {group}")
 
     async def topic_config(self, topic: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """The topic's TopicConfig (GET_TOPIC_CONFIG) as JSON: its queues, perm, attributes."""
@@ -736,13 +741,7 @@ class BrokerClient:
             ),
             "topic config",
         )
-        try:
-            config = orjson.loads(response.body)
-        except orjson.JSONDecodeError as exc:
-            raise RemotingError(f"topic config of {topic}: {exc}") from None
-        if not isinstance(config, dict):
-            raise RemotingError(f"topic config of {topic} is not an object")
-        return config
+        return _json_object(response, f"topic config of {topic}")
 
     async def polling_info(
         self, group: str, topic: str, queue_id: int = -1, timeout: float = DEFAULT_TIMEOUT

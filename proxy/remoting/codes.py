@@ -1,7 +1,7 @@
 """Numeric constants of the RocketMQ remoting protocol.
 
 Values are the ones RocketMQ's ``RequestCode``, ``ResponseCode`` and ``LanguageCode``
-define (see ``shared/reference/remoting-wire.md``).
+define (read from the RocketMQ 5.5.0 remoting jar).
 """
 
 from __future__ import annotations

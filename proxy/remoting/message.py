@@ -5,7 +5,7 @@
 - the batch body a producer sends (``MessageDecoder.encodeMessages`` in RocketMQ);
 - offset message ids and client unique ids.
 
-Layouts follow ``shared/reference/remoting-wire.md`` §4-§6. All integers are big-endian.
+Layouts follow RocketMQ's ``MessageDecoder``. All integers are big-endian.
 """
 
 from __future__ import annotations
