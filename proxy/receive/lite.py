@@ -13,16 +13,24 @@ that, on every broker at once:
    are handed back).
 2. **Parked pops.** Otherwise one lite pop per broker parked for the time left. The first
    that brings messages answers the poll; the others go on parked on their brokers until
-   their time is up, and whatever one of them still brings is handed back at once.
+   their time is up (remoting cannot take a parked request back).
+3. **Late pops pass on.** A broker wakes the *oldest* parked lite pop of a client first
+   (PopLiteLongPollingService, notifyLast false), so the client's next message on a broker
+   where the last poll left its pop wakes that stale pop, not the client's live poll. What a
+   stale pop brings goes to a poll of the same client, group and topic parked in this proxy
+   now, if there is one: it answers that poll at the message's first attempt. Only without
+   such a poll is it handed back at once (and comes again, one attempt later, when the broker
+   revives it: seconds).
 
 A push consumer's poll (``named_broker_only``) watches only the broker it names, as the
 Apache proxy serves every lite push poll: the client polls each broker itself, and a pop it
 left parked on another broker would stay there after the poll answered, where the broker
 may wake it, not the client's live poll, for the client's next message (measured: 1-3 s
 late, the message handed back and popped again). A LiteSimpleConsumer polls one request at
-a time, naming the first broker always: its polls watch every broker, and pay that price
-only when a poll answered from one broker while another still holds its parked pop. The
-proxy keeps nothing: the brokers hold the subscriptions and events per client id.
+a time, naming the first broker always: its polls watch every broker, and step 3 serves its
+next poll with what the last one's pops bring late. The proxy keeps no messages: the brokers
+hold the subscriptions and events per client id, and a late pop with no live poll to take it
+is handed back.
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ class LiteReceiver:
         self.consumer = consumer
         self.broker_timeout_s = broker_timeout_s
         self.max_delivery_attempts = max_delivery_attempts
+        # (client id, group, parent topic) -> the inboxes of that client's parked polls,
+        # oldest first: where a pop that answers after its own poll ended passes its messages.
+        self._parked: dict[tuple[str, str, str], list[asyncio.Future[list[PolledMessage]]]] = {}
 
     async def receive(self, req: ReceiveRequest, client_id: str) -> ReceiveResult:
         """Serve one lite poll of ``client_id``. Raises TopicNotFound or RemotingError when
@@ -65,9 +76,11 @@ class LiteReceiver:
             brokers = [req.broker_hint]
         loop = asyncio.get_running_loop()
         pops = len(brokers)
+        key = (client_id, req.group, req.topic)
         found = await self._first(
             [self._pop(name, req, client_id, 0) for name in brokers],
             loop.time() + self.broker_timeout_s,
+            key,
             wait_all=True,
         )
         if found:
@@ -76,18 +89,32 @@ class LiteReceiver:
         if park_ms < MIN_PARK_MS or not brokers:
             return ReceiveResult([], False, pops, 0)
         pops += len(brokers)
-        found = await self._first(
-            [self._pop(name, req, client_id, park_ms) for name in brokers],
-            req.answer_by,
-            wait_all=False,
-        )
+        # Parked: this poll also takes what an earlier poll's pops of the client bring late.
+        inbox: asyncio.Future[list[PolledMessage]] = loop.create_future()
+        self._parked.setdefault(key, []).append(inbox)
+        try:
+            found = await self._first(
+                [self._pop(name, req, client_id, park_ms) for name in brokers] + [inbox],
+                req.answer_by,
+                key,
+                wait_all=False,
+            )
+        finally:
+            waiting = self._parked[key]
+            waiting.remove(inbox)
+            if not waiting:
+                del self._parked[key]
         return ReceiveResult(await self._deliverable(found, req), False, pops, 0)
 
     def _pop(
         self, broker: str, req: ReceiveRequest, client_id: str, poll_ms: int
     ) -> asyncio.Future[list[PolledMessage]]:
-        """One lite pop as its own task; what it brings after the poll stopped waiting for
-        it (``on_late``, or a callback added by ``_first``) is handed back."""
+        """One lite pop as its own task. What it brings after the remoting deadline
+        (``on_late``) passes on like any pop that answers after its poll stopped waiting."""
+        key = (client_id, req.group, req.topic)
+
+        def polled(broker: str, result: PopResult) -> list[PolledMessage]:
+            return [PolledMessage(broker, req.group, m, lite=True) for m in result.messages]
 
         async def call() -> list[PolledMessage]:
             client = self.pool.broker(broker)
@@ -103,12 +130,12 @@ class LiteReceiver:
                     poll_ms=poll_ms,
                     attempt_id=req.attempt_id,
                     timeout=poll_ms / 1000 + self.broker_timeout_s,
-                    on_late=lambda late: self._hand_back_result(broker, req, late, "late"),
+                    on_late=lambda late: self._pass_on(key, polled(broker, late), "late"),
                 )
             except RemotingError as exc:
                 log.info("lite pop from %s failed: %s", broker, exc)
                 return []
-            return [PolledMessage(broker, req.group, m, lite=True) for m in result.messages]
+            return polled(broker, result)
 
         return asyncio.ensure_future(call())
 
@@ -116,14 +143,16 @@ class LiteReceiver:
         self,
         calls: list[asyncio.Future[list[PolledMessage]]],
         deadline: float,
+        key: tuple[str, str, str],
         *,
         wait_all: bool,
     ) -> list[PolledMessage]:
         """Messages of the calls: of all of them (``wait_all``), else of the first that
-        brings any; by ``deadline``. Calls not waited for hand back what they bring."""
+        brings any; by ``deadline``. Calls not waited for pass on what they bring."""
         loop = asyncio.get_running_loop()
         found: list[PolledMessage] = []
         pending = set(calls)
+        reason = "deadline"
         try:
             while pending and (wait_all or not found):
                 left = deadline - loop.time()
@@ -135,12 +164,12 @@ class LiteReceiver:
                 for call in done:
                     found.extend(call.result())
         except asyncio.CancelledError:
-            for call in pending:
-                call.add_done_callback(self._hand_back_call("cancelled"))
             self._hand_back(found, "cancelled")
+            reason = "cancelled"
             raise
-        for call in pending:
-            call.add_done_callback(self._hand_back_call("deadline"))
+        finally:
+            for call in pending:
+                call.add_done_callback(self._pass_on_call(key, reason))
         return found
 
     async def _deliverable(
@@ -150,24 +179,39 @@ class LiteReceiver:
         attempt, which go to the dead-letter queue (as the engine does for every poll)."""
         self._hand_back(found[req.batch_size :], "over_batch")
         fit = found[: req.batch_size]
-        deliver = await self.consumer.divert_exhausted(
-            [(m.popped, m.message.reconsume_times) for m in fit], self.max_delivery_attempts
-        )
+        try:
+            deliver = await self.consumer.divert_exhausted(
+                [(m.popped, m.message.reconsume_times) for m in fit], self.max_delivery_attempts
+            )
+        except asyncio.CancelledError:
+            # The client is gone: none of them will be written. (One already in the dead
+            # letter queue refuses the hand-back; nothing is lost.)
+            self._hand_back(fit, "cancelled")
+            raise
         return [m for m, keep in zip(fit, deliver, strict=True) if keep]
 
-    def _hand_back(self, messages: list[PolledMessage], reason: str) -> None:
-        self.consumer.hand_back([m.popped for m in messages], reason)
+    def _pass_on(
+        self, key: tuple[str, str, str], messages: list[PolledMessage], reason: str
+    ) -> None:
+        """Messages a pop brought after its poll stopped waiting: to the oldest parked poll
+        of the same client, group and topic in this proxy, else handed back (``reason``)."""
+        if not messages:
+            return
+        for inbox in self._parked.get(key, ()):
+            if not inbox.done():
+                inbox.set_result(messages)
+                log.debug("late lite pop of %s passed on to its next poll", key[0])
+                return
+        self._hand_back(messages, reason)
 
-    def _hand_back_call(self, reason: str) -> Callable[[asyncio.Future[list[PolledMessage]]], None]:
+    def _pass_on_call(
+        self, key: tuple[str, str, str], reason: str
+    ) -> Callable[[asyncio.Future[list[PolledMessage]]], None]:
         def done(call: asyncio.Future[list[PolledMessage]]) -> None:
             if not call.cancelled() and call.exception() is None:
-                self._hand_back(call.result(), reason)
+                self._pass_on(key, call.result(), reason)
 
         return done
 
-    def _hand_back_result(
-        self, broker: str, req: ReceiveRequest, result: PopResult, reason: str
-    ) -> None:
-        self._hand_back(
-            [PolledMessage(broker, req.group, m, lite=True) for m in result.messages], reason
-        )
+    def _hand_back(self, messages: list[PolledMessage], reason: str) -> None:
+        self.consumer.hand_back([m.popped for m in messages], reason)

@@ -155,6 +155,49 @@ async def test_a_parked_lite_poll_answers_when_a_message_arrives(backend, lean):
     assert (await client.ack(group, parent, result.messages)).status.code == Code.OK
 
 
+async def _parked(app, polls: int) -> None:
+    """Until ``polls`` lite polls are in flight, and a little longer: parked on the brokers."""
+    deadline = time.monotonic() + 5
+    while app.engine.in_flight[PollMode.LITE] != polls:
+        assert time.monotonic() < deadline, f"lite polls in flight: {app.engine.in_flight}"
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)  # the count rises before the pops reach the brokers
+
+
+async def test_a_pop_left_parked_by_the_last_poll_serves_the_next_poll(backend, lean):
+    """A LiteSimpleConsumer's poll parks a pop on every broker; the poll answered from one
+    broker leaves the other's parked until its time is up, and a broker wakes its oldest
+    parked pop of a client first. The next message there wakes that stale pop, not the
+    client's live poll: it must still reach the live poll, at once and at its first
+    attempt, not be handed back to come again seconds later."""
+    app = await backend.start()
+    parent, group = await lite_names(backend, app)
+    on_a = next(f"a{i}" for i in range(100) if lite_queue_index(f"a{i}", 8) < 4)
+    on_b = next(f"b{i}" for i in range(100) if lite_queue_index(f"b{i}", 8) >= 4)
+    client = lean(app, "lite-stale")
+    assert (await client.sync_lite(group, parent, [on_a, on_b])).status.code == Code.OK
+    producer = lean(app, "lite-stale-producer")
+
+    first = asyncio.create_task(client.receive(group, parent, await_ms=15_000))
+    await _parked(app, 1)
+    assert (await producer.send(parent, b"on-a", lite_topic=on_a)).status.code == Code.OK
+    answered = await asyncio.wait_for(first, 10)
+    assert [m.body for m in answered.messages] == [b"on-a"]
+    assert (await client.ack(group, parent, answered.messages)).status.code == Code.OK
+
+    second = asyncio.create_task(client.receive(group, parent, await_ms=15_000))
+    await _parked(app, 1)
+    started = time.monotonic()
+    assert (await producer.send(parent, b"on-b", lite_topic=on_b)).status.code == Code.OK
+    result = await asyncio.wait_for(second, 20)
+    waited = time.monotonic() - started
+
+    assert [m.body for m in result.messages] == [b"on-b"]
+    assert result.messages[0].system_properties.delivery_attempt == 1
+    assert waited < 5, f"answered {waited:.1f}s after the send"
+    assert (await client.ack(group, parent, result.messages)).status.code == Code.OK
+
+
 async def test_lite_polls_count_against_the_in_flight_limit(backend, lean):
     """A lite poll holds a parked pop on every broker: it is a long poll like any other,
     within ``receive.max_in_flight``."""
