@@ -10,7 +10,8 @@ that, on every broker at once:
 
 1. **Instant pops.** A lite pop without broker-side wait to every broker that serves the
    parent topic, together. Messages: they are the answer (at most the batch size; the rest
-   are handed back).
+   are handed back). A poll of one broker skips this step: its parked pop answers at once
+   when there are messages, one request as from the Apache proxy.
 2. **Parked pops.** Otherwise one lite pop per broker parked for the time left. The first
    that brings messages answers the poll; the others go on parked on their brokers until
    their time is up (remoting cannot take a parked request back).
@@ -75,19 +76,25 @@ class LiteReceiver:
         if req.named_broker_only and req.broker_hint in brokers:
             brokers = [req.broker_hint]
         loop = asyncio.get_running_loop()
-        pops = len(brokers)
         key = (client_id, req.group, req.topic)
-        found = await self._first(
-            [self._pop(name, req, client_id, 0) for name in brokers],
-            loop.time() + self.broker_timeout_s,
-            key,
-            wait_all=True,
-        )
-        if found:
-            return ReceiveResult(await self._deliverable(found, req), True, pops, 0)
-        park_ms = int((req.answer_by - loop.time()) * 1000)
-        if park_ms < MIN_PARK_MS or not brokers:
+        pops = 0
+        if len(brokers) > 1:
+            pops += len(brokers)
+            found = await self._first(
+                [self._pop(name, req, client_id, 0) for name in brokers],
+                loop.time() + self.broker_timeout_s,
+                key,
+                wait_all=True,
+            )
+            if found:
+                return ReceiveResult(await self._deliverable(found, req), True, pops, 0)
+        if not brokers:
             return ReceiveResult([], False, pops, 0)
+        park_ms = int((req.answer_by - loop.time()) * 1000)
+        if park_ms < MIN_PARK_MS:
+            if pops:  # the instant pops were this poll's look
+                return ReceiveResult([], False, pops, 0)
+            park_ms = 0  # one broker, little time: its pop does not wait
         pops += len(brokers)
         # Parked: this poll also takes what an earlier poll's pops of the client bring late.
         inbox: asyncio.Future[list[PolledMessage]] = loop.create_future()
