@@ -617,7 +617,19 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
               f"{rows[label]['latency_ms_p99']} ms, false empties {false_empties}, load "
               f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     broker_side_summary(system, rows)
+    for row in rows.values():
+        # The requests of consuming alone: the subscriptions' set-up (LITE_SUBSCRIPTION_CTL,
+        # one per lite topic, consumer and broker) dwarfs them and is the same for both.
+        by_code = row["broker_requests_by_code_brokers_count"]
+        consuming = sum(by_code.get(c, 0) for c in LITE_CONSUMING_CODES)
+        row["consuming_requests_per_message"] = (
+            round(consuming / row["delivered"], 2) if row.get("delivered") else None
+        )
     return rows
+
+
+LITE_CONSUMING_CODES = ("pop_lite_message", "ack_message", "batch_ack_message",
+                        "change_message_invisibletime")  # fmt: skip
 
 
 # -- idle fan-in ----------------------------------------------------------------------------
@@ -810,6 +822,7 @@ async def priority(
 
 LITE_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
                 "false_empties", "empties", "redelivered", "subscribe_s_max", "proxy_rss_mb",
+                "consuming_requests_per_message",
                 "broker_requests_per_message_brokers_count"]  # fmt: skip
 REPORTED_COLUMNS = ["sent", "delivered", "latency_ms_p50", "latency_ms_p99", "latency_ms_max",
                     "false_empties", "empties", "receives", "undelivered",
