@@ -151,14 +151,52 @@ async def test_a_message_past_its_last_attempt_goes_to_the_dead_letter_queue():
     assert consumer.dead_lettered == [("a2", "x")]
 
 
-async def test_a_push_poll_watches_only_its_named_broker():
-    a = ScriptedBroker("a", [(0, []), (0.05, [lite_message("a", "x", 1)])])
+async def test_a_push_poll_parks_one_pop_on_its_named_broker_only():
+    """One broker: no instant pop first (a parked pop answers at once when there are
+    messages), one request per poll as the Apache proxy makes."""
+    a = ScriptedBroker("a", [(0.05, [lite_message("a", "x", 1)])])
     b = ScriptedBroker("b", [])
     receiver = LiteReceiver(Pool([a, b]), Consumer(), broker_timeout_s=1.0)
 
     result = await receiver.receive(request(push=True), "client")
 
-    assert len(result.messages) == 1 and b.calls == []
+    assert len(result.messages) == 1 and result.pops == 1
+    assert len(a.calls) == 1 and a.calls[0] > 500 and b.calls == []
+
+
+async def test_a_late_pop_passes_its_messages_to_the_clients_parked_poll():
+    """The first poll answers from a; b's parked pop brings a message after it: the same
+    client's next poll, parked now, answers with it rather than it going back."""
+    a = ScriptedBroker("a", [(0, []), (0.05, [lite_message("a", "x", 1)]), (0, [])])
+    b = ScriptedBroker("b", [(0, []), (0.3, [lite_message("b", "y", 2)]), (0, [])])
+    consumer = Consumer()
+    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+
+    first = await receiver.receive(request(polling_ms=2000), "client")
+    second = await receiver.receive(request(polling_ms=2000), "client")
+
+    assert [m.message.msg_id for m in first.messages] == ["a1"]
+    assert [m.message.msg_id for m in second.messages] == ["b2"]
+    assert consumer.handed_back == []
+
+
+async def test_a_late_pop_goes_back_when_no_poll_of_its_client_is_parked():
+    a = ScriptedBroker("a", [(0, []), (0.05, [lite_message("a", "x", 1)]), (0, [])])
+    b = ScriptedBroker("b", [(0, []), (0.2, [lite_message("b", "y", 2)]), (0, [])])
+    consumer = Consumer()
+    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+
+    await receiver.receive(request(polling_ms=2000), "client")
+    other = asyncio.ensure_future(receiver.receive(request(polling_ms=2000), "another"))
+    for _ in range(100):
+        if consumer.handed_back:
+            break
+        await asyncio.sleep(0.01)
+    other.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await other
+
+    assert consumer.handed_back[0] == ("b2", "y", "deadline")
 
 
 async def test_a_poll_with_nothing_anywhere_answers_empty_by_its_time():
@@ -173,7 +211,7 @@ async def test_a_poll_with_nothing_anywhere_answers_empty_by_its_time():
 
 
 async def test_a_cancelled_poll_hands_back_what_its_pops_still_bring():
-    a = ScriptedBroker("a", [(0, []), (0.2, [lite_message("a", "x", 3)])])
+    a = ScriptedBroker("a", [(0.2, [lite_message("a", "x", 3)])])
     consumer = Consumer()
     receiver = LiteReceiver(Pool([a]), consumer, broker_timeout_s=1.0)
     task = asyncio.ensure_future(receiver.receive(request(polling_ms=2000), "client"))
