@@ -69,8 +69,8 @@ class ProxyApp:
         self.consumer = ConsumerProcessor(
             self.pool,
             broker_timeout_s=rc.broker_timeout_s,
-            nack_invisible_ms=rc.nack_invisible_ms,
-            on_nack=self.metrics.nack,
+            hand_back_invisible_ms=rc.hand_back_invisible_ms,
+            on_hand_back=self.metrics.handed_back,
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
         self.lite = LiteProcessor(self.pool, rc.broker_timeout_s)

@@ -86,7 +86,7 @@ class ReceiveConfig:
     max_probes_per_broker: int = 0
     probe_slice_s: float = 5.0
     # Messages popped but not delivered go back with this invisible time.
-    nack_invisible_ms: int = 1_000
+    hand_back_invisible_ms: int = 1_000
     # Broker calls that do not wait for messages.
     broker_timeout_s: float = 3.0
     # Deliver to the dead-letter queue instead of the client past this many attempts.

@@ -98,7 +98,9 @@ class ProxyMetrics:
             ["group", "topic", "to"],
             registry=r,
         )
-        self._nacks = Counter(
+        # The name is the published metric contract (dashboards, alerts); the concept is the
+        # hand-back.
+        self._handed_back = Counter(
             "rocketmq_proxy_nacks",
             "Popped messages handed back undelivered (CHANGE_MESSAGE_INVISIBLETIME).",
             ["reason"],
@@ -136,7 +138,7 @@ class ProxyMetrics:
         self._notifications_c: dict[tuple[str, str], Counter] = {}
         self._in_flight_c: dict[tuple[str], Gauge] = {}
         self._mode_switches_c: dict[tuple[str, str, str], Counter] = {}
-        self._nacks_c: dict[tuple[str], Counter] = {}
+        self._handed_back_c: dict[tuple[str], Counter] = {}
         self._sent_c: dict[tuple[str, str], Counter] = {}
 
     # -- receive -----------------------------------------------------------------------------
@@ -177,8 +179,8 @@ class ProxyMetrics:
     def mode_switch(self, group: str, topic: str, to: str) -> None:
         _child(self._mode_switches_c, self._mode_switches, (group, topic, to)).inc()
 
-    def nack(self, reason: str, count: int = 1) -> None:
-        _child(self._nacks_c, self._nacks, (reason,)).inc(count)
+    def handed_back(self, reason: str, count: int = 1) -> None:
+        _child(self._handed_back_c, self._handed_back, (reason,)).inc(count)
 
     # -- brokers and RPCs --------------------------------------------------------------------
 

@@ -47,14 +47,14 @@ class ConsumerProcessor:
         pool: BrokerPool,
         *,
         broker_timeout_s: float,
-        nack_invisible_ms: int,
-        on_nack: Callable[[str, int], None] | None = None,  # (reason, count)
+        hand_back_invisible_ms: int,
+        on_hand_back: Callable[[str, int], None] | None = None,  # (reason, count)
     ) -> None:
         self.pool = pool
         self.broker_timeout_s = broker_timeout_s
-        self.nack_invisible_ms = nack_invisible_ms
-        self.on_nack = on_nack
-        self.nacked = 0
+        self.hand_back_invisible_ms = hand_back_invisible_ms
+        self.on_hand_back = on_hand_back
+        self.handed_back = 0
         # Hand-backs run after the poll that made them has answered; owned here, awaited
         # (with a grace) on close.
         self._hand_backs: set[asyncio.Task[None]] = set()
@@ -145,15 +145,15 @@ class ConsumerProcessor:
     def hand_back(
         self, messages: list[Popped], reason: str, invisible_ms: int | None = None
     ) -> None:
-        """Messages a client did not get become visible again shortly (``nack_invisible_ms``,
+        """Messages a client did not get become visible again shortly (``hand_back_invisible_ms``,
         or ``invisible_ms``) rather than at the end of their invisible time. Runs in the
         background."""
         if not messages:
             return
-        self.nacked += len(messages)
-        if self.on_nack is not None:
-            self.on_nack(reason, len(messages))
-        invisible = self.nack_invisible_ms if invisible_ms is None else invisible_ms
+        self.handed_back += len(messages)
+        if self.on_hand_back is not None:
+            self.on_hand_back(reason, len(messages))
+        invisible = self.hand_back_invisible_ms if invisible_ms is None else invisible_ms
         task = asyncio.ensure_future(self._hand_back(messages, invisible))
         self._hand_backs.add(task)
         task.add_done_callback(self._hand_back_done)

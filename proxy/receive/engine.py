@@ -213,7 +213,7 @@ class ReceiveEngine:
             "probes_in_flight": self.hub.probes_in_flight,
             "probe_watchers": self.hub.watchers,
             "probes_sent": self.hub.probes_sent,
-            "nacked": self.consumer.nacked,
+            "handed_back": self.consumer.handed_back,
             "adaptive": self.switch.snapshot(self.clock()),
             "adaptive_thresholds": self.thresholds.status() if self.thresholds else None,
         }

@@ -45,7 +45,9 @@ async def test_a_burst_past_max_in_flight_is_refused_then_served_again(start_pro
 async def test_streams_never_read_and_clients_gone_leave_nothing_in_flight(start_proxy, lean):
     """Clients that open ReceiveMessage and never read, and clients that cancel mid-poll:
     every poll ends, the limit frees up, and the messages go back to the queue."""
-    app = await start_proxy(mode="notify", brokers=2, max_in_flight=64, nack_invisible_ms=1_000)
+    app = await start_proxy(
+        mode="notify", brokers=2, max_in_flight=64, hand_back_invisible_ms=1_000
+    )
     sender = lean(app)
     for i in range(10):
         assert (await sender.send(T, f"m{i}".encode())).status.code == Code.OK

@@ -270,7 +270,7 @@ async def test_a_cancelled_poll_loses_nothing(backend, lean):
     into that parked pop. The proxy hands it back at once, so the next receive gets it in
     seconds, not after its 30 s invisible time. A real broker revives a handed-back message
     through its revive service: 2-4 s here, against well under a second for the stubs."""
-    app = await backend.start(mode="coupled", nack_invisible_ms=500)
+    app = await backend.start(mode="coupled", hand_back_invisible_ms=500)
     group, topic = backend.group, backend.topic
     consumer = lean(app)
     poll = asyncio.ensure_future(consumer.receive(group, topic, await_ms=5000, broker="broker-a"))
@@ -287,7 +287,7 @@ async def test_a_cancelled_poll_loses_nothing(backend, lean):
     assert [m.body for m in found] == [b"precious"]
     assert time.perf_counter() - sent < HAND_BACK_BOUND_S[backend.kind]
     assert found[0].system_properties.delivery_attempt == 2  # handed back once
-    assert app.consumer.nacked == 1
+    assert app.consumer.handed_back == 1
 
 
 async def test_a_broker_that_is_down_is_skipped(start_proxy, lean):
@@ -322,7 +322,7 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
     async with StubCluster(1, template=BrokerConfig(topics=[T], polling_per_key=1)) as stub:
         pool = BrokerPool([stub.namesrv_address])
         config = ReceiveConfig(mode="coupled")
-        consumer = ConsumerProcessor(pool, broker_timeout_s=3.0, nack_invisible_ms=1000)
+        consumer = ConsumerProcessor(pool, broker_timeout_s=3.0, hand_back_invisible_ms=1000)
         engine = ReceiveEngine(config, pool, consumer, ProxyMetrics())
         loop = asyncio.get_running_loop()
 

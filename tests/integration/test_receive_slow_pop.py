@@ -62,7 +62,7 @@ async def test_a_pop_after_has_msg_answered_late_is_delivered(mode):
     async with StubCluster(1, template=BrokerConfig(topics=[T])) as cluster:
         sender = BrokerClient("broker-a", cluster.broker("broker-a").address)
         pool = BrokerPool([cluster.namesrv_address])
-        consumer = ConsumerProcessor(pool, broker_timeout_s=TIMEOUT_S, nack_invisible_ms=1000)
+        consumer = ConsumerProcessor(pool, broker_timeout_s=TIMEOUT_S, hand_back_invisible_ms=1000)
         config = ReceiveConfig(mode=mode, broker_timeout_s=TIMEOUT_S)
         engine = ReceiveEngine(config, pool, consumer, ProxyMetrics())
         try:
@@ -85,6 +85,6 @@ async def test_a_pop_after_has_msg_answered_late_is_delivered(mode):
             await pool.close()
             await sender.close()
     assert [m.message.body for m in result.messages] == [b"cold"]
-    assert consumer.nacked == 0  # delivered, not handed back
+    assert consumer.handed_back == 0  # delivered, not handed back
     # The first pop's late answer (at most LATE_S), then the probe and the late pop.
     assert LATE_S <= took < 2 * LATE_S + 1.0

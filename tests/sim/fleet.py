@@ -129,7 +129,7 @@ async def _play(scn: Scenario) -> dict:
         config.probe_slice_s = scn.probe_slice_s
     engines = []
     for _ in range(scn.proxies):
-        processor = ConsumerProcessor(pool, broker_timeout_s=3.0, nack_invisible_ms=1_000)
+        processor = ConsumerProcessor(pool, broker_timeout_s=3.0, hand_back_invisible_ms=1_000)
         engines.append(ReceiveEngine(config, pool, processor, _NullMetrics(), clock=loop.time))
     tally = _Tally()
     stopping = False

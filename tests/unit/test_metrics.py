@@ -53,7 +53,7 @@ def test_families_have_the_contract_names_and_types():
 def test_registries_are_private():
     # Two instances in one process: a global registry would raise "Duplicated timeseries".
     a, b = ProxyMetrics(), ProxyMetrics()
-    a.nack("client_gone")
+    a.handed_back("client_gone")
     assert samples(a, "rocketmq_proxy_nacks_total") == {labels(reason="client_gone"): 1.0}
     assert samples(b, "rocketmq_proxy_nacks_total") == {}
 
@@ -150,8 +150,8 @@ def test_notifications_long_polls_switches_nacks_sends():
         labels(group="G", topic="T", to="notify"): 1.0,
     }
 
-    m.nack("client_gone", 3)
-    m.nack("deadline")
+    m.handed_back("client_gone", 3)
+    m.handed_back("deadline")
     assert samples(m, "rocketmq_proxy_nacks_total") == {
         labels(reason="client_gone"): 3.0,
         labels(reason="deadline"): 1.0,
