@@ -106,7 +106,9 @@ class ReceiveActivity:
             rec.ended(Outcome.ERROR, code_name(err.code))
             await context.write(api.ReceiveMessageResponse(status=err.status))
         except asyncio.CancelledError:
-            # The client went away; the engine handed back what its poll had popped.
+            # The client went away. Whatever was popped and not written has been handed back
+            # where the cancel landed: by the poll (receive/context.py, lite.py), the
+            # dead-letter check (ConsumerProcessor.divert_exhausted) or _write.
             rec.ended(Outcome.CANCELLED, Outcome.CANCELLED.value)
             raise
         finally:

@@ -209,9 +209,10 @@ class ConsumerProcessor:
     ) -> list[bool]:
         """For each (message, its reconsume times): whether it goes to the client (True),
         or was past its last attempt and goes to ``%DLQ%<group>`` instead; one that cannot
-        be moved is handed back, to be tried again."""
-        deliver = []
-        for popped, reconsume_times in messages:
+        be moved is handed back, to be tried again. Cancelled (the client went away), it
+        hands back every message it has not moved: none of them will be written."""
+        deliver: list[bool] = []
+        for i, (popped, reconsume_times) in enumerate(messages):
             if reconsume_times + 1 <= max_attempts:
                 deliver.append(True)
                 continue
@@ -221,6 +222,12 @@ class ConsumerProcessor:
             except RemotingError as exc:
                 log.warning("dead-lettering %s failed: %s", popped.msg_id, exc)
                 self.hand_back([popped], "dead_letter_failed")
+            except asyncio.CancelledError:
+                # This one may be in the dead-letter queue already, unacked: handed back,
+                # it comes again and is moved again (at least once, never lost).
+                kept = [m for (m, _), keep in zip(messages, deliver[:-1], strict=False) if keep]
+                self.hand_back(kept + [m for m, _ in messages[i:]], "cancelled")
+                raise
         return deliver
 
     async def close(self, grace_s: float = 5.0) -> None:

@@ -186,15 +186,9 @@ class LiteReceiver:
         attempt, which go to the dead-letter queue (as the engine does for every poll)."""
         self._hand_back(found[req.batch_size :], "over_batch")
         fit = found[: req.batch_size]
-        try:
-            deliver = await self.consumer.divert_exhausted(
-                [(m.popped, m.message.reconsume_times) for m in fit], self.max_delivery_attempts
-            )
-        except asyncio.CancelledError:
-            # The client is gone: none of them will be written. (One already in the dead
-            # letter queue refuses the hand-back; nothing is lost.)
-            self._hand_back(fit, "cancelled")
-            raise
+        deliver = await self.consumer.divert_exhausted(
+            [(m.popped, m.message.reconsume_times) for m in fit], self.max_delivery_attempts
+        )
         return [m for m, keep in zip(fit, deliver, strict=True) if keep]
 
     def _pass_on(
