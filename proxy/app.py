@@ -8,6 +8,9 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 import grpc
 
@@ -38,34 +41,52 @@ from proxy.security.runtime import SecurityRuntime
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Step:
+    """One step of the start: what it starts, and the undo that stops it."""
+
+    name: str
+    start: Callable[[], Awaitable[None]]
+    stop: Callable[[], Awaitable[None]]
+
+
+async def _nothing() -> None:
+    """A step with nothing to start (its part needs only stopping) or nothing to stop."""
+
+
 class ProxyApp:
+    """Every part of one proxy, built here in ``__init__``; ``start`` starts them in order
+    and, if a step fails, stops what it had started, in reverse order; ``stop`` drains the
+    polls in flight, then stops everything in reverse order. What the start learns (the
+    bound ports) is on the app (``grpc_port``, ``http_port``), never written into the
+    configuration."""
+
     def __init__(self, config: ProxyConfig, *, reuse_port: bool = False) -> None:
         """``reuse_port``: bind the gRPC port with SO_REUSEPORT, sharing it with the other
         workers of a ``--workers N`` group (the kernel spreads connections over them)."""
         self.config = config
         self.reuse_port = reuse_port
-        self.metrics = ProxyMetrics()
-        self.events: EventLog | None = None
+        self.grpc_port = config.grpc_port  # the bound port once started (0: a free one)
+        self.http_port = config.http_port
         self.ready = False
         self.stopped = False
         self.started_at = time.time()
+        self._undo = AsyncExitStack()
 
-    async def start(self) -> None:
-        config = self.config
-        if config.event_log_dir:
-            self.events = EventLog(config.event_log_dir, config.proxy_id)
-            self.events.start()
+        rc = config.receive
+        self.metrics = ProxyMetrics()
+        self.events = (
+            EventLog(config.event_log_dir, config.proxy_id) if config.event_log_dir else None
+        )
         # TLS, client authentication and broker signing: all off unless configured.
         self.security = SecurityRuntime(config.security, self.metrics.registry)
-        await self.security.start()
         self.pool = BrokerPool(
             config.namesrv_addrs,
             config.route_ttl_s,
             observer=self._observe_broker_call,
-            timeout_s=config.receive.broker_timeout_s,
+            timeout_s=rc.broker_timeout_s,
             request_hook=self.security.signer,
         )
-        rc = config.receive
         self.consumer = ConsumerProcessor(
             self.pool,
             broker_timeout_s=rc.broker_timeout_s,
@@ -74,13 +95,11 @@ class ProxyApp:
         )
         self.producer = ProducerProcessor(self.pool, rc.broker_timeout_s)
         self.lite = LiteProcessor(self.pool, rc.broker_timeout_s)
-        self.lite.start()
         self.transactions = TransactionProcessor(
             self.pool,
             client_id=f"rmq-notify-proxy@{config.proxy_id}",
             broker_timeout_s=rc.broker_timeout_s,
         )
-        self.transactions.start()
         self.engine = ReceiveEngine(rc, self.pool, self.consumer, self.metrics)
         self.groups = GroupSettings(self.pool, ttl_s=config.route_ttl_s)
         self.renewer = HandleRenewer(
@@ -89,24 +108,6 @@ class ProxyApp:
             client_idle_s=rc.push_client_idle_s,
             max_failures=3,
         )
-        self.renewer.start()
-        await self.engine.start()
-        self.grpc_server = grpc.aio.server(
-            options=[
-                # Room for bodies over the limit, so the proxy itself can answer
-                # MESSAGE_BODY_TOO_LARGE instead of gRPC's own error.
-                ("grpc.max_receive_message_length", 4 * config.max_body_bytes + (1 << 20)),
-                ("grpc.max_send_message_length", 4 * config.max_body_bytes + (1 << 20)),
-                *([("grpc.so_reuseport", 1)] if self.reuse_port else []),
-            ]
-        )
-        listen = f"{config.grpc_host}:{config.grpc_port}"
-        if self.security.tls is not None:
-            credentials = self.security.tls.grpc_credentials()
-            config.grpc_port = self.grpc_server.add_secure_port(listen, credentials)
-        else:
-            config.grpc_port = self.grpc_server.add_insecure_port(listen)
-        advertise = config.advertise_address or f"{config.grpc_host}:{config.grpc_port}"
         self.receive = ReceiveActivity(
             rc,
             self.engine,
@@ -115,8 +116,10 @@ class ProxyApp:
             self.groups,
             self.renewer,
         )
+        # The address routes advertise is known once the gRPC port is bound (start).
+        self.route = RouteActivity(self.pool, config.advertise_address or "")
         self.service = MessagingService(
-            route=RouteActivity(self.pool, advertise),
+            route=self.route,
             session=SessionActivity(
                 config, self.groups, self.renewer, self.transactions, self.lite
             ),
@@ -130,30 +133,114 @@ class ProxyApp:
             receive=self.receive,
             ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer),
             metrics=self.metrics,
-            guard=self.security.guard,
             transaction=TransactionActivity(self.transactions),
             lite=LiteActivity(self.lite, config.max_lite_topic_size),
         )
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.grpc_server)
-        await self.grpc_server.start()
         self.ops = OpsServer(
             self.metrics,
             status=self.status,
             ready=lambda: self.ready,
-            ssl_context=self.security.ops_ssl_context(),
         )
-        config.http_port = await self.ops.start(config.http_host, config.http_port)
-        self.metrics.set_long_poll_limit(config.receive.max_in_flight)
+        self.grpc_server: grpc.aio.Server | None = None
+
+    def _steps(self) -> list[Step]:
+        """The start, in order; ``stop`` undoes it backwards: the gRPC server drains first,
+        the event log closes last. The ops server starts early and stops late, so that it
+        answers "not ready" while the proxy starts and drains."""
+        events = self.events
+
+        async def start_events() -> None:
+            if events is not None:
+                events.start()
+
+        async def close_events() -> None:
+            if events is not None:
+                await events.close()
+
+        async def start_security() -> None:
+            await self.security.start()
+            self.service.guard = self.security.guard  # built from the user file just read
+
+        async def start_ops() -> None:
+            self.http_port = await self.ops.start(
+                self.config.http_host, self.config.http_port, self.security.ops_ssl_context()
+            )
+
+        async def start_lite() -> None:
+            self.lite.start()
+
+        async def start_transactions() -> None:
+            self.transactions.start()
+
+        async def start_renewer() -> None:
+            self.renewer.start()
+
+        return [
+            Step("event log", start_events, close_events),
+            Step("security", start_security, self.security.close),
+            Step("ops server", start_ops, self.ops.stop),
+            Step("brokers", _nothing, self.pool.close),
+            Step("consumer", _nothing, self.consumer.close),
+            Step("transactions", start_transactions, self.transactions.close),
+            Step("lite", start_lite, _nothing),
+            Step("renewer", start_renewer, self.renewer.close),
+            Step("receive engine", self.engine.start, self.engine.close),
+            Step("grpc server", self._start_grpc, self._stop_grpc),
+        ]
+
+    async def start(self) -> None:
+        """Start every part; on a failure, stop what started (in reverse) and raise."""
+        try:
+            for step in self._steps():
+                await step.start()
+                self._undo.push_async_callback(step.stop)
+        except BaseException:
+            log.error("proxy %s did not start; stopping what did", self.config.proxy_id)
+            self.stopped = True
+            await self._undo.aclose()
+            raise
+        self.metrics.set_long_poll_limit(self.config.receive.max_in_flight)
         self.ready = True
         self.metrics.set_ready(True)
         log.info(
             "proxy %s ready: grpc %s:%s, http %s:%s",
-            config.proxy_id,
-            config.grpc_host,
-            config.grpc_port,
-            config.http_host,
-            config.http_port,
+            self.config.proxy_id,
+            self.config.grpc_host,
+            self.grpc_port,
+            self.config.http_host,
+            self.http_port,
         )
+
+    async def _start_grpc(self) -> None:
+        config = self.config
+        server = grpc.aio.server(
+            options=[
+                # Room for bodies over the limit, so the proxy itself can answer
+                # MESSAGE_BODY_TOO_LARGE instead of gRPC's own error.
+                ("grpc.max_receive_message_length", 4 * config.max_body_bytes + (1 << 20)),
+                ("grpc.max_send_message_length", 4 * config.max_body_bytes + (1 << 20)),
+                *([("grpc.so_reuseport", 1)] if self.reuse_port else []),
+            ]
+        )
+        listen = f"{config.grpc_host}:{config.grpc_port}"
+        try:
+            if self.security.tls is not None:
+                credentials = self.security.tls.grpc_credentials()
+                self.grpc_port = server.add_secure_port(listen, credentials)
+            else:
+                self.grpc_port = server.add_insecure_port(listen)
+            advertise = f"{config.grpc_host}:{self.grpc_port}"
+            self.route.advertise = config.advertise_address or advertise
+            service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+            await server.start()
+        except BaseException:
+            await server.stop(None)  # else its finaliser schedules a stop on a closed loop
+            raise
+        self.grpc_server = server
+
+    async def _stop_grpc(self) -> None:
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
 
     def _observe_broker_call(
         self, request: str, response: str, seconds: float, broker: str, long_polling: bool
@@ -164,7 +251,8 @@ class ProxyApp:
 
     async def stop(self) -> None:
         """Graceful stop: not ready at once, refuse new polls, answer those in flight, hand
-        back what was not delivered, then close everything. Safe to call twice."""
+        back what was not delivered, then stop every part in reverse order. Safe to call
+        twice, and after a failed start."""
         if self.stopped:
             return
         self.stopped = True
@@ -172,16 +260,7 @@ class ProxyApp:
         self.metrics.set_ready(False)
         self.receive.accepting = False
         self.engine.stop_polls()
-        await self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
-        await self.engine.close()
-        await self.renewer.close()
-        await self.consumer.close()
-        await self.transactions.close()
-        await self.pool.close()
-        await self.ops.stop()
-        await self.security.close()
-        if self.events is not None:
-            await self.events.close()
+        await self._undo.aclose()
 
     def status(self) -> dict[str, object]:
         status = self._status()
@@ -195,7 +274,7 @@ class ProxyApp:
             "pid": os.getpid(),
             "ready": self.ready,
             "uptime_s": round(time.time() - self.started_at, 1),
-            "grpc": f"{self.config.grpc_host}:{self.config.grpc_port}",
+            "grpc": f"{self.config.grpc_host}:{self.grpc_port}",
             "namesrv": self.config.namesrv_addrs,
             "brokers": {
                 name: {"address": c.address, "connected": c.remoting.connected}

@@ -20,7 +20,7 @@ import sys
 
 from proxy.app import ProxyApp
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
-from proxy.embedded import start_embedded_brokers
+from proxy.embedded import fronting, start_embedded_brokers
 
 log = logging.getLogger("proxy")
 
@@ -41,13 +41,14 @@ async def serve_single(config: ProxyConfig) -> None:
     """One process: the proxy (and the embedded stubs) in this event loop."""
     cluster = await start_embedded_brokers(config)
     try:
+        config = fronting(config, cluster)
         app = ProxyApp(config)
-        await app.start()
         try:
+            await app.start()
             namesrv = ",".join(config.namesrv_addrs)
             print(
-                f"rmq-proxy ready grpc={config.grpc_host}:{config.grpc_port} "
-                f"http={config.http_host}:{config.http_port} namesrv={namesrv}",
+                f"rmq-proxy ready grpc={config.grpc_host}:{app.grpc_port} "
+                f"http={config.http_host}:{app.http_port} namesrv={namesrv}",
                 flush=True,
             )
             stop = asyncio.Event()

@@ -6,6 +6,7 @@ call this; nothing else in ``proxy`` knows the stubs exist.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from proxy.config import ProxyConfig
@@ -16,8 +17,8 @@ if TYPE_CHECKING:
 
 async def start_embedded_brokers(config: ProxyConfig) -> StubCluster | None:
     """Start a name server and ``config.embedded_brokers`` broker stubs on loopback (with
-    ``config.topics`` on every broker) and point ``config`` at them; None when the
-    configuration asks for none. The caller stops the cluster."""
+    ``config.topics`` on every broker); None when the configuration asks for none. The
+    caller points its proxy at ``cluster.namesrv_address`` and stops the cluster."""
     if not config.embedded_brokers:
         return None
     from broker_stub import BrokerConfig, StubCluster
@@ -27,6 +28,12 @@ async def start_embedded_brokers(config: ProxyConfig) -> StubCluster | None:
         host="127.0.0.1",
         template=BrokerConfig(topics=list(config.topics)),
     )
-    await cluster.start()
-    config.namesrv_addrs = [cluster.namesrv_address]
+    await cluster.start()  # stops what it started if it fails
     return cluster
+
+
+def fronting(config: ProxyConfig, cluster: StubCluster | None) -> ProxyConfig:
+    """``config`` pointed at the embedded cluster's name server (a new config)."""
+    if cluster is None:
+        return config
+    return replace(config, namesrv_addrs=[cluster.namesrv_address])

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from proxy.config import ProxyConfig
-from proxy.embedded import start_embedded_brokers
+from proxy.embedded import fronting, start_embedded_brokers
 from proxy.observability.metrics import GroupMetrics
 from proxy.observability.ops import OpsServer
 from proxy.worker import config_to_json
@@ -53,10 +53,6 @@ RESTART_BACKOFF_S = (0.5, 30.0)  # first, maximum (doubling between)
 STABLE_AFTER_S = 60.0  # a worker that served this long restarts with the first back-off
 STATUS_TIMEOUT_S = 2.0  # asking a worker for its /v1/status
 KILL_WAIT_S = 5.0
-
-
-class WorkerStartError(RuntimeError):
-    """A worker failed before the group first served (bad port, bad configuration...)."""
 
 
 @dataclass
@@ -108,6 +104,7 @@ class Supervisor:
         if workers < 2:
             raise ValueError("a supervisor runs 2 or more workers")
         self.config = config
+        self.http_port = config.http_port  # the ops port once bound
         self.log_level = log_level
         self.slots = [WorkerSlot(k) for k in range(workers)]
         self.started_at = time.time()
@@ -148,13 +145,17 @@ class Supervisor:
                 log.error("rmq-proxy did not start: gRPC port %s:%s: %s",
                           config.grpc_host, config.grpc_port, exc)  # fmt: skip
                 return 1
-            config.grpc_port = reservation.getsockname()[1]
+            # The workers' configuration: the embedded name server, the reserved port (a
+            # new object: the caller's configuration stays as it was).
+            config = self.config = replace(
+                fronting(config, cluster), grpc_port=reservation.getsockname()[1]
+            )
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)
             )
             self._group = GroupMetrics(self._metrics_dir)
             ops = OpsServer(self._group, status=self.status, ready=self.ready)
-            config.http_port = await ops.start(config.http_host, config.http_port)
+            self.http_port = await ops.start(config.http_host, config.http_port)
             self._tasks = [
                 asyncio.create_task(self._keep(slot), name=f"worker-{slot.index}")
                 for slot in self.slots
@@ -164,7 +165,7 @@ class Supervisor:
             self.serving = True
             print(
                 f"rmq-proxy ready grpc={config.grpc_host}:{config.grpc_port} "
-                f"http={config.http_host}:{config.http_port} "
+                f"http={config.http_host}:{self.http_port} "
                 f"namesrv={','.join(config.namesrv_addrs)}",
                 flush=True,
             )

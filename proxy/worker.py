@@ -70,12 +70,12 @@ async def serve_worker(config: ProxyConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     app = ProxyApp(config, reuse_port=True)
-    await app.start()
     try:
+        await app.start()
         print(
             f"rmq-proxy worker ready pid={os.getpid()} "
-            f"grpc={config.grpc_host}:{config.grpc_port} "
-            f"http={config.http_host}:{config.http_port}",
+            f"grpc={config.grpc_host}:{app.grpc_port} "
+            f"http={config.http_host}:{app.http_port}",
             flush=True,
         )
         await stop.wait()

@@ -101,7 +101,7 @@ async def lean():
     clients = []
 
     def connect(app, client_id: str | None = "test-client"):
-        client = LeanClient(f"127.0.0.1:{app.config.grpc_port}", client_id)
+        client = LeanClient(f"127.0.0.1:{app.grpc_port}", client_id)
         clients.append(client)
         return client
 

@@ -67,10 +67,9 @@ class ReceiveActivity:
                 raise ApiError(Code.TOO_MANY_REQUESTS, "proxy is shutting down")
             req = self._translate(request, context, rec)
             self.renewer.seen(client_id)
-            try:
-                group = await self.groups.config(req.group, req.topic)
-            except (TopicNotFound, RemotingError) as exc:
-                raise route_error(req.topic, exc) from None
+            # Never raises: a failed look-up reads as a plain group, and the poll's own route
+            # look-up below says what is wrong with the topic.
+            group = await self.groups.config(req.group, req.topic)
             req.fifo = group.fifo
             try:
                 if group.is_lite(req.topic):

@@ -33,17 +33,17 @@ class OpsServer:
         metrics: MetricsSource,
         status: Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]],
         ready: Callable[[], bool],
-        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        """``ssl_context``: serve HTTPS (``[security] tls_ops``)."""
         self._metrics = metrics
-        self._ssl_context = ssl_context
         self._status = status
         self._ready = ready
         self._runner: web.AppRunner | None = None
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        """Listen on ``host:port`` (0: any free port) and return the bound port."""
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None
+    ) -> int:
+        """Listen on ``host:port`` (0: any free port) and return the bound port;
+        ``ssl_context``: serve HTTPS (``[security] tls_ops``)."""
         if self._runner is not None:
             raise RuntimeError("OpsServer already started")
         app = web.Application()
@@ -54,7 +54,7 @@ class OpsServer:
         # Scrapes and probes every few seconds would flood the log: access logs off.
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=self._ssl_context)
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
         try:
             await site.start()
         except BaseException:

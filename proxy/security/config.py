@@ -35,10 +35,6 @@ class SecurityConfig:
     def authentication(self) -> bool:
         return bool(self.users_file)
 
-    @property
-    def signs_broker_requests(self) -> bool:
-        return bool(self.broker_access_key)
-
     def validate(self) -> None:
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("security.tls_cert_file and tls_key_file go together")

@@ -42,7 +42,7 @@ async def run(named_only: bool, consumers: int, messages: int, brokers: int) -> 
         latencies: list[float] = []
         done = asyncio.Event()
         clients = [
-            LeanClient(f"127.0.0.1:{config.grpc_port}", f"push-{i}") for i in range(consumers)
+            LeanClient(f"127.0.0.1:{app.grpc_port}", f"push-{i}") for i in range(consumers)
         ]
         names = [b.name for b in cluster.brokers]
 

@@ -199,7 +199,7 @@ async def test_healthcheck_passes_while_ready_and_fails_while_draining(stages, s
     app = await start_proxy(brokers=1)
 
     async def check() -> int:
-        env = {"RMQ_PROXY_HTTP_PORT": str(app.config.http_port), "PATH": "/usr/bin:/bin"}
+        env = {"RMQ_PROXY_HTTP_PORT": str(app.http_port), "PATH": "/usr/bin:/bin"}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *command[1:], env=env, stderr=asyncio.subprocess.DEVNULL
         )

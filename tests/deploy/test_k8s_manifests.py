@@ -220,7 +220,7 @@ async def test_probe_paths_answer_on_a_proxy_run_with_the_configmap(docs, tmp_pa
     app = ProxyApp(config)
     await app.start()
     container = _container(docs)
-    base = f"http://127.0.0.1:{config.http_port}"
+    base = f"http://127.0.0.1:{app.http_port}"
     try:
         async with aiohttp.ClientSession() as http:
             for probe in ("readinessProbe", "livenessProbe"):

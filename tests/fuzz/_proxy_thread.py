@@ -44,11 +44,11 @@ class ProxyThread:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.app.config.grpc_port}"
+        return f"127.0.0.1:{self.app.grpc_port}"
 
     @property
     def status_url(self) -> str:
-        return f"http://127.0.0.1:{self.app.config.http_port}/v1/status"
+        return f"http://127.0.0.1:{self.app.http_port}/v1/status"
 
     def tasks(self) -> int:
         """Tasks alive on the proxy's loop (the proxy's and the stubs')."""

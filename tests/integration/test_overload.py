@@ -52,7 +52,7 @@ async def test_streams_never_read_and_clients_gone_leave_nothing_in_flight(start
     for i in range(10):
         assert (await sender.send(T, f"m{i}".encode())).status.code == Code.OK
     lazy = [
-        LeanClient(f"127.0.0.1:{app.config.grpc_port}", "lazy", own_connection=True)
+        LeanClient(f"127.0.0.1:{app.grpc_port}", "lazy", own_connection=True)
         for _ in range(20)
     ]
     request = receive_request(G, T, await_ms=2_000, batch=32, invisible_ms=10_000)
@@ -83,7 +83,7 @@ async def test_streams_never_read_and_clients_gone_leave_nothing_in_flight(start
 
 async def test_many_connections_come_and_go(start_proxy):
     app = await start_proxy(mode="notify", brokers=1)
-    endpoint = f"127.0.0.1:{app.config.grpc_port}"
+    endpoint = f"127.0.0.1:{app.grpc_port}"
     before = len(asyncio.all_tasks())
     for _ in range(3):
         clients = [LeanClient(endpoint, f"c{i}", own_connection=True) for i in range(150)]
@@ -101,7 +101,7 @@ async def test_many_connections_come_and_go(start_proxy):
 
 async def test_a_request_over_the_size_limit_is_refused_with_resource_exhausted(start_proxy):
     app = await start_proxy(mode="notify", brokers=1)
-    client = LeanClient(f"127.0.0.1:{app.config.grpc_port}", "big")
+    client = LeanClient(f"127.0.0.1:{app.grpc_port}", "big")
     try:
         too_big = b"x" * (4 * app.config.max_body_bytes + (2 << 20))
         try:

@@ -37,7 +37,7 @@ async def test_query_route_points_every_queue_at_the_proxy(app, lean, T):
     assert {q.broker.name for q in route.message_queues} == {"broker-a", "broker-b"}
     for queue in route.message_queues:
         address = queue.broker.endpoints.addresses[0]
-        assert (address.host, address.port) == ("127.0.0.1", app.config.grpc_port)
+        assert (address.host, address.port) == ("127.0.0.1", app.grpc_port)
         assert queue.broker.endpoints.scheme == pb.AddressScheme.IPv4
         assert queue.permission == pb.Permission.READ_WRITE
         assert pb.MessageType.NORMAL in queue.accept_message_types

@@ -51,7 +51,7 @@ async def settings_of(app, client_id: str, group: str, parent: str) -> pb.Settin
 
     from proxy.api.v2 import service_pb2_grpc
 
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.config.grpc_port}")
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}")
     try:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         settings = pb.Settings(
@@ -320,7 +320,7 @@ async def test_a_lite_topic_taken_by_another_client_is_told_on_telemetry(backend
         lite_parent=parent,
         attributes={"lite.sub.model": "Exclusive"},
     )
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.config.grpc_port}")
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}")
     stub = service_pb2_grpc.MessagingServiceStub(channel)
     call = stub.Telemetry(metadata=(("x-mq-client-id", "lite-first"),), timeout=30)
     try:

@@ -86,7 +86,7 @@ async def test_scenario_metrics_and_events(start_proxy, lean, tmp_path):
 
     # the ops server serves the same numbers
     async with aiohttp.ClientSession() as http:
-        base = f"http://127.0.0.1:{app.config.http_port}"
+        base = f"http://127.0.0.1:{app.http_port}"
         async with http.get(f"{base}/metrics") as r:
             assert r.status == 200 and receive_total in await r.text()
         async with http.get(f"{base}/readyz") as r:
@@ -144,7 +144,7 @@ async def test_a_cancelled_receive_is_recorded_as_cancelled(start_proxy, lean, t
 async def test_readyz_turns_false_at_once_on_stop(start_proxy):
     app = await start_proxy(mode="notify")
     async with aiohttp.ClientSession() as http:
-        url = f"http://127.0.0.1:{app.config.http_port}/readyz"
+        url = f"http://127.0.0.1:{app.http_port}/readyz"
         async with http.get(url) as r:
             assert r.status == 200
         app.ready = False  # what stop() does first

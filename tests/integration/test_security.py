@@ -68,7 +68,7 @@ async def clients():
     made: list[SecureLeanClient] = []
 
     def connect(proxy, ca, **kw):
-        client = SecureLeanClient(f"127.0.0.1:{proxy.config.grpc_port}", ca=ca.ca_cert, **kw)
+        client = SecureLeanClient(f"127.0.0.1:{proxy.grpc_port}", ca=ca.ca_cert, **kw)
         made.append(client)
         return client
 
@@ -80,7 +80,7 @@ async def clients():
 async def _metrics(proxy, ssl_context=None) -> str:
     scheme = "https" if ssl_context else "http"
     async with aiohttp.ClientSession() as session:
-        url = f"{scheme}://127.0.0.1:{proxy.config.http_port}/metrics"
+        url = f"{scheme}://127.0.0.1:{proxy.http_port}/metrics"
         async with session.get(url, ssl=ssl_context or False) as response:
             return await response.text()
 
@@ -108,7 +108,7 @@ async def test_right_credentials_over_tls_send_receive_ack(secure_proxy, clients
 async def test_plaintext_client_cannot_talk_to_a_tls_port(secure_proxy, clients, ca):
     proxy = await secure_proxy()
     plain = SecureLeanClient(
-        f"127.0.0.1:{proxy.config.grpc_port}", access_key="alice", secret_key=SECRET
+        f"127.0.0.1:{proxy.grpc_port}", access_key="alice", secret_key=SECRET
     )
     try:
         with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -206,7 +206,7 @@ async def test_certificate_reload_on_file_change(secure_proxy, clients, ca, tmp_
     after = tls.status()["cert_sha256"]
     assert after != before and tls.status()["reloads"] >= 1
     # A new connection is served the new certificate.
-    pem = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", proxy.config.grpc_port))
+    pem = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", proxy.grpc_port))
     assert hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest() == after
     alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
     assert (await alice.query_route("orders")).status.code == pb.Code.OK

@@ -132,7 +132,7 @@ async def test_proxy_signs_its_requests_to_acl_brokers(acl_cluster, tmp_path):
     )
     proxy = await _proxy(acl_cluster.namesrv_address, security)
     client = SecureLeanClient(
-        f"127.0.0.1:{proxy.config.grpc_port}", access_key="app", secret_key="app-secret"
+        f"127.0.0.1:{proxy.grpc_port}", access_key="app", secret_key="app-secret"
     )
     try:
         route = await client.query_route(TOPIC)
@@ -162,7 +162,7 @@ async def test_proxy_signs_its_requests_to_acl_brokers(acl_cluster, tmp_path):
 async def test_proxy_without_broker_credentials_cannot_send(acl_cluster):
     """The same proxy without its credentials: the broker refuses, the client is told."""
     proxy = await _proxy(acl_cluster.namesrv_address, SecurityConfig())
-    client = SecureLeanClient(f"127.0.0.1:{proxy.config.grpc_port}")
+    client = SecureLeanClient(f"127.0.0.1:{proxy.grpc_port}")
     try:
         route = await client.query_route(TOPIC)  # the name server does not check ACL
         assert route.status.code == pb.Code.OK, route.status.message

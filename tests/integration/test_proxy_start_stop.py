@@ -1,0 +1,139 @@
+"""Start-up and shutdown of ProxyApp cannot leak: a start that fails at any step stops
+what it had started, in reverse order, and leaves no task, thread or open file (socket)
+behind; a failed start's ``stop`` is a no-op; a full start and stop leaves nothing either.
+
+The process's own counts are the evidence: asyncio tasks, threads (the event log's writer)
+and file descriptors (/proc/self/fd: every listening and connected socket). grpcio keeps a
+few process-wide descriptors after its first server, so one full start and stop runs first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+import threading
+
+import pytest
+
+from broker_stub import BrokerConfig, StubCluster
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.app import ProxyApp
+from proxy.config import ProxyConfig
+from tests.integration._util import wait_until
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def others(tasks: set[asyncio.Task]) -> set[asyncio.Task]:
+    return {t for t in tasks if not t.done()} - {asyncio.current_task()}
+
+
+@pytest.fixture
+async def cluster():
+    async with StubCluster(2, template=BrokerConfig(topics=["T"])) as running:
+        yield running
+
+
+def config_for(cluster: StubCluster, tmp_path) -> ProxyConfig:
+    return ProxyConfig(
+        grpc_host="127.0.0.1",
+        grpc_port=0,
+        http_host="127.0.0.1",
+        http_port=0,
+        namesrv_addrs=[cluster.namesrv_address],
+        event_log_dir=str(tmp_path / "events"),
+        proxy_id="start-stop",
+    )
+
+
+async def settled(tasks: set[asyncio.Task], threads: int, fds: int) -> None:
+    """Until the process holds no more tasks, threads and descriptors than before."""
+    await wait_until(lambda: not (others(asyncio.all_tasks()) - tasks), timeout=5)
+    await wait_until(lambda: threading.active_count() <= threads, timeout=5)
+    await wait_until(lambda: open_fds() <= fds, timeout=5)
+
+
+async def test_a_start_that_fails_at_any_step_stops_what_started(cluster, tmp_path, monkeypatch):
+    config = config_for(cluster, tmp_path)
+    warm = ProxyApp(config)
+    await warm.start()
+    await warm.stop()
+    tasks, threads, fds = others(asyncio.all_tasks()), threading.active_count(), open_fds()
+
+    names = [step.name for step in ProxyApp(config)._steps()]
+    for failing in range(len(names)):
+        app = ProxyApp(config)
+        journal: list[str] = []
+        steps = app._steps()
+
+        def traced(step, index=failing, journal=journal, steps=steps):
+            async def start() -> None:
+                if steps.index(step) == index:
+                    raise RuntimeError(f"{step.name} failed")
+                await step.start()
+                journal.append(f"start {step.name}")
+
+            async def stop() -> None:
+                await step.stop()
+                journal.append(f"stop {step.name}")
+
+            return dataclasses.replace(step, start=start, stop=stop)
+
+        wrapped = [traced(step) for step in steps]
+        monkeypatch.setattr(app, "_steps", lambda wrapped=wrapped: wrapped)
+
+        with pytest.raises(RuntimeError, match=f"{names[failing]} failed"):
+            await app.start()
+
+        started = names[:failing]
+        assert journal == [f"start {n}" for n in started] + [f"stop {n}" for n in reversed(started)]
+        assert not app.ready
+        await app.stop()  # after a failed start: nothing more to do, no error
+        assert journal[-1:] == ([f"stop {names[0]}"] if started else [])
+        await settled(tasks, threads, fds)
+
+
+async def test_a_port_in_use_fails_the_start_and_frees_the_ops_port(cluster, tmp_path):
+    """A real failure halfway: the gRPC port is taken. The ops server, started before the
+    gRPC server, is stopped again and its port free. (grpcio opens two descriptors of its
+    own the first time a bind fails, once per process: the first attempt is not counted.)"""
+    config = config_for(cluster, tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        on_taken = dataclasses.replace(config, grpc_port=taken.getsockname()[1])
+        with pytest.raises(RuntimeError):
+            await ProxyApp(on_taken).start()
+        tasks, threads, fds = others(asyncio.all_tasks()), threading.active_count(), open_fds()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ops_port = probe.getsockname()[1]
+
+        with pytest.raises(RuntimeError):
+            await ProxyApp(dataclasses.replace(on_taken, http_port=ops_port)).start()
+
+        await settled(tasks, threads, fds)
+        with socket.socket() as again:
+            again.bind(("127.0.0.1", ops_port))  # free: the ops server let it go
+
+
+async def test_a_full_start_and_stop_leaves_nothing_running(cluster, tmp_path, lean):
+    config = config_for(cluster, tmp_path)
+    warm = ProxyApp(config)
+    await warm.start()
+    await warm.stop()
+    tasks, threads, fds = others(asyncio.all_tasks()), threading.active_count(), open_fds()
+
+    app = ProxyApp(config)
+    await app.start()
+    client = lean(app, "start-stop-client")
+    assert (await client.send("T", b"x")).status.code == pb.Code.OK
+    await client.close()
+    await app.stop()
+    await app.stop()  # twice: a no-op
+
+    await settled(tasks, threads, fds)
