@@ -41,9 +41,7 @@ async def run(named_only: bool, consumers: int, messages: int, brokers: int) -> 
         sent_at: dict[bytes, float] = {}
         latencies: list[float] = []
         done = asyncio.Event()
-        clients = [
-            LeanClient(f"127.0.0.1:{app.grpc_port}", f"push-{i}") for i in range(consumers)
-        ]
+        clients = [LeanClient(f"127.0.0.1:{app.grpc_port}", f"push-{i}") for i in range(consumers)]
         names = [b.name for b in cluster.brokers]
 
         async def poll_forever(client: LeanClient, broker: str) -> None:

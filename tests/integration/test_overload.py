@@ -52,8 +52,7 @@ async def test_streams_never_read_and_clients_gone_leave_nothing_in_flight(start
     for i in range(10):
         assert (await sender.send(T, f"m{i}".encode())).status.code == Code.OK
     lazy = [
-        LeanClient(f"127.0.0.1:{app.grpc_port}", "lazy", own_connection=True)
-        for _ in range(20)
+        LeanClient(f"127.0.0.1:{app.grpc_port}", "lazy", own_connection=True) for _ in range(20)
     ]
     request = receive_request(G, T, await_ms=2_000, batch=32, invisible_ms=10_000)
     calls = []

@@ -107,9 +107,7 @@ async def test_right_credentials_over_tls_send_receive_ack(secure_proxy, clients
 
 async def test_plaintext_client_cannot_talk_to_a_tls_port(secure_proxy, clients, ca):
     proxy = await secure_proxy()
-    plain = SecureLeanClient(
-        f"127.0.0.1:{proxy.grpc_port}", access_key="alice", secret_key=SECRET
-    )
+    plain = SecureLeanClient(f"127.0.0.1:{proxy.grpc_port}", access_key="alice", secret_key=SECRET)
     try:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await plain.stub.QueryRoute(
