@@ -24,8 +24,8 @@ help:
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
 	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
-	@echo "make rocketmq     fetch the real RocketMQ jars (tests/rocketmq/pom.xml) into .cache/rocketmq"
-	@echo "                  and build the Java client driver (tests/rocketmq/java-client)"
+	@echo "make rocketmq     fetch the real RocketMQ jars (rocketmq_local/pom.xml) into .cache/rocketmq"
+	@echo "                  and build the Java client driver (rocketmq_local/java-client)"
 	@echo "make fuzz         the fuzzers of tests/fuzz with a long budget (FUZZ_EXAMPLES=3000, random)"
 	@echo "make soak         the chaos soak, 10 minutes on 3 real brokers, then on stubs (results/soak)"
 	@echo "make clean        remove the virtualenv and caches"
@@ -93,37 +93,37 @@ bench: bench-modes bench-calibrate bench-broker bench-analytics
 # The receive modes side by side (about 17 minutes); BENCH_ARGS passes flags, e.g.
 # BENCH_ARGS="--scenarios overhead --profile".
 bench-modes: $(BENCH_STAMP)
-	$(BIN)/python -m tests.bench.bench_proxy --out results/bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.bench_proxy --out results/bench $(BENCH_ARGS)
 
 # The sparse case on real Apache RocketMQ 5: a real name server and 3 real brokers
 # (Profile.BENCH JVMs), modes notify, adaptive, coupled (about 4 minutes).
 bench-real: $(BENCH_STAMP) rocketmq
-	$(BIN)/python -m tests.bench.bench_proxy --backend real --out results/bench-real $(BENCH_ARGS)
+	$(BIN)/python -m bench.bench_proxy --backend real --out results/bench-real $(BENCH_ARGS)
 
 bench-broker: $(STAMP)
-	$(BIN)/python tests/bench/bench_broker.py
+	$(BIN)/python -m bench.bench_broker
 
 # P proxies x B brokers x K keys x C consumers through the real receive code on simulated
 # time (docs/scale.md, about 5 minutes); the chart needs matplotlib (the bench extra).
 simulate: $(BENCH_STAMP)
-	$(BIN)/python -m tests.sim.simulate --out results/sim $(SIM_ARGS)
-	$(BIN)/python -m tests.sim.plot --results results/sim/results.json --out docs/scale-parked.png
+	$(BIN)/python -m bench.sim.simulate --out results/sim $(SIM_ARGS)
+	$(BIN)/python -m bench.sim.plot --results results/sim/results.json --out docs/scale-parked.png
 
 # The Spark job on 10 million generated records, local[2] (generated once into /tmp):
 # one run in a cold JVM, two warm.
 bench-analytics: $(STAMP)
-	$(BIN)/python -m tests.bench.bench_analytics --records 10000000 --runs 3
+	$(BIN)/python -m bench.bench_analytics --records 10000000 --runs 3
 
 # The lean load generator checked once against the official Python SimpleConsumer: the same
 # sparse workload through a notify proxy, both side by side (results/bench/calibration.json).
 bench-calibrate: $(BENCH_STAMP) interop-deps
-	$(BIN)/python -m tests.bench.calibrate_client --out results/bench
+	$(BIN)/python -m bench.calibrate_client --out results/bench
 
 clean: clean-interop
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info $(RMQ_CACHE)
 	rm -rf $(DASHBOARD_NODE_DIR)/node_modules $(K8S_NODE_DIR)/node_modules
 
-# --- Real Apache RocketMQ 5 (tests/rocketmq): the name server, broker, Apache proxy and
+# --- Real Apache RocketMQ 5 (rocketmq_local): the name server, broker, Apache proxy and
 # mqadmin jars with their dependencies, copied from Maven Central into an ignored cache.
 # Fetched again only when the pom changes; nothing is downloaded at test time.
 RMQ_CACHE ?= .cache/rocketmq
@@ -132,17 +132,17 @@ MVN ?= mvn
 
 .PHONY: rocketmq
 
-$(RMQ_STAMP): tests/rocketmq/pom.xml
+$(RMQ_STAMP): rocketmq_local/pom.xml
 	@command -v $(MVN) >/dev/null || { echo "rocketmq: Maven ($(MVN)) is required to fetch the RocketMQ jars" >&2; exit 1; }
 	rm -rf $(RMQ_CACHE)/lib
-	$(MVN) -q -B -f tests/rocketmq/pom.xml dependency:copy-dependencies \
+	$(MVN) -q -B -f rocketmq_local/pom.xml dependency:copy-dependencies \
 		-DoutputDirectory=$(abspath $(RMQ_CACHE))/lib -DincludeScope=runtime \
 		|| { echo "rocketmq: could not fetch the RocketMQ jars from Maven Central (see above); the real-broker tests cannot run without them" >&2; exit 1; }
 	touch $@
 
-# The official Java client's interop driver (tests/rocketmq/java-client): built with its own
+# The official Java client's interop driver (rocketmq_local/java-client): built with its own
 # pom into $(RMQ_CACHE)/java-client (jar + lib/), apart from the server jars in lib/ above.
-JAVA_CLIENT_DIR := tests/rocketmq/java-client
+JAVA_CLIENT_DIR := rocketmq_local/java-client
 JAVA_CLIENT_OUT := $(RMQ_CACHE)/java-client
 JAVA_CLIENT_STAMP := $(JAVA_CLIENT_OUT)/.built
 
@@ -201,18 +201,18 @@ K8S_NODE_STAMP := $(K8S_NODE_DIR)/node_modules/.installed
 
 deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
 
-# Head to head with the Apache RocketMQ proxy on real brokers (tests/bench/peer.py; about
+# Head to head with the Apache RocketMQ proxy on real brokers (bench/peer.py; about
 # 40 minutes): the reported case with the official Python client, lite topics (official
 # Python lite consumers, 1,000 and 10,000 lite topics), priority messages, sparse, busy,
 # idle fan-in, overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help), e.g.
 # BENCH_ARGS="--workers 1,2" for a notify proxy of 2 workers beside the others.
 .PHONY: bench-peer
 bench-peer: $(BENCH_STAMP) rocketmq interop-deps
-	$(BIN)/python -m tests.bench.peer --out results/bench-peer $(BENCH_ARGS)
+	$(BIN)/python -m bench.peer --out results/bench-peer $(BENCH_ARGS)
 
-# The reported case cold (tests/bench/cold.py; about 10 minutes): a fresh proxy, group, topic
+# The reported case cold (bench/cold.py; about 10 minutes): a fresh proxy, group, topic
 # and official consumer per run, 20 runs per mode; the first message's latency and, from
 # each proxy's timeline debug log, the stages of the poll that delivered it.
 .PHONY: bench-cold
 bench-cold: $(BENCH_STAMP) rocketmq interop-deps
-	$(BIN)/python -m tests.bench.cold --out results/bench-cold $(BENCH_ARGS)
+	$(BIN)/python -m bench.cold --out results/bench-cold $(BENCH_ARGS)

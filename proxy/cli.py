@@ -21,6 +21,7 @@ import sys
 from proxy.app import ProxyApp
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
 from proxy.embedded import fronting, start_embedded_brokers
+from proxy.loop import run_main
 
 log = logging.getLogger("proxy")
 
@@ -128,12 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     except (OSError, ValueError) as exc:
         p.error(str(exc))
-    try:
-        import uvloop
-    except ImportError:
-        code = asyncio.run(serve(config, args.log_level))
-    else:
-        code = uvloop.run(serve(config, args.log_level))
+    code = run_main(serve(config, args.log_level))
     if code:
         sys.exit(code)
 

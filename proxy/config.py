@@ -92,7 +92,7 @@ class ReceiveConfig:
     # Deliver to the dead-letter queue instead of the client past this many attempts.
     max_delivery_attempts: int = 17
     # Push consumers (auto_renew) poll every broker at once; True serves each of their
-    # requests on the broker its queue names only. Measured (tests/bench/bench_push.py):
+    # requests on the broker its queue names only. Measured (bench/bench_push.py):
     # the same broker requests per message either way, a lower p99 when any of a
     # consumer's polls may take a message from any broker (False).
     push_named_broker_only: bool = False

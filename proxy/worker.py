@@ -26,6 +26,7 @@ from typing import Any
 
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig, ReceiveConfig
+from proxy.loop import run_main
 from proxy.security.config import SecurityConfig
 
 log = logging.getLogger("proxy.worker")
@@ -97,12 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     _die_with_parent(args.parent)
     config = config_from_json(sys.stdin.buffer.read())
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve_worker(config))
-    else:
-        uvloop.run(serve_worker(config))
+    run_main(serve_worker(config))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ async def start_proxy():
 @pytest.fixture
 async def lean():
     """LeanClient factory: ``lean(app)`` connects to a ProxyApp; closed at the end."""
-    from tests.lean_client import LeanClient
+    from bench.lean_client import LeanClient
 
     clients = []
 
@@ -116,7 +116,7 @@ def real_cluster():
     started once for the whole session on free loopback ports and stopped by process id at
     the end. Missing jars or a JVM that does not start fail the test loudly, never skip it:
     run ``make rocketmq`` first (``make test`` does)."""
-    from tests.rocketmq.launcher import LauncherError, RealCluster
+    from rocketmq_local.launcher import LauncherError, RealCluster
 
     try:
         cluster = RealCluster.start(2)

@@ -4,7 +4,7 @@ on loopback, each a process of its own; prints every URL and stops them all on C
 Run it with the project's virtualenv (``.venv/bin/python deploy/local/stack.py``). The
 proxies and broker stubs run this checkout's code (the interpreter with the repository on
 PYTHONPATH). ``--real`` puts a real Apache RocketMQ 5 name server and three real brokers
-in place of the stubs, started by tests/rocketmq/launcher.py (the jars of
+in place of the stubs, started by rocketmq_local/launcher.py (the jars of
 ``make rocketmq``) and then supervised and stopped here like every other part.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from supervisor import Child, StackError, free_port, stop_in_order
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the launcher (tests/rocketmq) and the proxy's own modules
+if str(REPO) not in sys.path:  # the launcher (rocketmq_local) and the proxy's own modules
     sys.path.insert(0, str(REPO))
 HOST = "127.0.0.1"
 BROKERS = ("broker-a", "broker-b", "broker-c")
@@ -173,7 +173,7 @@ class Stack:
         configs and ready checks), adopted as children of this stack: watched, and stopped
         in the stack's order. Their homes (out.log, logs/rocketmqlogs, store) are under
         ``<run dir>/rocketmq``."""
-        from tests.rocketmq.launcher import LauncherError, Profile, RealCluster
+        from rocketmq_local.launcher import LauncherError, Profile, RealCluster
 
         free = self.ports.namesrv == 0
         try:
@@ -265,7 +265,7 @@ class Stack:
 
     def describe(self) -> str:
         if self.real:
-            from tests.rocketmq.launcher import rocketmq_version
+            from rocketmq_local.launcher import rocketmq_version
 
             brokers = f"real RocketMQ {rocketmq_version()} brokers, {self.real} profile"
         else:
@@ -327,7 +327,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--real-profile",
         choices=["test", "bench"],
         default="test",
-        help="JVM sizing of the real name server and brokers (tests/rocketmq/launcher.py): "
+        help="JVM sizing of the real name server and brokers (rocketmq_local/launcher.py): "
         "test = small heaps, quick start (default); bench = full JIT, 1 GB heaps",
     )
     ports = p.add_mutually_exclusive_group()

@@ -6,8 +6,7 @@ import asyncio
 import time
 
 from proxy.remoting.broker_client import BrokerClient, PopResult
-from proxy.remoting.codes import RequestCode, ResponseCode
-from proxy.remoting.command import RemotingCommand
+from rocketmq_local.admin import max_offset
 
 #: How long a test waits for an unacked message to come back. A stub revives at the
 #: invisible time; a real broker's revive service scans its revive queue in rounds and
@@ -47,34 +46,6 @@ async def pop_all(client: BrokerClient, group: str, topic: str, **kwargs) -> lis
             return got
         got.extend(result.messages)
     raise AssertionError("pop never ran dry")
-
-
-async def wait_visible(client: BrokerClient, topic: str, sent, timeout_s: float = 10.0) -> None:
-    """Wait until every message of ``sent`` (SendResults) is in its consume queue.
-
-    A real broker answers a send once the commit log holds the message and builds the
-    consume queue asynchronously (its reput service), so a pop right after a send may miss
-    it; the stub's consume queue is written before it answers.
-    """
-    want: dict[int, int] = {}
-    for result in sent:
-        count = len(result.offset_msg_id.split(","))
-        want[result.queue_id] = max(want.get(result.queue_id, 0), result.queue_offset + count)
-    deadline = time.monotonic() + timeout_s
-    for queue_id, offset in want.items():
-        while await max_offset(client, topic, queue_id) < offset:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{topic}:{queue_id} never reached offset {offset}")
-            await asyncio.sleep(0.01)
-
-
-async def max_offset(client: BrokerClient, topic: str, queue_id: int = 0) -> int:
-    """GET_MAX_OFFSET; 0 for a topic the broker does not have."""
-    response = await client.remoting.invoke(
-        RemotingCommand(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}),
-        10.0,
-    )
-    return int(response.fields.get("offset", 0)) if response.code == ResponseCode.SUCCESS else 0
 
 
 async def wait_offset(client: BrokerClient, topic: str, offset: int, timeout_s: float = 10.0):

@@ -16,7 +16,7 @@ import pytest
 from broker_stub import BrokerConfig, StubCluster
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingClient
-from tests import admin
+from rocketmq_local import admin
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Backend:
         self, topic: str, queues: int = 4, *, message_type: str | None = None
     ) -> None:
         """The topic on every broker, routed with ``queues`` queues each, of
-        ``message_type`` (its message.type attribute) if given (``tests.admin``)."""
+        ``message_type`` (its message.type attribute) if given (``rocketmq_local.admin``)."""
         await asyncio.to_thread(
             admin.create_topic, self.namesrv, topic, queues, message_type=message_type,
             brokers=self._addresses(),
@@ -77,7 +77,7 @@ class Backend:
         fifo: bool = False,
         attributes: dict[str, str] | None = None,
     ) -> None:
-        """The group on every broker (``fifo``: consumeMessageOrderly; ``tests.admin``)."""
+        """The group on every broker (``fifo``: consumeMessageOrderly; ``rocketmq_local.admin``)."""
         await asyncio.to_thread(
             admin.create_group, self.namesrv, group, retry_max_times=retry_max_times,
             fifo=fifo, attributes=attributes, brokers=self._addresses(),

@@ -35,7 +35,8 @@ from proxy.remoting.lite import (
 )
 from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_properties
 from proxy.remoting.popinfo import PopCheckpointInfo
-from tests.conformance._util import max_offset, wait_offset
+from rocketmq_local.admin import max_offset
+from tests.conformance._util import wait_offset
 
 Action = LiteAction
 TIMEOUT_S = 10.0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rocketmq.launcher import _JDK17_OPENS, java_binary, lib_dir
+from rocketmq_local.launcher import _JDK17_OPENS, java_binary, lib_dir
 
 REPO = Path(__file__).resolve().parents[2]
 MQADMIN_TIMEOUT_S = 60.0

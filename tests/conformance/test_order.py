@@ -12,7 +12,8 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.message import Prop
 from proxy.remoting.popinfo import PopCheckpointInfo
-from tests.conformance._util import pop_eventually, wait_visible
+from rocketmq_local.admin import wait_visible
+from tests.conformance._util import pop_eventually
 from tests.conformance.test_pop import raw_pop
 
 INVISIBLE_MS = 60_000  # long: nothing here may come back by its invisible time

@@ -9,7 +9,8 @@ import time
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import Prop
-from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually, wait_visible
+from rocketmq_local.admin import wait_visible
+from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually
 from tests.conformance.test_pop import fresh, pop_fields
 
 #: A parked request shows in POLLING_INFO only once the broker has parked it.

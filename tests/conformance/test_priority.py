@@ -13,7 +13,8 @@ import orjson
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import Prop
-from tests.conformance._util import pop_eventually, wait_visible
+from rocketmq_local.admin import wait_visible
+from tests.conformance._util import pop_eventually
 
 QUEUES = 4
 

@@ -3,7 +3,7 @@ is invisible until committed, a rolled-back one is never delivered, an open one 
 with the producer group's connection, a timed message is delivered at its time, a recalled
 one never.
 
-Bounds: the stub and the session's real brokers (``tests/rocketmq/launcher.py``) check half
+Bounds: the stub and the session's real brokers (``rocketmq_local/launcher.py``) check half
 messages older than 3 s every second; RocketMQ's timer has a 1 s precision (a message may
 come out up to 1 s before its time, the slot it floors to), and a pop sees it soon after.
 """

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
 from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR
-from tests.lean_client import LeanClient
 from tests.ports import free_port
 
 pytestmark = [

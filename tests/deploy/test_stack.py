@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 import yaml
 
+from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
-from tests.lean_client import LeanClient
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy" / "local" / "stack.py"

@@ -19,7 +19,7 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from tests import admin
+from rocketmq_local import admin
 
 BROKERS = ("broker-a", "broker-b")
 _names = itertools.count()

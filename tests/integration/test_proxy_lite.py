@@ -13,12 +13,12 @@ import time
 
 import pytest
 
+from bench.lean_client import millis
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.config import PollMode
 from proxy.remoting.lite import lite_queue_index
-from tests import admin
-from tests.lean_client import millis
+from rocketmq_local import admin
 
 Code = pb.Code
 

@@ -10,8 +10,8 @@ import time
 
 import aiohttp
 
+from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
-from tests.lean_client import LeanClient
 
 
 async def start_proxy_process(*args: str) -> tuple[asyncio.subprocess.Process, dict]:

@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.lean_client import LeanClient, Received
 from proxy.api.v2 import definition_pb2 as pb
-from tests.lean_client import LeanClient, Received
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60.0

@@ -52,8 +52,8 @@ ACL_CONF = {
 
 @pytest.fixture(scope="module")
 def acl_cluster():
-    from tests.admin import admin_call
-    from tests.rocketmq.launcher import LauncherError, RealCluster
+    from rocketmq_local.admin import admin_call
+    from rocketmq_local.launcher import LauncherError, RealCluster
 
     try:
         cluster = RealCluster.start(1, broker_conf=ACL_CONF)

@@ -27,7 +27,7 @@ PYTHON_DRIVER = INTEROP_DIR / "python_client.py"
 NODE_DIR = INTEROP_DIR / "node"
 NODE_DRIVER = NODE_DIR / "client.mjs"
 NODE_CLIENT_PACKAGE = NODE_DIR / "node_modules" / "rocketmq-client-nodejs"
-#: Built by ``make rocketmq`` from tests/rocketmq/java-client (its own pom), apart from the
+#: Built by ``make rocketmq`` from rocketmq_local/java-client (its own pom), apart from the
 #: server jars in .cache/rocketmq/lib: the two classpaths never mix.
 JAVA_CLIENT_DIR = REPO / ".cache" / "rocketmq" / "java-client"
 JAVA_CLIENT_JAR = JAVA_CLIENT_DIR / "interop-java-client.jar"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests import admin
+from rocketmq_local import admin
 from tests.interop._harness import ProxyProcess, start_proxy
 from tests.interop._harness import run_client as _run_client
 
@@ -95,7 +95,7 @@ def proxy_pool(tmp_path_factory):
 @dataclass
 class Target:
     """A proxy of one (backend, mode) and the name server of the brokers behind it, on
-    which tests create fresh topics and groups (``tests.admin``)."""
+    which tests create fresh topics and groups (``rocketmq_local.admin``)."""
 
     backend: str
     mode: str

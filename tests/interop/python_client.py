@@ -90,7 +90,19 @@ import threading
 import time
 import traceback
 
-REQUEST_TIMEOUT_SECONDS = 3  # the client's default, stated so deadlines can be computed
+# The helpers every driver of the official Python client shares (bench/official_python.py;
+# the benchmarks' driver uses them too).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from official_python import (
+    REQUEST_TIMEOUT_SECONDS,
+    arm_watchdog,
+    client_configuration,
+    route_endpoints,
+    simple_consumer,
+    tls_enabled,
+    wait_for_settings,
+)
+
 MAX_MESSAGES_PER_RECEIVE = 16
 
 
@@ -187,68 +199,6 @@ def default_deadline(args: argparse.Namespace) -> float:
     per_round = (args.await_seconds or 0) + REQUEST_TIMEOUT_SECONDS + 1
     per_message = 2 * REQUEST_TIMEOUT_SECONDS  # change + ack, in the worst case
     return 20.0 + args.max_rounds * (per_round + MAX_MESSAGES_PER_RECEIVE * per_message)
-
-
-def arm_watchdog(seconds: float) -> None:
-    """Bound the whole run: the client has waits without a timeout of their own."""
-
-    def expire() -> None:
-        name = os.path.basename(sys.argv[0])
-        sys.stderr.write(f"{name}: deadline of {seconds:.0f}s exceeded, giving up\n")
-        sys.stderr.flush()
-        os._exit(3)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-
-
-def route_endpoints(client, topic: str) -> list[str]:
-    """The broker endpoints QueryRoute gave; startup only logs a failed QueryRoute."""
-    endpoints = sorted(str(e) for e in client.route_manager.get_all_endpoints().values())
-    if not endpoints:
-        raise RuntimeError(
-            f"no route for topic {topic!r}: QueryRoute failed or returned no queues "
-            "(see ~/logs/rocketmq_python/rocketmq_client.log)"
-        )
-    return endpoints
-
-
-def client_configuration(endpoint: str):
-    """The client's configuration, with credentials from the environment if given."""
-    from rocketmq import ClientConfiguration, Credentials
-
-    credentials = Credentials(
-        os.environ.get("RMQ_INTEROP_ACCESS_KEY", ""), os.environ.get("RMQ_INTEROP_SECRET_KEY", "")
-    )
-    return ClientConfiguration(endpoint, credentials, request_timeout=REQUEST_TIMEOUT_SECONDS)
-
-
-def tls_enabled() -> bool:
-    return os.environ.get("RMQ_INTEROP_TLS") == "1"
-
-
-def simple_consumer(endpoint: str, group: str, topic: str, expression: str, await_seconds: int):
-    """A started SimpleConsumer of ``topic``; the caller shuts it down."""
-    from rocketmq import FilterExpression, SimpleConsumer
-
-    consumer = SimpleConsumer(
-        client_configuration(endpoint),
-        group,
-        {topic: FilterExpression(expression)},
-        await_duration=await_seconds,
-        tls_enable=tls_enabled(),
-    )
-    consumer.startup()
-    return consumer
-
-
-def wait_for_settings(consumer, timeout: float = 10) -> None:
-    """Wait for the Telemetry settings answer; the client does not wait for it itself."""
-    # Set by SimpleConsumer.reset_setting, which runs only for a Telemetry answer that has
-    # status OK and settings.
-    if not consumer._init_settings_event.wait(timeout):
-        raise RuntimeError(f"no Telemetry answer with status OK and settings within {timeout:.0f}s")
 
 
 def produce(args: argparse.Namespace) -> dict:

@@ -4,7 +4,7 @@ schedule; every message is counted.
     python -m tests.soak.soak --backend real --minutes 10 --seed 1   (make soak)
     python -m tests.soak.soak --backend stub --minutes 1 --faults proxy,stop,namesrv,client
 
-Topology: a name server, three brokers (real RocketMQ 5 from tests/rocketmq/launcher.py,
+Topology: a name server, three brokers (real RocketMQ 5 from rocketmq_local/launcher.py,
 whose store survives a kill; or broker_stub processes, in memory), two proxies
 (``python -m proxy.cli`` of this tree, each a process on free loopback ports), and in this
 process producers and SimpleConsumers (the lean client) on both proxies: each client takes
@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from bench.lean_client import LeanClient
+from bench.processes import Process, _spawn
 from proxy.api.v2 import definition_pb2 as pb
-from tests.bench.processes import Process, _spawn
-from tests.lean_client import LeanClient
-from tests.rocketmq.launcher import free_port_block
+from rocketmq_local.launcher import free_port_block
 
 TOPIC, GROUP = "SoakTopic", "SoakGroup"
 FAULTS = ("proxy", "broker", "stop", "namesrv", "client")
@@ -125,7 +125,7 @@ class Cluster:
 
     async def start(self) -> None:
         if self.backend == "real":
-            from tests.rocketmq.launcher import RealCluster
+            from rocketmq_local.launcher import RealCluster
 
             self.real = await asyncio.to_thread(RealCluster.start, 3)
             self.namesrv_port = self.real.namesrv_port
@@ -237,7 +237,7 @@ class Cluster:
 
     async def kill_namesrv(self) -> None:
         if self.real is not None:
-            from tests.rocketmq.launcher import RealCluster  # noqa: F401
+            from rocketmq_local.launcher import RealCluster  # noqa: F401
 
             ns = self.real.namesrv
             ns.signal(signal.SIGKILL)

@@ -1,10 +1,10 @@
-"""A small seeded fleet through the real receive code (tests/sim), on simulated time."""
+"""A small seeded fleet through the real receive code (bench/sim), on simulated time."""
 
 from __future__ import annotations
 
 import time
 
-from tests.sim.fleet import Scenario, run
+from bench.sim.fleet import Scenario, run
 
 
 def _fleet(**kw) -> dict:

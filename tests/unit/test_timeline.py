@@ -1,5 +1,5 @@
 """A poll's timeline: off unless its logger is at DEBUG, and written in the form the cold
-benchmark (tests/bench/cold.py) reads back."""
+benchmark (bench/cold.py) reads back."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
+from bench.cold import timelines
 from proxy.receive.timeline import Timeline
-from tests.bench.cold import timelines
 
 
 def test_no_timeline_unless_its_logger_is_at_debug(caplog):

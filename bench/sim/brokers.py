@@ -15,7 +15,7 @@ What a real broker does and this one does too:
   unless acked; CHANGE_MESSAGE_INVISIBLETIME moves that moment. Becoming visible again is
   an arrival (it wakes pollers).
 
-Sampling (see tests/sim/fleet.py): the simulator plays a sample of the keys. The 100,000
+Sampling (see bench/sim/fleet.py): the simulator plays a sample of the keys. The 100,000
 limit is on all keys of a broker, so each table refuses once ``parked * scale`` reaches
 it, ``scale`` being (keys in the fleet) / (keys simulated); the per-key limit is exact,
 since every simulated key has all its consumers.

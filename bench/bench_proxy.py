@@ -1,7 +1,7 @@
 """The proxy benchmark: every receive mode side by side, in one run per scenario.
 
-    .venv/bin/python -m tests.bench.bench_proxy [--scenarios sparse,busy,fanin,phased,overhead]
-    .venv/bin/python -m tests.bench.bench_proxy --backend real   # sparse on real RocketMQ
+    .venv/bin/python -m bench.bench_proxy [--scenarios sparse,busy,fanin,phased,overhead]
+    .venv/bin/python -m bench.bench_proxy --backend real   # sparse on real RocketMQ
 
 Starts a name server, 4 brokers and one proxy per mode as separate processes on loopback,
 drives them with a lean gRPC load generator (the calls the official SimpleConsumer makes),
@@ -11,21 +11,21 @@ and coupled), and writes results.json and PNG charts to --out.
 
 ``--backend real`` runs the same scenario code against Apache RocketMQ 5 (the jars of
 ``make rocketmq``): a real name server and 3 real brokers (Profile.BENCH JVMs) from
-tests/rocketmq/launcher.py, the sparse scenario, modes notify, adaptive and coupled.
+rocketmq_local/launcher.py, the sparse scenario, modes notify, adaptive and coupled.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
 import time
 from pathlib import Path
 
-from tests.bench import scenarios
-from tests.bench.processes import BACKENDS, MODES, System
+from bench import scenarios
+from bench.processes import BACKENDS, MODES, System
+from proxy.loop import run_main
 
 # What each backend runs when no flag says otherwise. The real backend measures the sparse
 # case only: fan-in counts parked requests with the stub's POLLING_INFO, and the busy and
@@ -433,12 +433,7 @@ def main() -> None:
             setattr(args, name, value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        import uvloop
-
-        results = uvloop.run(run(args))
-    except ImportError:
-        results = asyncio.run(run(args))
+    results = run_main(run(args))
     results["charts"] = charts(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     print(f"\nwrote {', '.join([str(out / 'results.json'), *results['charts']])}")

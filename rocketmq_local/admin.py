@@ -9,12 +9,14 @@ server (``masters``) unless the caller names them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
 import time
 from collections.abc import Mapping
 
+from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
 from proxy.remoting.headers import CreateTopicHeader, TopicHeader
@@ -145,3 +147,34 @@ def create_group(
     ).encode()
     for address in (brokers if brokers is not None else masters(namesrv)).values():
         checked(address, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body))
+
+
+# -- waits on an event loop (a BrokerClient's connection) ------------------------------------
+
+
+async def max_offset(client: BrokerClient, topic: str, queue_id: int = 0) -> int:
+    """GET_MAX_OFFSET; 0 for a topic the broker does not have."""
+    response = await client.remoting.invoke(
+        RemotingCommand(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}),
+        10.0,
+    )
+    return int(response.fields.get("offset", 0)) if response.code == ResponseCode.SUCCESS else 0
+
+
+async def wait_visible(client: BrokerClient, topic: str, sent, timeout_s: float = 10.0) -> None:
+    """Wait until every message of ``sent`` (SendResults) is in its consume queue.
+
+    A real broker answers a send once the commit log holds the message and builds the
+    consume queue asynchronously (its reput service), so a pop right after a send may miss
+    it; the stub's consume queue is written before it answers.
+    """
+    want: dict[int, int] = {}
+    for result in sent:
+        count = len(result.offset_msg_id.split(","))
+        want[result.queue_id] = max(want.get(result.queue_id, 0), result.queue_offset + count)
+    deadline = time.monotonic() + timeout_s
+    for queue_id, offset in want.items():
+        while await max_offset(client, topic, queue_id) < offset:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}:{queue_id} never reached offset {offset}")
+            await asyncio.sleep(0.01)

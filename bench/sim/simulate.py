@@ -3,7 +3,7 @@
 Plays the grid of docs/scale.md (proxies x active keys, for notify, coupled and adaptive,
 and notify with the per-broker probe cap), and the two cases that ``make bench-modes``
 also measures (sparse, idle fan-in), and writes ``results/sim/results.json`` plus the
-Markdown tables of docs/scale.md (``results/sim/tables.md``). ``tests/sim/plot.py`` draws
+Markdown tables of docs/scale.md (``results/sim/tables.md``). ``bench/sim/plot.py`` draws
 the chart from the JSON. ``--quick`` plays a small grid in well under a minute.
 """
 
@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.sim.brokers import TOTAL_LIMIT
-from tests.sim.fleet import PROXY_MAX_IN_FLIGHT, Scenario, run
+from bench.sim.brokers import TOTAL_LIMIT
+from bench.sim.fleet import PROXY_MAX_IN_FLIGHT, Scenario, run
 
 FLEET_SHARE = 80_000  # probes a fleet may park on one broker with the cap: 80 % of the limit
 

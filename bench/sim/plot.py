@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-TOTAL_LIMIT = 100_000  # tests/sim/brokers.py; not imported, so this runs without the proxy
+TOTAL_LIMIT = 100_000  # bench/sim/brokers.py; not imported, so this runs without the proxy
 
 STYLE = {
     "notify": ("tab:blue", "-"),

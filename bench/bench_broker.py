@@ -1,7 +1,7 @@
 """Broker stub benchmark: send and pop+ack throughput of one broker process, and the
 wake-up latency of a parked notification.
 
-    .venv/bin/python tests/bench/bench_broker.py [--messages 60000] [--wakeups 500]
+    .venv/bin/python bench/bench_broker.py [--messages 60000] [--wakeups 500]
 
 The broker runs as its own process (``rmq-broker-stub`` on a free loopback port); this
 process drives it over the remoting protocol with several connections and many requests in
@@ -23,6 +23,7 @@ import time
 
 import orjson
 
+from proxy.loop import run_main
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
@@ -218,12 +219,7 @@ if __name__ == "__main__":
     parser.add_argument("--wakeups", type=int, default=500)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
-    try:
-        import uvloop
-
-        results = uvloop.run(main(args))
-    except ImportError:
-        results = asyncio.run(main(args))
+    results = run_main(main(args))
     for key, value in results.items():
         print(f"{key:32} {value}")
     if args.json:

@@ -1,12 +1,13 @@
 """The official RocketMQ 5 Python client (rocketmq-python-client 5.1.2) as a benchmark
-consumer, for ``tests/bench/calibrate_client.py``: one SimpleConsumer that receives, acks each
+consumer, for ``bench/calibrate_client.py``: one SimpleConsumer that receives, acks each
 message (one AckMessage per message, as that client does) and receives again, until told to
 stop.
 
 Run it with ``.venv-interop/bin/python`` (``make interop-deps``), never with the project's own
-interpreter: the client bundles its own ``apache.rocketmq.v2`` descriptors and protobuf. It
-imports nothing of the project. ``tests/interop/python_client.py`` documents what the client
-requires of the server. Set HOME to move the client's log (~/logs/rocketmq_python).
+interpreter: the client bundles its own ``apache.rocketmq.v2`` descriptors and protobuf. Of
+the project it imports only its neighbour ``official_python.py``;
+``tests/interop/python_client.py`` documents what the client requires of the server. Set HOME
+to move the client's log (~/logs/rocketmq_python).
 
     official_consumer.py --endpoint HOST:PORT --group G --topic T --await-seconds S
         [--batch 16] [--invisible-seconds 30] [--deadline-seconds D]
@@ -36,15 +37,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 import time
 import traceback
 
-# The interop driver's helpers, shared: that directory holds the official client's drivers.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
-from python_client import (
+# Run as a script from this directory: its helpers are beside it.
+from official_python import (
     arm_watchdog,
     client_configuration,
     route_endpoints,

@@ -2,7 +2,7 @@
 brokers and one proxy per receive mode, each on a free port, each stopped by pid.
 
 Two backends behind the same ``System``: ``stub`` (our broker_stub processes) and ``real``
-(Apache RocketMQ 5 name server and brokers from tests/rocketmq/launcher.py, Profile.BENCH).
+(Apache RocketMQ 5 name server and brokers from rocketmq_local/launcher.py, Profile.BENCH).
 The scenarios talk to either the same way: proxies, ``broker_clients``, ``create_topic``."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import aiohttp
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
-from tests import admin
+from rocketmq_local import admin
 
 MODES = ("notify", "coupled", "slicing", "adaptive")
 BACKENDS = ("stub", "real")
@@ -180,7 +180,7 @@ class System:
     async def _start_real(self) -> str:
         """The launcher's name server and brokers (JVMs, Profile.BENCH) on free ports; the
         blocking start runs in a thread."""
-        from tests.rocketmq.launcher import Profile, RealCluster
+        from rocketmq_local.launcher import Profile, RealCluster
 
         self.cluster = await asyncio.to_thread(
             RealCluster.start, self.broker_count, profile=Profile.BENCH
@@ -221,7 +221,7 @@ class System:
             await asyncio.to_thread(admin.create_topic, namesrv, topic, queues)
 
     async def metrics(self, label: str) -> dict[str, float]:
-        """A proxy's counters for the scenarios (``scrape``); tests/bench/peer.py answers
+        """A proxy's counters for the scenarios (``scrape``); bench/peer.py answers
         for the Apache proxy, which has no such endpoint, from the brokers' side."""
         return await scrape(self.proxies[label])
 

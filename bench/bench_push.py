@@ -8,7 +8,7 @@ named broker, then probes on *every* broker. This plays C push consumers (C x B 
 brokers, and reports per delivered message the broker requests (pops + probes) and the
 delivery latency (send to answer).
 
-    PYTHONPATH=. .venv/bin/python -m tests.bench.bench_push [--consumers 4] [--messages 200]
+    PYTHONPATH=. .venv/bin/python -m bench.bench_push [--consumers 4] [--messages 200]
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import random
 import statistics
 import time
 
+from bench.lean_client import LeanClient, receive_request
 from broker_stub import BrokerConfig, StubCluster
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig, ReceiveConfig, ReceiveMode
 from proxy.remoting.broker_client import BrokerClient
-from tests.lean_client import LeanClient, receive_request
 
 TOPIC, GROUP = "PushBench", "PushBenchGroup"
 

@@ -1,6 +1,6 @@
 """The memory floor of an idle long poll: what grpcio itself costs per parked call.
 
-    .venv/bin/python -m tests.bench.grpc_floor [--calls 2000] [--telemetry]
+    .venv/bin/python -m bench.grpc_floor [--calls 2000] [--telemetry]
 
 A bare grpc.aio server whose ReceiveMessage only waits, held open by client processes with
 the lean client's calls; prints the server's RSS growth per parked call, between half and
@@ -25,7 +25,7 @@ from proxy.api.v2 import service_pb2, service_pb2_grpc
 CLIENT = """
 import asyncio, sys
 sys.path.insert(0, ".")
-from tests.lean_client import LeanClient
+from bench.lean_client import LeanClient
 from proxy.api.v2 import service_pb2 as api
 async def stream(client):
     queue = asyncio.Queue()

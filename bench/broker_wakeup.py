@@ -1,7 +1,7 @@
 """How fast a real broker answers a parked request when a message arrives: a NOTIFICATION
 (what notify mode parks) against a POP (what coupled mode and the Apache proxy park).
 
-    .venv/bin/python -m tests.bench.broker_wakeup [--samples 40]
+    .venv/bin/python -m bench.broker_wakeup [--samples 40]
 
 One real broker (RocketMQ 5.5.0 from ``make rocketmq``, Profile.BENCH JVM) on free ports;
 for each sample a request is parked for 5 s, a message is sent 0.3 s later, and the time
@@ -19,7 +19,7 @@ import uuid
 
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.message import Prop
-from tests.rocketmq.launcher import Profile, RealCluster
+from rocketmq_local.launcher import Profile, RealCluster
 
 TOPIC, GROUP = "WakeupTopic", "WakeupGroup"
 

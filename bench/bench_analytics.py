@@ -1,6 +1,6 @@
 """Polling-analytics benchmark: records per second of ``rmq-polling-report`` on local[2].
 
-    .venv/bin/python -m tests.bench.bench_analytics [--records 10000000] [--runs 2]
+    .venv/bin/python -m bench.bench_analytics [--records 10000000] [--runs 2]
 
 Generates an event log of ``--records`` lines in the proxies' layout
 (``proxy=<id>/date=<day>/part-*``) with Spark itself (fast, and no Python loop per record),

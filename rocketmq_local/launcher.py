@@ -1,7 +1,7 @@
 """Real Apache RocketMQ 5 on loopback: a name server, N brokers and optionally the Apache
 proxy, each a JVM of its own on free ports, with its own home, store and log folders.
 
-The jars come from ``make rocketmq`` (``tests/rocketmq/pom.xml`` copied into
+The jars come from ``make rocketmq`` (``rocketmq_local/pom.xml`` copied into
 ``.cache/rocketmq/lib``); nothing is downloaded here. Used by the test suite's real tier
 (one cluster per session, ``tests/conftest.py``), the benchmarks and ``make stack --real``.
 
@@ -32,10 +32,10 @@ from pathlib import Path
 
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from tests import admin
-from tests.admin import admin_call
+from rocketmq_local import admin
+from rocketmq_local.admin import admin_call
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 POM = Path(__file__).resolve().parent / "pom.xml"
 #: Where ``make rocketmq`` puts the jars; RMQ_REAL_LIB points elsewhere.
 DEFAULT_LIB = REPO / ".cache" / "rocketmq" / "lib"
@@ -485,7 +485,7 @@ class RealCluster:
     def create_topic(
         self, topic: str, queues: int = 4, *, fifo: bool = False, brokers: list[str] | None = None
     ) -> None:
-        """The topic on every broker (or those named), routed (``tests.admin``)."""
+        """The topic on every broker (or those named), routed (``rocketmq_local.admin``)."""
         targets = [self.broker(n) for n in brokers] if brokers else self.brokers
         admin.create_topic(
             self.namesrv_address, topic, queues, fifo=fifo,
@@ -494,7 +494,7 @@ class RealCluster:
 
     def create_group(self, group: str, *, retry_max_times: int = 16, fifo: bool = False) -> None:
         """The group on every broker (e.g. a short retry budget, so a test reaches the
-        dead-letter queue in a few redeliveries; ``tests.admin``)."""
+        dead-letter queue in a few redeliveries; ``rocketmq_local.admin``)."""
         admin.create_group(
             self.namesrv_address, group, retry_max_times=retry_max_times, fifo=fifo,
             brokers={b.name: b.address for b in self.brokers},

@@ -1,6 +1,6 @@
 """Head to head with the Apache RocketMQ proxy (issue 12), in one run.
 
-    .venv/bin/python -m tests.bench.peer
+    .venv/bin/python -m bench.peer
         [--scenarios reported,lite,priority,sparse,busy,fanin,overhead,stub]
         [--rounds 2] [--out results/bench-peer]        # make bench-peer
 
@@ -53,22 +53,23 @@ from pathlib import Path
 
 import aiohttp
 
+from bench import scenarios
+from bench.bench_proxy import aligned, load_average, machine
+from bench.calibrate_client import DRIVER, INTEROP_PYTHON
+from bench.lean_client import LeanClient, millis
+from bench.processes import Process, System, proxy_label
+from bench.scenarios import ModeTally, ms, percentile
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from proxy.loop import run_main
 from proxy.receive.types import PolledMessage
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.lite import lite_queue_index
 from proxy.remoting.message import Prop
-from tests import admin
-from tests.bench import scenarios
-from tests.bench.bench_proxy import aligned, load_average, machine
-from tests.bench.calibrate_client import DRIVER, INTEROP_PYTHON
-from tests.bench.processes import Process, System, proxy_label
-from tests.bench.scenarios import ModeTally, ms, percentile
-from tests.conformance._util import wait_visible
-from tests.lean_client import LeanClient, millis
+from rocketmq_local import admin
+from rocketmq_local.admin import wait_visible
 
 PEER = "apache"
 OURS = ("notify", "adaptive", "coupled")
@@ -173,7 +174,7 @@ class PeerSystem(System):
         self._at_start: Counter | None = None
 
     async def _start_real(self) -> str:
-        from tests.rocketmq.launcher import Profile, RealCluster, free_port_block
+        from rocketmq_local.launcher import Profile, RealCluster, free_port_block
 
         def conf_of(name: str) -> dict[str, str]:
             port = self.metrics_ports.setdefault(name, free_port_block())
@@ -511,7 +512,7 @@ def first_messages(rows: dict[str, dict]) -> dict[str, dict]:
 
 async def create_lite(system: PeerSystem, parent: str, group: str, quota: int) -> None:
     """A LITE parent topic and a lite consumer group bound to it, allowed ``quota`` lite
-    topics per client, on every broker (``tests.admin``)."""
+    topics per client, on every broker (``rocketmq_local.admin``)."""
     namesrv = system.cluster.namesrv_address
     await asyncio.to_thread(admin.create_topic, namesrv, parent, 4, message_type="LITE")
     await asyncio.to_thread(
@@ -858,7 +859,7 @@ async def run(args: argparse.Namespace) -> dict:
             notify_workers=args.workers,
             proxy_log_level=args.proxy_log_level,
         ).start()
-        from tests.rocketmq.launcher import rocketmq_version
+        from rocketmq_local.launcher import rocketmq_version
 
         results["rocketmq"] = rocketmq_version()
         ours = len(system.proxies) - (PEER in system.proxies)
@@ -1051,12 +1052,7 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        import uvloop
-
-        results = uvloop.run(run(args))
-    except ImportError:
-        results = asyncio.run(run(args))
+    results = run_main(run(args))
     results["charts"] = charts(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     print(f"\nwrote {out / 'results.json'} {' '.join(results['charts'])}")

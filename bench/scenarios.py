@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from bench.lean_client import LeanClient
+from bench.processes import System, broker_requests, scrape
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.message import BatchEntry, Prop
-from tests.bench.processes import System, broker_requests, scrape
-from tests.lean_client import LeanClient
 
-# The consumers' client class; tests/bench/peer.py puts in one that sends its settings over
+# The consumers' client class; bench/peer.py puts in one that sends its settings over
 # Telemetry first, as the official clients do (the Apache proxy needs them).
 CLIENT_CLASS: list[type[LeanClient]] = [LeanClient]
 
@@ -50,6 +50,9 @@ class ModeTally:
     empties: int = 0
     false_empties: int = 0
     too_many: int = 0
+    # Receives that raised (the proxy unreachable, a deadline): reported, never hidden as
+    # empty answers.
+    receive_errors: int = 0
     undelivered: int = 0
     send_retries: int = 0
     seconds: float = 0.0
@@ -74,6 +77,7 @@ class ModeTally:
             "empty_answers": self.empties,
             "false_empties": self.false_empties,
             "too_many_requests": self.too_many,
+            "receive_errors": self.receive_errors,
             "undelivered_at_end": self.undelivered,
             "send_retries": self.send_retries,
             "latency_ms_p50": ms(percentile(self.latencies, 0.5)),
@@ -156,8 +160,11 @@ class Consumers:
                     batch=self.batch,
                     invisible_ms=30_000,
                 )
-            except Exception:
+            except Exception as exc:
                 result = None
+                self.tally.receive_errors += 1
+                if self.tally.receive_errors <= 3:
+                    print(f"  receive failed ({self.topic}): {exc!r}", flush=True)
             now = time.perf_counter()
             self.tally.receives += 1
             if result is not None and result.messages:

@@ -1,7 +1,7 @@
 """The reported case, cold (issue 26): the first message a fresh proxy delivers to a fresh
 official consumer of a fresh group on a fresh topic, many times over, per mode.
 
-    .venv/bin/python -m tests.bench.cold [--runs 20] [--modes adaptive,notify] [--apache]
+    .venv/bin/python -m bench.cold [--runs 20] [--modes adaptive,notify] [--apache]
         [--messages 3] [--out results/bench-cold]              # make bench-cold
 
 One real cluster (Apache RocketMQ 5.5.0, 2 brokers, Profile.BENCH), started once. Each run
@@ -33,11 +33,12 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.bench_proxy import aligned, load_average, machine
+from bench.peer import PEER, PeerSystem, _official
+from bench.processes import Process, _spawn, scrape
+from bench.scenarios import ms, percentile
+from proxy.loop import run_main
 from proxy.remoting.message import Prop
-from tests.bench.bench_proxy import aligned, load_average, machine
-from tests.bench.peer import PEER, PeerSystem, _official
-from tests.bench.processes import Process, _spawn, scrape
-from tests.bench.scenarios import ms, percentile
 
 TIMELINE = re.compile(
     r"proxy\.receive\.timeline: receive (?P<group>\S+)/(?P<topic>\S+) arrived_ms=(?P<arrived>\d+)"
@@ -242,12 +243,7 @@ def main() -> None:
     p.add_argument("--out", default="results/bench-cold")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    try:
-        import uvloop
-
-        uvloop.run(run(args))
-    except ImportError:
-        asyncio.run(run(args))
+    run_main(run(args))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 
 Every proxy is a real ``ReceiveEngine`` (with its real ``ProbeHub``, ``MissMemory``,
 ``AdaptiveSwitch`` and ``ConsumerProcessor``) whose broker pool hands out simulated brokers
-(``tests/sim/brokers.py``). Every consumer is a loop that does what a SimpleConsumer
+(``bench/sim/brokers.py``). Every consumer is a loop that does what a SimpleConsumer
 does: a ReceiveMessage with a 20 s await (the proxy turns it into a ``ReceiveRequest`` as
 ``proxy/api/receive.py`` does), an ack of what it got, and at once the next receive; after
 TOO_MANY_REQUESTS it waits a second. Producers send each sampled key's messages as a
-Poisson stream to a random broker. Time is simulated (``tests/sim/vloop.py``), so nothing
+Poisson stream to a random broker. Time is simulated (``bench/sim/vloop.py``), so nothing
 sleeps and a run takes as long as the proxy code in it takes to run.
 
 Sampling. A fleet of K keys (group, topic) with C consumers each is played as ``sampled``
@@ -35,13 +35,13 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+from bench.sim import vloop
+from bench.sim.brokers import FleetLedger, SimBroker, SimMessage, SimPool
 from proxy.config import ReceiveConfig, ReceiveMode
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
 from proxy.receive.types import ReceiveRequest
 from proxy.remoting.message import Prop
-from tests.sim import vloop
-from tests.sim.brokers import FleetLedger, SimBroker, SimMessage, SimPool
 
 PROXY_MAX_IN_FLIGHT = ReceiveConfig().max_in_flight
 
