@@ -24,8 +24,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from proxy.analytics.job import JobOptions, run_batch
-from proxy.analytics.session import get_session
+from polling_report.job import JobOptions, run_batch
+from polling_report.session import get_session
 
 PROXIES = 8
 GROUP_TOPICS = 20  # (group, topic) pairs

@@ -20,7 +20,7 @@ import sys
 
 from proxy.app import ProxyApp
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
-from proxy.embedded import fronting, start_embedded_brokers
+from proxy.embedded import StubMissing, fronting, start_embedded_brokers
 from proxy.loop import run_main
 
 log = logging.getLogger("proxy")
@@ -129,7 +129,10 @@ def main(argv: list[str] | None = None) -> None:
         )
     except (OSError, ValueError) as exc:
         p.error(str(exc))
-    code = run_main(serve(config, args.log_level))
+    try:
+        code = run_main(serve(config, args.log_level))
+    except StubMissing as exc:
+        p.error(str(exc))
     if code:
         sys.exit(code)
 

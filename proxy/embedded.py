@@ -15,13 +15,23 @@ if TYPE_CHECKING:
     from broker_stub import StubCluster
 
 
+class StubMissing(RuntimeError):
+    """The broker stub's distribution (rmq-broker-stub) is not installed."""
+
+
 async def start_embedded_brokers(config: ProxyConfig) -> StubCluster | None:
     """Start a name server and ``config.embedded_brokers`` broker stubs on loopback (with
     ``config.topics`` on every broker); None when the configuration asks for none. The
     caller points its proxy at ``cluster.namesrv_address`` and stops the cluster."""
     if not config.embedded_brokers:
         return None
-    from broker_stub import BrokerConfig, StubCluster
+    try:
+        from broker_stub import BrokerConfig, StubCluster
+    except ImportError as exc:
+        raise StubMissing(
+            "--embedded-brokers runs the broker stub, a distribution of its own: "
+            "pip install rmq-broker-stub (from the repository: pip install ./stub)"
+        ) from exc
 
     cluster = StubCluster(
         config.embedded_brokers,

@@ -9,9 +9,8 @@
 #       --pushgateway http://pushgateway:9091
 #   deploy/spark/run-on-cluster.sh yarn s3a://bucket/rmq/events s3a://bucket/rmq/aggregates
 #
-# The job's code ships as a zip of the `proxy` package (only proxy/analytics runs on the
-# cluster; its Python dependency there is prometheus-client, on the driver only, for
-# --pushgateway). Every option of `rmq-polling-report --help` passes through; --master is
+# The job's code ships as a zip of its package, analytics/polling_report (its Python
+# dependency there is prometheus-client, on the driver only, for --pushgateway). Every option of `rmq-polling-report --help` passes through; --master is
 # spark-submit's. For s3a:// add the hadoop-aws package matching the cluster's Hadoop, e.g.
 #   SPARK_SUBMIT_EXTRA="--packages org.apache.hadoop:hadoop-aws:3.4.1"
 set -eu
@@ -29,7 +28,7 @@ build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 
 # The package as a zip for the executors' and the driver's Python path.
-(cd "$repo" && zip -qr "$build/rmq_analytics.zip" proxy -i '*.py')
+(cd "$repo/analytics" && zip -qr "$build/rmq_analytics.zip" polling_report -i '*.py')
 
 # shellcheck disable=SC2086  # SPARK_SUBMIT_EXTRA is a list of options
 "${SPARK_SUBMIT:-spark-submit}" \

@@ -25,7 +25,7 @@ def spark():
     # Spark would pick the first non-loopback interface for its own services otherwise.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    from proxy.analytics.session import REQUIRED_SQL_CONF
+    from polling_report.session import REQUIRED_SQL_CONF
 
     builder = (
         SparkSession.builder.master("local[2]")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from proxy.analytics.job import JobOptions, run_batch
+from polling_report.job import JobOptions, run_batch
 from tests.analytics._events import event, ms, write_log
 
 pytestmark = pytest.mark.slow

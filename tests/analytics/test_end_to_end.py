@@ -10,7 +10,7 @@ import time
 import pytest
 from pyspark.sql import functions as F
 
-from proxy.analytics.cli import main
+from polling_report.cli import main
 from proxy.api.v2 import definition_pb2 as pb
 from tests.analytics.conftest import pushed
 from tests.integration._util import send_to

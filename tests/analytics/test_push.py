@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from proxy.analytics.cli import main
+from polling_report.cli import main
 from proxy.receive.thresholds import parse
 from tests.analytics._events import event, write_log
 from tests.analytics.conftest import pushed

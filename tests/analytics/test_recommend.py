@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.analytics.cli import parser
-from proxy.analytics.durations import check_window, parse_duration
-from proxy.analytics.recommend import RatePoint, recommend, write_thresholds
+from polling_report.cli import parser
+from polling_report.durations import check_window, parse_duration
+from polling_report.recommend import RatePoint, recommend, write_thresholds
 from proxy.receive.adaptive import Thresholds
 from proxy.receive.thresholds import parse
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from proxy.analytics.job import JobOptions, run_batch, run_stream
+from polling_report.job import JobOptions, run_batch, run_stream
 from tests.analytics._events import event, write_log
 from tests.analytics.test_batch import DAY, MALFORMED, crafted_log, stored_rows
 

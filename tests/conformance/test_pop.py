@@ -12,13 +12,12 @@ from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import BatchEntry, Prop, decode_messages
 from proxy.remoting.popinfo import PopCheckpointInfo, retry_flag
+from rocketmq_local.admin import max_offset, wait_visible
 from tests.conformance._util import (
     SHORT_INVISIBLE_MS,
-    max_offset,
     pop_all,
     pop_eventually,
     wait_offset,
-    wait_visible,
 )
 
 HEADER_KEYS = {"popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo",

@@ -10,7 +10,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -18,6 +17,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from proxy.config import load
+from tests.deploy._packaging import declared_scripts
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
@@ -105,7 +105,7 @@ def test_final_stage_is_a_small_non_root_proxy_image(stages):
     # Only the built wheel crosses into the final stage, never the sources or build tools.
     copies = final.all("COPY")
     assert copies and all(c.startswith("--from=build ") for c in copies), copies
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = declared_scripts()
     assert exec_form(final.last("CMD"))[0] in scripts
     config = load(env=env_of(final))
     assert (config.grpc_host, config.http_host) == ("0.0.0.0", "0.0.0.0")
@@ -147,14 +147,22 @@ def test_dockerignore_keeps_the_sources_the_build_copies_and_drops_the_rest(stag
     for source in sources:
         assert (REPO / source).exists(), source
         assert not ignored(source, rules), source
-    for kept in ("proxy/app.py", "broker_stub/cli.py", "proxy/api/v2/service_pb2.py"):
+    for kept in (
+        "proxy/app.py",
+        "stub/broker_stub/cli.py",
+        "analytics/polling_report/job.py",
+        "proxy/api/v2/service_pb2.py",
+    ):
         assert not ignored(kept, rules), kept
     for dropped in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", "proxy/__pycache__"):
         assert ignored(dropped, rules), dropped
 
 
-def test_build_stage_makes_a_wheel_with_the_console_scripts(stages, tmp_path):
-    """What `pip wheel .` in the build stage does, on the context .dockerignore leaves."""
+def test_build_stage_makes_the_three_wheels_and_the_proxys_holds_the_proxy_alone(stages, tmp_path):
+    """What `pip wheel . ./stub ./analytics` in the build stage does, on the context
+    .dockerignore leaves: the proxy's wheel has the proxy and nothing else (no stub, no Spark
+    job, no tests); the stub and the analytics job are wheels of their own, each with its
+    console scripts."""
     rules = _dockerignore_rules()
     context = tmp_path / "context"
     build = stages[0]
@@ -167,25 +175,40 @@ def test_build_stage_makes_a_wheel_with_the_console_scripts(stages, tmp_path):
                 if not ignored(rel, rules):
                     (context / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, context / rel)
-    command = [a for a in build.all("RUN") if "pip wheel" in a]
-    assert command, "the build stage builds a wheel"
+    (command,) = [a for a in build.all("RUN") if "pip wheel" in a]
+    projects = [word for word in command.split() if word == "." or word.startswith("./")]
+    assert projects == [".", "./stub", "./analytics"]
     out = tmp_path / "wheels"
     # --no-build-isolation/--no-deps: the venv's setuptools, no downloads in the test.
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(context)],
-        capture_output=True, text=True, timeout=180,
+         "--wheel-dir", str(out), *(str(context / p) for p in projects)],
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    (wheel,) = out.glob("rmq_notify_proxy-*.whl")
-    with zipfile.ZipFile(wheel) as z:
-        names = set(z.namelist())
-        entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        text = z.read(entry_points).decode()
-    assert {"proxy/app.py", "proxy/api/v2/service_pb2.py", "broker_stub/cli.py"} <= names
-    assert not any(n.startswith("tests/") for n in names)
+
+    def contents(pattern: str) -> tuple[set[str], str]:
+        (wheel,) = out.glob(pattern)
+        with zipfile.ZipFile(wheel) as z:
+            names = set(z.namelist())
+            entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+            return names, z.read(entry_points).decode()
+
+    proxy, proxy_scripts = contents("rmq_notify_proxy-*.whl")
+    packages = {n.split("/")[0] for n in proxy if not n.startswith("rmq_notify_proxy-")}
+    assert packages == {"proxy"}
+    assert {"proxy/app.py", "proxy/api/v2/service_pb2.py"} <= proxy
     final = stages[-1]
-    assert f"{exec_form(final.last('CMD'))[0]} = " in text
+    assert f"{exec_form(final.last('CMD'))[0]} = " in proxy_scripts
+    assert "rmq-broker-stub" not in proxy_scripts and "rmq-polling-report" not in proxy_scripts
+
+    stub, stub_scripts = contents("rmq_broker_stub-*.whl")
+    assert "broker_stub/cli.py" in stub and not any(n.startswith("proxy/") for n in stub)
+    assert "rmq-broker-stub = " in stub_scripts and "rmq-namesrv-stub = " in stub_scripts
+
+    report, report_scripts = contents("rmq_polling_report-*.whl")
+    assert "polling_report/job.py" in report and not any(n.startswith("proxy/") for n in report)
+    assert "rmq-polling-report = " in report_scripts
 
 
 async def test_healthcheck_passes_while_ready_and_fails_while_draining(stages, start_proxy):

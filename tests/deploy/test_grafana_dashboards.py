@@ -24,7 +24,7 @@ NODE_DIR = REPO / "tests" / "deploy" / "node"
 SCHEMA_SCRIPT = NODE_DIR / "dashboard-schema.mjs"
 DASHBOARDS = sorted((GRAFANA_DIR / "dashboards").glob("*.json"))
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
-# The gauges the Spark job pushes (the contract between proxy/analytics and the dashboard).
+# The gauges the Spark job pushes (the contract between analytics/polling_report and the dashboard).
 REPORT_GAUGES = {
     "rocketmq_polling_report_requests",
     "rocketmq_polling_report_request_rate",

@@ -11,7 +11,6 @@ import copy
 import json
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import aiohttp
@@ -21,6 +20,7 @@ import yaml
 
 from proxy.app import ProxyApp
 from proxy.config import load
+from tests.deploy._packaging import declared_scripts
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
@@ -195,7 +195,7 @@ def test_image_user_and_command_match_the_dockerfile(docs):
     security = docs["Deployment"]["spec"]["template"]["spec"]["securityContext"]
     assert security["runAsNonRoot"] is True
     assert str(security["runAsUser"]) == user.split(":")[0]
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = declared_scripts()
     assert _container(docs)["command"][0] in scripts
 
 

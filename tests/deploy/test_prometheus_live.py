@@ -35,11 +35,15 @@ from tests.ports import free_port
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not (shutil.which("prometheus") and shutil.which("prometheus-pushgateway")),
-        reason="prometheus / prometheus-pushgateway missing: `make system-deps` installs them",
-    ),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _prometheus() -> None:
+    """make test installs them (make system-deps): missing, the tests fail, never skip."""
+    if not (shutil.which("prometheus") and shutil.which("prometheus-pushgateway")):
+        pytest.fail("prometheus / prometheus-pushgateway missing: `make system-deps`")
+
 
 BIN = Path(sys.executable).parent
 REPORT = BIN / "rmq-polling-report"
@@ -388,8 +392,7 @@ def test_only_the_dead_letter_alert_fires_on_the_workload(live):
 
 
 def test_polling_analytics_queries_return_data(live):
-    if not REPORT.exists():
-        pytest.skip(f"{REPORT} is not installed (the Spark job of proxy/analytics)")
+    assert REPORT.exists(), f"{REPORT} is not installed: make venv installs ./analytics"
     assert live.report is not None and live.report.returncode == 0, (
         live.report.stdout[-3000:] + live.report.stderr[-3000:]
     )

@@ -6,7 +6,7 @@ import textwrap
 from collections.abc import Sequence
 from datetime import datetime
 
-from proxy.analytics.model import Summary
+from polling_report.model import Summary
 
 # The short form of the rule in recommend.py's docstring.
 RULE = (

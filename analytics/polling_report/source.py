@@ -13,7 +13,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from proxy.analytics.schema import CORRUPT, EVENT_SCHEMA, PARTITION_DATE, REQUIRED_FIELDS
+from polling_report.schema import CORRUPT, EVENT_SCHEMA, PARTITION_DATE, REQUIRED_FIELDS
 
 INPUT_METRICS = "input"  # name of the observed input counters (lines, malformed)
 _BAD = "_malformed"

@@ -18,14 +18,14 @@ from datetime import date
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from proxy.analytics.durations import check_window, parse_duration
-from proxy.analytics.job import DEFAULT_JOB, JobOptions
-from proxy.analytics.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET, write_thresholds
+from polling_report.durations import check_window, parse_duration
+from polling_report.job import DEFAULT_JOB, JobOptions
+from polling_report.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET, write_thresholds
 
 if TYPE_CHECKING:
-    from proxy.analytics.model import Summary
+    from polling_report.model import Summary
 
-log = logging.getLogger("proxy.analytics.cli")
+log = logging.getLogger("polling_report.cli")
 
 
 def _duration(text: str) -> int:
@@ -139,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         trigger_s=args.trigger,
     )
     # Imported here: `--help` and argument errors need no JVM.
-    from proxy.analytics.job import run_batch, run_stream
-    from proxy.analytics.report import render
-    from proxy.analytics.session import get_session
+    from polling_report.job import run_batch, run_stream
+    from polling_report.report import render
+    from polling_report.session import get_session
 
     def publish(summary: Summary) -> None:
         if args.thresholds_out:
@@ -176,7 +176,7 @@ def _log_to_stderr(level: int) -> None:
     """The job's own log lines on stderr, whatever PySpark did to the root logger. (Under
     spark-submit the JVM merges the driver's stderr into stdout, so timings stay off unless
     asked for with --verbose.)"""
-    logger = logging.getLogger("proxy.analytics")
+    logger = logging.getLogger("polling_report")
     if not any(getattr(h, "_rmq_report", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from proxy.analytics.schema import PARTITION_DATE, ROW_KEY
+from polling_report.schema import PARTITION_DATE, ROW_KEY
 
 
 def write_dates(aggregates: DataFrame, out: str) -> None:

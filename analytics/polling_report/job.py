@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from proxy.analytics.aggregate import aggregate, output_schema
-from proxy.analytics.model import Summary
-from proxy.analytics.push import push
-from proxy.analytics.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET
-from proxy.analytics.sink import read_dates, upsert, write_dates
-from proxy.analytics.source import INPUT_METRICS, read_event_stream, read_events, valid_events
-from proxy.analytics.summary import summarize
+from polling_report.aggregate import aggregate, output_schema
+from polling_report.model import Summary
+from polling_report.push import push
+from polling_report.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET
+from polling_report.sink import read_dates, upsert, write_dates
+from polling_report.source import INPUT_METRICS, read_event_stream, read_events, valid_events
+from polling_report.summary import summarize
 
 log = logging.getLogger(__name__)
 

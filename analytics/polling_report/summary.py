@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
-from proxy.analytics.model import Summary, Totals, WindowRow
-from proxy.analytics.recommend import RatePoint, recommend
-from proxy.analytics.schema import FLEET, GROUP_KEYS
+from polling_report.model import Summary, Totals, WindowRow
+from polling_report.recommend import RatePoint, recommend
+from polling_report.schema import FLEET, GROUP_KEYS
 
 _COUNTS = ("requests", "long_polls", "short_poll_hits", "found", "messages")
 

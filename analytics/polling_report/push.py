@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
-from proxy.analytics.model import Summary
-from proxy.analytics.schema import WAIT_COLUMNS
+from polling_report.model import Summary
+from polling_report.schema import WAIT_COLUMNS
 
 PREFIX = "rocketmq_polling_report_"
 ROW_LABELS = ("proxy", "group", "topic", "mode")

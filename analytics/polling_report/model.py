@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from proxy.analytics.recommend import Recommendation
+from polling_report.recommend import Recommendation
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from proxy.analytics.schema import (
+from polling_report.schema import (
     CORRUPT,
     EVENT_SCHEMA,
     FLEET,
