@@ -22,6 +22,7 @@ from proxy.app import ProxyApp
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
 from proxy.embedded import StubMissing, fronting, start_embedded_brokers
 from proxy.loop import run_main
+from proxy.remoting.client import split_address_list
 
 log = logging.getLogger("proxy")
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--http-host")
     p.add_argument("--http-port", type=int, help="ops port (default 8082; 0 = free port)")
     p.add_argument("--advertise-address", help="host:port clients reach this proxy at")
-    p.add_argument("--namesrv", help="name servers host:port[,host:port]")
+    p.add_argument("--namesrv", help="name servers host:port[;host:port...] (or commas)")
     p.add_argument(
         "--embedded-brokers", type=int, help="start a name server and N broker stubs in-process"
     )
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
             http_host=args.http_host,
             http_port=args.http_port,
             advertise_address=args.advertise_address,
-            namesrv_addrs=args.namesrv.replace(";", ",").split(",") if args.namesrv else None,
+            namesrv_addrs=split_address_list(args.namesrv) if args.namesrv else None,
             embedded_brokers=args.embedded_brokers,
             topics=args.topic,
             event_log_dir=args.event_log_dir,

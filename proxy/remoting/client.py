@@ -46,6 +46,12 @@ class RemotingTimeoutError(RemotingError):
     """The peer did not answer before the request's deadline."""
 
 
+def split_address_list(text: str) -> list[str]:
+    """A list of name servers as RocketMQ writes it (``namesrvAddr``: ``host:port;host:port``),
+    commas accepted too; blanks dropped. Every command line that takes one reads it here."""
+    return [a.strip() for a in text.replace(",", ";").split(";") if a.strip()]
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():

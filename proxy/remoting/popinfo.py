@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import orjson
 
@@ -90,15 +91,89 @@ class PopCheckpointInfo:
             raise ValueError(f"extraInfo {text!r} has a non-numeric field") from None
 
 
+@dataclass(frozen=True)
+class BatchAck:
+    """One entry of a BATCH_ACK_MESSAGE body (``BatchAck``): the acked offsets of one pop
+    from one queue, as a bit set relative to ``start_offset`` (``bits``: Java's
+    ``BitSet.toByteArray()``, bit i of byte j is offset 8j+i)."""
+
+    consumer_group: str
+    topic: str
+    retry: int
+    start_offset: int
+    queue_id: int
+    revive_queue_id: int
+    pop_time: int
+    invisible_time: int
+    bits: bytes
+
+    # Each field as fastjson writes it (the @JSONField short name) and the long name a
+    # reader also accepts.
+    KEYS: ClassVar[dict[str, tuple[str, str]]] = {
+        "consumer_group": ("c", "consumerGroup"),
+        "topic": ("t", "topic"),
+        "retry": ("r", "retry"),
+        "start_offset": ("so", "startOffset"),
+        "queue_id": ("q", "queueId"),
+        "revive_queue_id": ("rq", "reviveQueueId"),
+        "pop_time": ("pt", "popTime"),
+        "invisible_time": ("it", "invisibleTime"),
+        "bits": ("b", "bitSet"),
+    }
+
+    def offsets(self) -> list[int]:
+        """The acked offsets, in order."""
+        return [
+            self.start_offset + 8 * j + i
+            for j, byte in enumerate(self.bits)
+            for i in range(8)
+            if byte & (1 << i)
+        ]
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for name, (short, _) in self.KEYS.items():
+            value = getattr(self, name)
+            if name == "bits":
+                value = base64.b64encode(value).decode()
+            elif name == "retry":
+                value = str(value)
+            out[short] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BatchAck:
+        """Raises KeyError, TypeError or ValueError for a missing or malformed field (the
+        revive queue defaults to 0, as the broker's does)."""
+
+        def field(name: str, default: object = None) -> Any:
+            short, long = cls.KEYS[name]
+            value = data.get(short, data.get(long, default))
+            if value is None:
+                raise KeyError(short)
+            return value
+
+        return cls(
+            consumer_group=str(field("consumer_group")),
+            topic=str(field("topic")),
+            retry=int(field("retry", 0)),
+            start_offset=int(field("start_offset")),
+            queue_id=int(field("queue_id")),
+            revive_queue_id=int(field("revive_queue_id", 0)),
+            pop_time=int(field("pop_time")),
+            invisible_time=int(field("invisible_time")),
+            bits=base64.b64decode(field("bits", "")),
+        )
+
+
 def batch_ack_body(
     broker: str, group: str, topic: str, checkpoints: list[PopCheckpointInfo]
 ) -> bytes:
     """The BATCH_ACK_MESSAGE body acking ``checkpoints`` (``BatchAckMessageRequestBody``).
 
     Messages that one pop took from one queue share a checkpoint; each such group becomes
-    one entry whose bit set marks the acked offsets relative to the checkpoint's start
-    (``b``: base64 of Java's ``BitSet.toByteArray()``, bit i of byte j is offset 8j+i).
-    ``topic`` is the topic popped; the retry flag ``r`` tells the broker the real one.
+    one ``BatchAck``. ``topic`` is the topic popped; the retry flag tells the broker the
+    real one.
     """
     offsets: dict[tuple[int, int, int, int, int, int], list[int]] = {}
     for ck in checkpoints:
@@ -113,19 +188,10 @@ def batch_ack_body(
         bits = bytearray(max(indexes) // 8 + 1)
         for i in indexes:
             bits[i // 8] |= 1 << (i % 8)
-        acks.append(
-            {
-                "c": group,
-                "t": topic,
-                "r": str(retry),
-                "so": start,
-                "q": queue_id,
-                "rq": revive_qid,
-                "pt": pop_time,
-                "it": invisible,
-                "b": base64.b64encode(bits).decode(),
-            }
+        entry = BatchAck(
+            group, topic, retry, start, queue_id, revive_qid, pop_time, invisible, bytes(bits)
         )
+        acks.append(entry.to_json())
     return orjson.dumps({"brokerName": broker, "acks": acks})
 
 

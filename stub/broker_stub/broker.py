@@ -12,7 +12,7 @@ import orjson
 
 from broker_stub.config import BrokerConfig
 from broker_stub.polling import PollingTable
-from broker_stub.pop import PopService, now_ms
+from broker_stub.pop import PopService
 from broker_stub.processor import BrokerProcessor
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
@@ -22,7 +22,7 @@ from proxy.background import start_background, stop_background
 from proxy.remoting.client import RemotingClient, RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from proxy.remoting.headers import RegisterBrokerHeader, TopicHeader, UnregisterBrokerHeader
+from proxy.remoting.headers import RegisterBrokerHeader, TopicHeader, UnregisterBrokerHeader, now_ms
 from proxy.remoting.lite import LMQ_PREFIX
 from proxy.remoting.server import RemotingServer
 

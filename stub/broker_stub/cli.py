@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from broker_stub.broker import Broker
 from broker_stub.config import BrokerConfig, NamesrvConfig
 from broker_stub.namesrv import NameServer
+from proxy.remoting.client import split_address_list
 
 
 def run_until_signalled(
@@ -59,7 +60,9 @@ def broker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=10911, help="remoting port; 0 picks a free one")
     parser.add_argument("--advertise-host", help="host written into routes (default: --host)")
-    parser.add_argument("--namesrv", default="", help="name servers, host:port[;host:port...]")
+    parser.add_argument(
+        "--namesrv", default="", help="name servers host:port[;host:port...] (or commas)"
+    )
     parser.add_argument("--queues", type=int, default=4, help="queues per new topic (default 4)")
     parser.add_argument(
         "--topic", action="append", default=[], help="create this topic at start (repeatable)"
@@ -79,7 +82,7 @@ def broker_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     _logging(args.log_level)
-    namesrvs = [a.strip() for a in args.namesrv.replace(",", ";").split(";") if a.strip()]
+    namesrvs = split_address_list(args.namesrv)
     broker = Broker(
         BrokerConfig(
             name=args.name,

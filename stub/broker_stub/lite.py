@@ -29,12 +29,12 @@ from broker_stub.groups import (
     GroupTable,
 )
 from broker_stub.polling import PollingTable
-from broker_stub.pop import PopService, now_ms
+from broker_stub.pop import PopService
 from broker_stub.store import LMQ_PREFIX, MessageStore
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
-from proxy.remoting.headers import NotifyUnsubscribeLiteHeader
+from proxy.remoting.headers import NotifyUnsubscribeLiteHeader, now_ms
 from proxy.remoting.lite import (
     POLICY_MAX,
     POLICY_MIN,

@@ -18,7 +18,7 @@ from broker_stub.groups import GroupTable
 from broker_stub.handlers import RequestError
 from broker_stub.lite import POLL_GROUP, LiteQuotaExceeded, LiteRefused, LiteService
 from broker_stub.polling import PollingTable, Waiter
-from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopService, now_ms
+from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopService
 from broker_stub.store import MessageStore
 from broker_stub.topics import PERM_READ, TopicTable
 from proxy.remoting.codes import ResponseCode
@@ -30,6 +30,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeResponseHeader,
     PopLiteMessageHeader,
     PopLiteMessageResponseHeader,
+    now_ms,
 )
 from proxy.remoting.lite import (
     LiteAction,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,6 +32,7 @@ from broker_stub.config import BrokerConfig
 from broker_stub.store import MessageStore, PutResult
 from broker_stub.topics import TopicTable
 from proxy.remoting.filter import TagFilter
+from proxy.remoting.headers import now_ms
 from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_message
 from proxy.remoting.popinfo import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -49,10 +49,6 @@ ORIGIN_GROUP = "ORIGIN_GROUP"  # set by a RocketMQ 5 broker on revived messages
 INIT_MODE_MIN = 0  # a new group starts at the oldest message
 INIT_MODE_MAX = 1  # ... or at the newest, unless nothing has been dropped yet
 POP_ORDER_REVIVE_QUEUE = 999  # KeyBuilder.POP_ORDER_REVIVE_QUEUE: the reviveQid of orderly pops
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def pop_retry_topic(group: str, topic: str) -> str:

@@ -6,7 +6,6 @@ Validation follows RocketMQ's broker: the codes and remarks a RocketMQ client ex
 
 from __future__ import annotations
 
-import base64
 import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,7 +18,7 @@ from broker_stub.handlers import RequestError, dispatch
 from broker_stub.lite import LiteService
 from broker_stub.lite_handlers import LiteHandlers, RouteLookup
 from broker_stub.polling import PollingTable, PollKey, Waiter
-from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult, PopService, now_ms
+from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult, PopService
 from broker_stub.store import MessageStore
 from broker_stub.timers import DeliveryScheduler
 from broker_stub.topics import (
@@ -56,6 +55,7 @@ from proxy.remoting.headers import (
     SendMessageHeader,
     SendMessageResponseHeader,
     TopicHeader,
+    now_ms,
 )
 from proxy.remoting.lite import lmq_name
 from proxy.remoting.message import (
@@ -67,7 +67,13 @@ from proxy.remoting.message import (
     decode_properties,
     offset_message_id,
 )
-from proxy.remoting.popinfo import PopCheckpointInfo, join_info, retry_flag, topic_for_flag
+from proxy.remoting.popinfo import (
+    BatchAck,
+    PopCheckpointInfo,
+    join_info,
+    retry_flag,
+    topic_for_flag,
+)
 from proxy.remoting.recall import RecallHandle, RecallHandleError
 from proxy.remoting.server import Reply
 
@@ -75,9 +81,6 @@ log = logging.getLogger(__name__)
 
 OK = ResponseCode.SUCCESS
 BAD = ResponseCode.INVALID_PARAMETER
-# Admin codes that only the tools send (mqadmin clusterList, topicStatus).
-GET_BROKER_RUNTIME_INFO = 28
-GET_TOPIC_STATS_INFO = 202
 NO_MESSAGE_REMARK = "NO_MESSAGE_IN_QUEUE"
 
 
@@ -147,8 +150,8 @@ class BrokerProcessor:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
-            GET_BROKER_RUNTIME_INFO: self.runtime_info,
-            GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_TOPIC_CONFIG: self.topic_config,
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
             RequestCode.POP_LITE_MESSAGE: self.lite_handlers.pop_lite,
@@ -540,28 +543,22 @@ class BrokerProcessor:
             raise RequestError(BAD, "the batch ack body is not JSON") from None
         if not acks:
             return cmd.make_response(ResponseCode.NO_MESSAGE)
-        for ack in acks:
+        for entry in acks:
             try:
-                group = ack.get("c") or ack["consumerGroup"]
-                topic = ack.get("t") or ack["topic"]
-                retry = int(ack.get("r", ack.get("retry", 0)))
-                start = int(ack.get("so", ack.get("startOffset")))
-                queue_id = int(ack.get("q", ack.get("queueId")))
-                pop_time = int(ack.get("pt", ack.get("popTime")))
-                invisible = int(ack.get("it", ack.get("invisibleTime")))
-                revive_qid = int(ack.get("rq", ack.get("reviveQueueId", 0)))
-                bits = base64.b64decode(ack.get("b") or ack.get("bitSet") or "")
-            except (KeyError, TypeError, ValueError) as exc:
-                raise RequestError(BAD, f"bad batch ack entry {ack!r}: {exc}") from None
-            real_topic = topic if retry_flag(topic) else topic_for_flag(retry, group, topic)
+                ack = BatchAck.from_json(entry)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise RequestError(BAD, f"bad batch ack entry {entry!r}: {exc}") from None
+            group, topic, queue_id = ack.consumer_group, ack.topic, ack.queue_id
+            real_topic = topic if retry_flag(topic) else topic_for_flag(ack.retry, group, topic)
             info = PopCheckpointInfo(
-                start, pop_time, invisible, 0, retry, self.config.name, queue_id, 0
-            )
-            for index in _set_bits(bits):
-                if revive_qid == POP_ORDER_REVIVE_QUEUE:
-                    self._ack_orderly(group, real_topic, queue_id, start + index, pop_time)
+                ack.start_offset, ack.pop_time, ack.invisible_time, 0, ack.retry,
+                self.config.name, queue_id, 0,
+            )  # fmt: skip
+            for offset in ack.offsets():
+                if ack.revive_queue_id == POP_ORDER_REVIVE_QUEUE:
+                    self._ack_orderly(group, real_topic, queue_id, offset, ack.pop_time)
                 else:
-                    self.pop.ack(info, group, real_topic, start + index)
+                    self.pop.ack(info, group, real_topic, offset)
         return cmd.make_response(OK)
 
     # -- notification ---------------------------------------------------------------------
@@ -818,14 +815,6 @@ def _fastjson_map(entries: Sequence[tuple[Mapping[str, object], Mapping[str, obj
 def _host(peer: str) -> tuple[str, int]:
     host, _, port = peer.rpartition(":")
     return (host or "127.0.0.1", int(port) if port.isdigit() else 0)
-
-
-def _set_bits(data: bytes) -> Iterator[int]:
-    """Indexes of the set bits of a Java ``BitSet.toByteArray()`` (little-endian)."""
-    for byte_index, byte in enumerate(data):
-        for bit in range(8):
-            if byte >> bit & 1:
-                yield byte_index * 8 + bit
 
 
 def _priority_queue(props: dict[str, str], queue_id: int, write_queue_nums: int) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from broker_stub.pop import now_ms
 from broker_stub.store import MessageStore, PutResult
 from proxy.remoting.codes import DELAY_LEVELS_S
+from proxy.remoting.headers import now_ms
 from proxy.remoting.message import MessageExt, Prop
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"

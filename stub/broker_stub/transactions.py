@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from broker_stub.pop import now_ms
 from broker_stub.store import MessageStore, PutResult
 from broker_stub.timers import DeliveryScheduler
 from proxy.background import start_background, stop_background
@@ -32,7 +31,7 @@ from proxy.remoting.codes import (
 )
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
-from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
+from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader, now_ms
 from proxy.remoting.message import MessageExt, Prop, encode_message
 
 log = logging.getLogger(__name__)

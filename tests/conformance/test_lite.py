@@ -22,6 +22,7 @@ from proxy.remoting.headers import (
     PopLiteMessageResponseHeader,
     SendMessageHeader,
     TopicHeader,
+    now_ms,
 )
 from proxy.remoting.lite import (
     POLICY_MIN,
@@ -40,10 +41,6 @@ from tests.conformance._util import wait_offset
 
 Action = LiteAction
 TIMEOUT_S = 10.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def lite_fresh(backend, *, exclusive: bool = False) -> tuple[str, str]:

@@ -10,6 +10,7 @@ import orjson
 
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import now_ms
 from proxy.remoting.message import BatchEntry, Prop, decode_messages
 from proxy.remoting.popinfo import PopCheckpointInfo, retry_flag
 from rocketmq_local.admin import max_offset, wait_visible
@@ -22,10 +23,6 @@ from tests.conformance._util import (
 
 HEADER_KEYS = {"popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo",
                "msgOffsetInfo"}  # fmt: skip
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def ck(msg) -> PopCheckpointInfo:

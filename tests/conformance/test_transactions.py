@@ -23,7 +23,7 @@ from proxy.remoting.codes import (
     ResponseCode,
 )
 from proxy.remoting.command import RemotingCommand
-from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
+from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader, now_ms
 from proxy.remoting.message import Prop, decode_messages
 from proxy.remoting.recall import RecallHandle
 from tests.conformance._util import pop_all, pop_eventually
@@ -31,10 +31,6 @@ from tests.conformance._util import pop_all, pop_eventually
 TIMER_PRECISION_MS = 1000
 LATE_BOUND_MS = 3000  # a timed message is popped at most this long after its time
 CHECK_BOUND_S = 15.0  # 3 s timeout + 1 s interval, with room for a busy machine
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def fresh(backend) -> tuple[str, str]:

@@ -10,14 +10,11 @@ import time
 
 from broker_stub import BrokerConfig, StubCluster
 from proxy.remoting.broker_client import BrokerClient
+from proxy.remoting.headers import now_ms
 from proxy.remoting.message import Prop
 
 T = "TopicPop"
 G = "GroupPop"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def test_timed_delivery(client):
