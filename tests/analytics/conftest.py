@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from polling_report.cli import main
 from proxy.api.v2 import definition_pb2 as pb
 from tests.analytics.conftest import pushed
-from tests.integration._util import send_to
+from tests.support.brokers import send_to
 
 pytestmark = pytest.mark.slow
 

@@ -37,17 +37,6 @@ async def pop_eventually(
         await asyncio.sleep(step_s)
 
 
-async def pop_all(client: BrokerClient, group: str, topic: str, **kwargs) -> list:
-    """Pop until the broker has nothing more for ``group``; everything popped."""
-    got = []
-    for _ in range(200):
-        result = await client.pop(group, topic, **kwargs)
-        if not result.found:
-            return got
-        got.extend(result.messages)
-    raise AssertionError("pop never ran dry")
-
-
 async def wait_offset(client: BrokerClient, topic: str, offset: int, timeout_s: float = 10.0):
     """Wait until queue 0 of ``topic`` reaches ``offset`` (see ``wait_visible``)."""
     deadline = time.monotonic() + timeout_s

@@ -26,8 +26,10 @@ class BrokerRef:
 
 
 @dataclass
-class Backend:
-    """What a conformance test sees of a cluster, whichever it is."""
+class Cluster:
+    """What a conformance test sees of a cluster of brokers, stub or real (the ``backend``
+    fixture); the proxy tests' Backend (tests/integration/_backend.py) puts a proxy in front
+    of one."""
 
     kind: str  # "stub" or "real"
     namesrv: str
@@ -98,7 +100,7 @@ async def backend(request):
         template = BrokerConfig(register_interval=1.0)
         async with StubCluster(2, template=template) as cluster:
             refs = [BrokerRef(b.name, b.address) for b in cluster.brokers]
-            be = Backend("stub", cluster.namesrv_address, refs, stub=cluster)
+            be = Cluster("stub", cluster.namesrv_address, refs, stub=cluster)
             try:
                 yield be
             finally:
@@ -106,7 +108,7 @@ async def backend(request):
     else:
         cluster = request.getfixturevalue("real_cluster")
         refs = [BrokerRef(b.name, b.address) for b in cluster.brokers]
-        be = Backend("real", cluster.namesrv_address, refs)
+        be = Cluster("real", cluster.namesrv_address, refs)
         try:
             yield be
         finally:

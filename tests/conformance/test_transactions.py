@@ -26,7 +26,8 @@ from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader, now_ms
 from proxy.remoting.message import Prop, decode_messages
 from proxy.remoting.recall import RecallHandle
-from tests.conformance._util import pop_all, pop_eventually
+from tests.conformance._util import pop_eventually
+from tests.support.waits import pop_all
 
 TIMER_PRECISION_MS = 1000
 LATE_BOUND_MS = 3000  # a timed message is popped at most this long after its time

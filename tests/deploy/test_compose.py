@@ -17,7 +17,7 @@ import yaml
 
 from proxy.config import ProxyConfig, ReceiveConfig, load
 from tests.deploy._packaging import declared_scripts
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "deploy" / "docker" / "docker-compose.yml"

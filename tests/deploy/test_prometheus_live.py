@@ -30,7 +30,7 @@ import yaml
 from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
 from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 pytestmark = [
     pytest.mark.slow,

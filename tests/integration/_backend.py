@@ -16,9 +16,6 @@ import itertools
 import os
 
 from proxy.remoting.broker_client import BrokerClient
-from proxy.remoting.client import RemotingClient
-from proxy.remoting.codes import RequestCode, ResponseCode
-from proxy.remoting.command import RemotingCommand
 from rocketmq_local import admin
 
 BROKERS = ("broker-a", "broker-b")
@@ -72,20 +69,12 @@ class Backend:
             await client.close()
 
     async def max_offset(self, broker: str, topic: str, queue_id: int = 0) -> int:
-        """GET_MAX_OFFSET, answered alike by stubs and real brokers."""
-        client = RemotingClient(self.address(broker))
+        """GET_MAX_OFFSET of one broker's queue (0 for a topic it does not have yet)."""
+        client = self.broker_client(broker)
         try:
-            response = await client.invoke(
-                RemotingCommand(
-                    RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}
-                ),
-                5.0,
-            )
+            return await admin.max_offset(client, topic, queue_id)
         finally:
             await client.close()
-        if response.code != ResponseCode.SUCCESS:
-            return 0  # a topic the broker does not have yet holds nothing
-        return int(response.fields["offset"])
 
 
 class StubBackend(Backend):

@@ -15,7 +15,7 @@ from broker_stub import BrokerConfig, StubCluster
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
-from tests.integration._util import pop_until_empty, wait_until
+from tests.support.waits import pop_all, wait_until
 
 T = "TopicPoll"
 G = "GroupPoll"
@@ -57,7 +57,7 @@ async def test_revived_message_does_not_wake_another_group(broker, client):
     await create_topic(client)
     await drain(client)
     sent = await client.send(T, b"mine")
-    other = await pop_until_empty(client, "Other", T)  # its own copies, invisible for 30 s
+    other = await pop_all(client, "Other", T)  # its own copies, invisible for 30 s
     assert sent.msg_id in [m.msg_id for m in other]
     assert (await client.pop(G, T, invisible_ms=200)).found
 

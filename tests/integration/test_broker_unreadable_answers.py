@@ -8,7 +8,7 @@ import pytest
 
 from proxy.remoting.broker_client import BrokerClient, BrokerResponseError
 from proxy.remoting.codes import ResponseCode
-from tests.integration._util import ScriptedServer
+from tests.support.brokers import ScriptedServer
 
 
 def one_answer(fields: dict[str, str], body: bytes = b"") -> ScriptedServer:

@@ -11,7 +11,7 @@ import grpc
 
 from bench.lean_client import LeanClient, receive_request
 from proxy.api.v2 import definition_pb2 as pb
-from tests.integration._util import wait_until
+from tests.support.waits import wait_until
 
 Code = pb.Code
 T, G = "T", "G"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.codes import RequestCode
-from tests.integration._util import send_to
 from tests.integration.test_proxy_observability import value
+from tests.support.brokers import send_to
 
 Code = pb.Code
 T, G = "T", "G"

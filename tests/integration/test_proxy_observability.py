@@ -11,7 +11,8 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.api.v2 import definition_pb2 as pb
-from tests.integration._util import send_to, wait_until
+from tests.support.brokers import send_to
+from tests.support.waits import wait_until
 
 T, G = "T", "G"
 

@@ -21,7 +21,7 @@ from broker_stub import BrokerConfig, StubCluster
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig
-from tests.integration._util import wait_until
+from tests.support.waits import wait_until
 
 
 def open_fds() -> int:

@@ -14,7 +14,7 @@ from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from tests.integration._util import ScriptedServer
+from tests.support.brokers import ScriptedServer
 
 T = "TopicRestart"
 

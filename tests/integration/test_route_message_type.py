@@ -13,7 +13,7 @@ from proxy.brokers import BrokerPool
 from proxy.message_types import MessageType
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from tests.integration._util import ScriptedServer
+from tests.support.brokers import ScriptedServer
 
 T = "TopicTyped"
 

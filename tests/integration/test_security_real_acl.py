@@ -23,7 +23,7 @@ from proxy.remoting.headers import CreateTopicHeader, TopicHeader
 from proxy.security.config import SecurityConfig
 from proxy.security.signing import RemotingSigner
 from tests.conftest import ProxyOnStubs
-from tests.secure_client import SecureLeanClient
+from tests.support.secure_client import SecureLeanClient
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(240)]
 

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from tests.interop._harness import run_client, run_driver, start_proxy
-from tests.tls_ca import make_ca
+from tests.support.tls_ca import make_ca
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 

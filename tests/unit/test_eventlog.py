@@ -6,14 +6,13 @@ import asyncio
 import os
 import sys
 import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 
 from proxy.observability.eventlog import WRITER_THREAD_NAME, EventLog, ReceiveEvent
+from tests.support.waits import wait_until
 
 FIELDS = [
     "ts", "proxy", "group", "topic", "mode", "is_long_polling", "is_short_polling_hit",
@@ -63,13 +62,6 @@ def read_lines(files: list[Path]) -> list[dict[str, object]]:
         assert data.endswith(b"\n")  # whole lines only
         out.extend(orjson.loads(line) for line in data.splitlines())
     return out
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 def test_to_json_is_one_line_with_the_contract_fields():

@@ -1,39 +1,16 @@
-"""Helpers shared by the integration tests: bounded waits, draining pops, and a scripted
-remoting server for broker or name-server answers no real part gives on demand."""
+"""Broker-side helpers: a message's checkpoint, a send that bypasses the proxy, and a
+scripted remoting server for broker or name-server answers no real part gives on demand."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.command import FrameDecoder, RemotingCommand, encode
 from proxy.remoting.message import MessageExt, Prop
 from proxy.remoting.popinfo import PopCheckpointInfo
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 2.0, step: float = 0.01):
-    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(step)
-
-
-async def pop_until_empty(
-    client: BrokerClient, group: str, topic: str, *, max_nums: int = 32, **kwargs
-) -> list[MessageExt]:
-    """Pop until the broker has nothing more for ``group``; return everything popped."""
-    got: list[MessageExt] = []
-    for _ in range(1000):
-        result = await client.pop(group, topic, max_nums=max_nums, **kwargs)
-        if not result.found:
-            return got
-        got.extend(result.messages)
-    raise AssertionError("pop never ran dry")
 
 
 def checkpoint(msg: MessageExt) -> PopCheckpointInfo:
