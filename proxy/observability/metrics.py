@@ -79,7 +79,8 @@ class ProxyMetrics:
             buckets=RPC_LATENCY_BUCKETS,
             registry=r,
         )
-        self._notifications = Counter(
+        # The name is the published metric contract; the concept is the probe.
+        self._probes = Counter(
             "rocketmq_proxy_notifications",
             "NOTIFICATION probes sent to brokers, by answer.",
             ["broker", "has_msg"],
@@ -135,7 +136,7 @@ class ProxyMetrics:
         self._receive_c: dict[tuple[str, str, str, bool, bool, str], Counter] = {}
         self._receive_wait_c: dict[tuple[str, str], Histogram] = {}
         self._rpc_c: dict[tuple[str, str, str | int, str, bool], Histogram] = {}
-        self._notifications_c: dict[tuple[str, str], Counter] = {}
+        self._probes_c: dict[tuple[str, str], Counter] = {}
         self._in_flight_c: dict[tuple[str], Gauge] = {}
         self._mode_switches_c: dict[tuple[str, str, str], Counter] = {}
         self._handed_back_c: dict[tuple[str], Counter] = {}
@@ -208,10 +209,10 @@ class ProxyMetrics:
             ),
         ).observe(seconds)
 
-    def notification(self, broker: str, has_msg: str | bool) -> None:
+    def probe_answered(self, broker: str, has_msg: str | bool) -> None:
         """One NOTIFICATION probe answered: ``has_msg`` is "true", "false" or "error"."""
         value = _flag(has_msg) if isinstance(has_msg, bool) else has_msg
-        _child(self._notifications_c, self._notifications, (broker, value)).inc()
+        _child(self._probes_c, self._probes, (broker, value)).inc()
 
     # -- producers ---------------------------------------------------------------------------
 

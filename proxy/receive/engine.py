@@ -54,7 +54,7 @@ class ReceiveEngine:
             pool,
             max_poll_ms=config.max_polling_ms,
             broker_timeout_s=config.broker_timeout_s,
-            on_result=metrics.notification,
+            on_result=metrics.probe_answered,
             max_per_broker=config.max_probes_per_broker,
             slice_s=config.probe_slice_s,
         )

@@ -123,10 +123,10 @@ def test_rpc_latency():
 
 def test_notifications_long_polls_switches_nacks_sends():
     m = ProxyMetrics()
-    m.notification("broker-a", "true")
-    m.notification("broker-a", True)  # a bool is spelled the same way
-    m.notification("broker-b", "false")
-    m.notification("broker-b", "error")
+    m.probe_answered("broker-a", "true")
+    m.probe_answered("broker-a", True)  # a bool is spelled the same way
+    m.probe_answered("broker-b", "false")
+    m.probe_answered("broker-b", "error")
     assert samples(m, "rocketmq_proxy_notifications_total") == {
         labels(broker="broker-a", has_msg="true"): 2.0,
         labels(broker="broker-b", has_msg="false"): 1.0,
