@@ -218,9 +218,8 @@ async def test_adaptive_thresholds_file_is_loaded_and_reloaded(start_proxy, lean
         await client.receive(G, T, await_ms=500, broker="broker-a")
     assert switch.current(G, T) == "coupled"  # the default 50/s would have kept notify
     path.write_text("{broken")
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: app.engine.status()["adaptive_thresholds"]["refused"] == 1)
     assert switch.thresholds(G, T).high_rate == 3.0  # refused: kept
-    assert app.engine.status()["adaptive_thresholds"]["refused"] == 1
     write(100.0, 60.0)
     await wait_until(lambda: switch.thresholds(G, T).high_rate == 100.0)
     path.unlink()
@@ -298,7 +297,8 @@ async def test_a_broker_that_is_down_is_skipped(start_proxy, lean):
     await app.cluster.broker("broker-b").stop()
     started = time.perf_counter()
     poll = asyncio.ensure_future(consumer.receive(G, T, await_ms=3000, broker="broker-b"))
-    await asyncio.sleep(0.3)
+    # Past the dead broker's first pop: probing (the dead one's probe fails and retries).
+    await wait_until(lambda: app.engine.hub.probes_in_flight >= 2, timeout=5)
     await send_to(app, "broker-c", b"around the hole")
     result = await poll
     assert [m.body for m in result.messages] == [b"around the hole"]
@@ -333,7 +333,8 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
 
         try:
             first = asyncio.ensure_future(engine.receive(request()))
-            await asyncio.sleep(0.2)  # parked on the broker: the key is now full
+            broker = stub.brokers[0]
+            await wait_until(lambda: broker.pops.size == 1)  # parked: the key is now full
             with pytest.raises(TooManyRequests):
                 await engine.receive(request())
             assert (await first).messages == []
