@@ -212,3 +212,33 @@ def receive_request(
     if invisible_ms is not None:
         request.invisible_duration.CopyFrom(millis(invisible_ms))
     return request
+
+
+def consumer_settings(
+    client_type: int, group: str, topic: str, await_ms: int, endpoint: str | None = None
+) -> pb.Settings:
+    """The Telemetry settings a consumer of ``group`` on ``topic`` opens its stream with, as
+    the official clients write them (``endpoint``: the access point, host:port)."""
+    settings = pb.Settings(
+        client_type=client_type,
+        request_timeout=millis(3000),
+        subscription=pb.Subscription(
+            group=pb.Resource(name=group),
+            subscriptions=[
+                pb.SubscriptionEntry(
+                    topic=pb.Resource(name=topic),
+                    expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+                )
+            ],
+            long_polling_timeout=millis(await_ms),
+        ),
+        user_agent=pb.UA(language=pb.Language.PYTHON, version="5.0.0", platform="linux"),
+    )
+    if endpoint is not None:
+        host, port = endpoint.rsplit(":", 1)
+        settings.access_point.CopyFrom(
+            pb.Endpoints(
+                scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))]
+            )
+        )
+    return settings

@@ -56,7 +56,7 @@ import aiohttp
 from bench import scenarios
 from bench.bench_proxy import aligned, load_average, machine
 from bench.calibrate_client import DRIVER, INTEROP_PYTHON
-from bench.lean_client import LeanClient, millis
+from bench.lean_client import LeanClient, consumer_settings
 from bench.processes import Process, System, proxy_label
 from bench.scenarios import ModeTally, ms, percentile
 from proxy.api.v2 import definition_pb2 as pb
@@ -105,24 +105,8 @@ class SettingsClient(LeanClient):
     async def prepare(self, group: str, topic: str, await_ms: int) -> None:
         if self._telemetry is not None:
             return
-        host, port = self.endpoint.rsplit(":", 1)
-        settings = pb.Settings(
-            client_type=pb.ClientType.SIMPLE_CONSUMER,
-            access_point=pb.Endpoints(
-                scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))]
-            ),
-            request_timeout=millis(3000),
-            subscription=pb.Subscription(
-                group=pb.Resource(name=group),
-                subscriptions=[
-                    pb.SubscriptionEntry(
-                        topic=pb.Resource(name=topic),
-                        expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
-                    )
-                ],
-                long_polling_timeout=millis(await_ms),
-            ),
-            user_agent=pb.UA(language=pb.Language.PYTHON, version="5.0.0", platform="linux"),
+        settings = consumer_settings(
+            pb.ClientType.SIMPLE_CONSUMER, group, topic, await_ms, self.endpoint
         )
         self._commands = asyncio.Queue()
         self._commands.put_nowait(api.TelemetryCommand(settings=settings))

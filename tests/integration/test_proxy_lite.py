@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from bench.lean_client import millis
+from bench.lean_client import consumer_settings, millis
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.config import PollMode
@@ -54,20 +54,7 @@ async def settings_of(app, client_id: str, group: str, parent: str) -> pb.Settin
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}")
     try:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
-        settings = pb.Settings(
-            client_type=pb.ClientType.LITE_SIMPLE_CONSUMER,
-            request_timeout=millis(3000),
-            subscription=pb.Subscription(
-                group=pb.Resource(name=group),
-                subscriptions=[
-                    pb.SubscriptionEntry(
-                        topic=pb.Resource(name=parent),
-                        expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
-                    )
-                ],
-                long_polling_timeout=millis(5000),
-            ),
-        )
+        settings = consumer_settings(pb.ClientType.LITE_SIMPLE_CONSUMER, group, parent, 5000)
         call = stub.Telemetry(metadata=(("x-mq-client-id", client_id),), timeout=10)
         await call.write(api.TelemetryCommand(settings=settings))
         answer = await call.read()

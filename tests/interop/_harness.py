@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rocketmq_local.launcher import java_binary
+
 INTEROP_DIR = Path(__file__).resolve().parent
 REPO = INTEROP_DIR.parents[1]
 INTEROP_PYTHON = REPO / ".venv-interop" / "bin" / "python"
@@ -170,16 +172,6 @@ def start_proxy(
         )
     grpc, http, namesrv = found[0].groups()
     return ProxyProcess(grpc, http, namesrv, proc.pid, stdout_log, stderr_log, proc, reader)
-
-
-def java_binary() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        raise AssertionError("no `java` on PATH and no JAVA_HOME: a JDK 17 is needed")
-    return found
 
 
 def driver_command(lang: str, home: Path) -> list[str]:
