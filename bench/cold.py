@@ -28,14 +28,13 @@ import json
 import os
 import random
 import re
-import signal
 import time
 import uuid
 from pathlib import Path
 
 from bench.bench_proxy import aligned, load_average, machine
 from bench.peer import PEER, PeerSystem, _official
-from bench.processes import Process, _spawn, scrape
+from bench.processes import Process, _spawn, scrape, terminate
 from bench.scenarios import ms, percentile
 from proxy.loop import run_main
 from proxy.remoting.message import Prop
@@ -78,13 +77,7 @@ async def start_proxy(namesrv: str, mode: str, name: str, log_path: Path) -> Pro
 
 
 async def stop_proxy(proxy: Process) -> None:
-    if proxy.proc.returncode is None:
-        proxy.proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proxy.proc.wait(), 15)
-        except TimeoutError:
-            proxy.proc.kill()
-            await proxy.proc.wait()
+    await terminate(proxy.proc, 15)
 
 
 async def one_run(system: PeerSystem, label: str, run: int, args, rng: random.Random,

@@ -25,6 +25,18 @@ BACKENDS = ("stub", "real")
 
 
 @dataclass
+async def terminate(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    """SIGTERM (a graceful stop), then SIGKILL past ``grace_s``; returns once it exited."""
+    if proc.returncode is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
 class Process:
     """A process of the system; ``proc`` is an asyncio process, or for a real broker's JVM
     the launcher's ``subprocess.Popen`` (only its pid is used then)."""
@@ -201,12 +213,7 @@ class System:
         for process in ours:
             if process is None or process.proc.returncode is not None:
                 continue
-            process.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.proc.wait(), 15)
-            except TimeoutError:
-                process.proc.kill()
-                await process.proc.wait()
+            await terminate(process.proc, 15)
         if self.cluster is not None:
             # The launcher stops brokers, then the name server, by pid (SIGKILL past 10 s).
             await asyncio.to_thread(self.cluster.stop, 10.0)

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.lean_client import LeanClient, Received
+from bench.processes import terminate
 from proxy.api.v2 import definition_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,13 +80,7 @@ async def group(tmp_path: Path) -> AsyncIterator[Group]:
 
 
 async def stop(g: Group) -> None:
-    if g.proc.returncode is None:
-        g.proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(g.proc.wait(), 30)
-        except TimeoutError:
-            g.proc.kill()
-            await g.proc.wait()
+    await terminate(g.proc, 30)
 
 
 def samples(text: str, name: str, **labels: str) -> float:
