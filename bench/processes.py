@@ -24,7 +24,6 @@ MODES = ("notify", "coupled", "slicing", "adaptive")
 BACKENDS = ("stub", "real")
 
 
-@dataclass
 async def terminate(proc: asyncio.subprocess.Process, grace_s: float) -> None:
     """SIGTERM (a graceful stop), then SIGKILL past ``grace_s``; returns once it exited."""
     if proc.returncode is not None:
@@ -37,6 +36,7 @@ async def terminate(proc: asyncio.subprocess.Process, grace_s: float) -> None:
         await proc.wait()
 
 
+@dataclass
 class Process:
     """A process of the system; ``proc`` is an asyncio process, or for a real broker's JVM
     the launcher's ``subprocess.Popen`` (only its pid is used then)."""
