@@ -7,7 +7,13 @@ import argparse
 import json
 from pathlib import Path
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    raise SystemExit(
+        "bench.sim.plot draws with matplotlib, the bench extra: make simulate installs it "
+        "(pip install -e '.[bench]')"
+    ) from None
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
