@@ -10,6 +10,7 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from tests.support.waits import wait_until
 
 Code = pb.Code
 
@@ -278,7 +279,7 @@ async def test_too_many_long_polls(start_proxy, lean):
     app = await start_proxy(mode="notify", max_in_flight=2)
     client = lean(app)
     parked = [asyncio.ensure_future(client.receive("G", "T", await_ms=1500)) for _ in range(2)]
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: app.engine.in_flight_total == 2)
     assert await receive_status(client, "G", "T", await_ms=1000) == Code.TOO_MANY_REQUESTS
     assert [r.status for r in await asyncio.gather(*parked)] == [Code.MESSAGE_NOT_FOUND] * 2
 

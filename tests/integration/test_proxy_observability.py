@@ -52,7 +52,7 @@ async def test_scenario_metrics_and_events(start_proxy, lean, tmp_path):
     assert empty.status == pb.Code.MESSAGE_NOT_FOUND
     # 3. a message lands on broker-c while the poll waits
     poll = asyncio.ensure_future(client.receive(G, T, await_ms=3000, broker="broker-a"))
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: app.engine.hub.probes_in_flight == 3)  # waiting on all three
     await send_to(app, "broker-c", b"three")
     late = await poll
     assert [m.body for m in late.messages] == [b"three"]
