@@ -81,8 +81,8 @@ fuzz: $(STAMP)
 # its messages, reported); SOAK_ARGS adds flags, e.g. SOAK_ARGS="--minutes 30 --seed 2".
 SOAK_MINUTES ?= 10
 soak: $(STAMP) rocketmq
-	$(BIN)/python -m tests.soak.soak --backend real --minutes $(SOAK_MINUTES) --out results/soak/real.json $(SOAK_ARGS)
-	$(BIN)/python -m tests.soak.soak --backend stub --minutes $(SOAK_MINUTES) --out results/soak/stub.json $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak --backend real --minutes $(SOAK_MINUTES) --out results/soak/real.json $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out results/soak/stub.json $(SOAK_ARGS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.soak.soak import run
+from bench.soak import run
 
 pytestmark = pytest.mark.slow
 

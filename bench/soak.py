@@ -1,8 +1,8 @@
 """The chaos soak: messages flow through two proxies while faults strike on a seeded
 schedule; every message is counted.
 
-    python -m tests.soak.soak --backend real --minutes 10 --seed 1   (make soak)
-    python -m tests.soak.soak --backend stub --minutes 1 --faults proxy,stop,namesrv,client
+    python -m bench.soak --backend real --minutes 10 --seed 1   (make soak)
+    python -m bench.soak --backend stub --minutes 1 --faults proxy,stop,namesrv,client
 
 Topology: a name server, three brokers (real RocketMQ 5 from rocketmq_local/launcher.py,
 whose store survives a kill; or broker_stub processes, in memory), two proxies
