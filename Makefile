@@ -14,7 +14,7 @@ help:
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
 	@echo "                  (STACK_ARGS=--real: real RocketMQ name server and brokers instead of stubs)"
-	@echo "make lint         ruff, mypy (strict on proxy/ and stub/broker_stub/)"
+	@echo "make lint         ruff, mypy (strict on the product, lenient on tests/ and the tools)"
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"

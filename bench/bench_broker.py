@@ -52,6 +52,7 @@ def start_broker() -> tuple[subprocess.Popen, str]:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None  # PIPE
     line = proc.stdout.readline().strip()  # "broker broker-a listening on host:port"
     if "listening on" not in line:
         proc.kill()

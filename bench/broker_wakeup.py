@@ -17,7 +17,7 @@ import statistics
 import time
 import uuid
 
-from proxy.remoting.broker_client import BrokerClient
+from proxy.remoting.broker_client import BrokerClient, NotificationResult, PopResult
 from proxy.remoting.message import Prop
 from rocketmq_local.launcher import Profile, RealCluster
 
@@ -33,20 +33,21 @@ async def measure(cluster: RealCluster, samples: int) -> dict[str, list[float]]:
         for kind in ("notification", "pop"):
             waits = []
             for _ in range(samples):
-                if kind == "notification":
-                    parked = asyncio.ensure_future(
-                        consumer.notification(GROUP, TOPIC, poll_ms=5000)
-                    )
-                else:
-                    parked = asyncio.ensure_future(
-                        consumer.pop(GROUP, TOPIC, poll_ms=5000, max_nums=1)
-                    )
+
+                async def park(kind: str = kind) -> NotificationResult | PopResult:
+                    if kind == "notification":
+                        return await consumer.notification(GROUP, TOPIC, poll_ms=5000)
+                    return await consumer.pop(GROUP, TOPIC, poll_ms=5000, max_nums=1)
+
+                parked = asyncio.ensure_future(park())
                 await asyncio.sleep(0.3)
                 await producer.send(TOPIC, b"x", properties={Prop.UNIQ_KEY: uuid.uuid4().hex})
                 sent = time.perf_counter()
                 answer = await parked
                 waits.append((time.perf_counter() - sent) * 1000)
-                popped = answer if kind == "pop" else await consumer.pop(GROUP, TOPIC)
+                popped = (
+                    answer if isinstance(answer, PopResult) else await consumer.pop(GROUP, TOPIC)
+                )
                 for m in popped.messages:
                     await consumer.ack(GROUP, TOPIC, m.properties[Prop.POP_CK])
             results[kind] = sorted(waits)

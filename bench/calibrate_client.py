@@ -111,7 +111,7 @@ async def run_lean(system: System, run: Run, args: argparse.Namespace) -> None:
             run.received.setdefault(m.system_properties.message_id, now)
         return result
 
-    client.receive = receive_and_note
+    client.receive = receive_and_note  # type: ignore[method-assign]  # a wrapper, same shape
     try:
         await asyncio.sleep(0.5)  # the consumer is polling, as in scenarios.sparse
         await produce(system, run, args.messages, args.seed, on_sent)
@@ -159,7 +159,9 @@ async def run_official(system: System, run: Run, args: argparse.Namespace, home:
     events: list[dict] = []
     reader: asyncio.Task | None = None
     try:
-        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert proc.stdout is not None and proc.stdin is not None  # PIPEs
+        stdout, stdin = proc.stdout, proc.stdin
+        line = await asyncio.wait_for(stdout.readline(), 60)
         ready = json.loads(line) if line.strip() else {}
         if ready.get("event") != "ready":
             raise RuntimeError(
@@ -168,7 +170,7 @@ async def run_official(system: System, run: Run, args: argparse.Namespace, home:
             )
 
         async def read() -> None:
-            while line := await proc.stdout.readline():
+            while line := await stdout.readline():
                 event = json.loads(line)
                 events.append(event)
                 if event["event"] == "message":
@@ -179,9 +181,9 @@ async def run_official(system: System, run: Run, args: argparse.Namespace, home:
         await asyncio.sleep(0.5)
         await produce(system, run, args.messages, args.seed)
         await drain(run, args.await_s + 5)
-        proc.stdin.write(b"stop\n")
-        await proc.stdin.drain()
-        proc.stdin.close()
+        stdin.write(b"stop\n")
+        await stdin.drain()
+        stdin.close()
         # The receive in progress ends within await + 3 s; then shutdown.
         await asyncio.wait_for(proc.wait(), args.await_s + 3 + 20)
         await asyncio.wait_for(reader, 5)

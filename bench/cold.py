@@ -31,6 +31,7 @@ import re
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench.bench_proxy import aligned, load_average, machine
 from bench.peer import PEER, PeerSystem, _official
@@ -77,6 +78,7 @@ async def start_proxy(namesrv: str, mode: str, name: str, log_path: Path) -> Pro
 
 
 async def stop_proxy(proxy: Process) -> None:
+    assert isinstance(proxy.proc, asyncio.subprocess.Process)  # ours, from _spawn
     await terminate(proxy.proc, 15)
 
 
@@ -88,7 +90,7 @@ async def one_run(system: PeerSystem, label: str, run: int, args, rng: random.Ra
     log_path = out / f"proxy-{label}-{run}.log"
     proxy = None
     if label != PEER:
-        proxy = await start_proxy(system.cluster.namesrv_address, label, topic, log_path)
+        proxy = await start_proxy(system.namesrv_address, label, topic, log_path)
         system.proxies[label] = proxy
     load0 = os.getloadavg()
     try:
@@ -122,7 +124,7 @@ async def one_run(system: PeerSystem, label: str, run: int, args, rng: random.Ra
             system.proxies.pop(label, None)
             await stop_proxy(proxy)
     received: dict[str, float] = {}
-    attempts: dict[str, int] = {}
+    attempts: dict[str, int | None] = {}
     for e in events:
         if e["event"] == "message":
             received.setdefault(e["id"], e["t"])
@@ -192,7 +194,11 @@ async def run(args: argparse.Namespace) -> dict:
     labels = [*modes, *([PEER] if args.apache else [])]
     rng = random.Random(args.seed)
     runs: list[dict] = []
-    results = {"machine": machine(), "args": vars(args), "load_start": load_average()}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "args": vars(args),
+        "load_start": load_average(),
+    }
     try:
         for n in range(args.runs):
             for label in rng.sample(labels, len(labels)):

@@ -48,7 +48,7 @@ class LeanClient:
         self.metadata = (("x-mq-client-id", client_id),) if client_id else ()
 
     async def close(self) -> None:
-        await self.channel.close()
+        await self.channel.close(None)
 
     async def prepare(self, group: str, topic: str, await_ms: int) -> None:
         """What a consumer does before its first receive: nothing for this client (the
@@ -158,7 +158,7 @@ class LeanClient:
         group: str,
         topic: str,
         lite_topics,
-        action: int = pb.LiteSubscriptionAction.PARTIAL_ADD,
+        action: pb.LiteSubscriptionAction = pb.LiteSubscriptionAction.PARTIAL_ADD,
         offset_option: pb.OffsetOption | None = None,
     ) -> api.SyncLiteSubscriptionResponse:
         """SyncLiteSubscription as the lite consumers send it (``topic``: the parent)."""
@@ -197,7 +197,7 @@ def receive_request(
     invisible_ms: int | None = 30_000,
     expression: str = "*",
     broker: str | None = None,
-    filter_type: int = pb.FilterType.TAG,
+    filter_type: pb.FilterType = pb.FilterType.TAG,
 ) -> api.ReceiveMessageRequest:
     """A ReceiveMessageRequest as the official SimpleConsumer builds it."""
     request = api.ReceiveMessageRequest(
@@ -215,7 +215,11 @@ def receive_request(
 
 
 def consumer_settings(
-    client_type: int, group: str, topic: str, await_ms: int, endpoint: str | None = None
+    client_type: pb.ClientType,
+    group: str,
+    topic: str,
+    await_ms: int,
+    endpoint: str | None = None,
 ) -> pb.Settings:
     """The Telemetry settings a consumer of ``group`` on ``topic`` opens its stream with, as
     the official clients write them (``endpoint``: the access point, host:port)."""

@@ -48,10 +48,11 @@ import random
 import statistics
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import aiohttp
+import grpc
 
 from bench import scenarios
 from bench.bench_proxy import aligned, load_average, machine
@@ -100,7 +101,7 @@ class SettingsClient(LeanClient):
             ("x-mq-client-version", "5.0.0"),
         )
         self._commands: asyncio.Queue | None = None
-        self._telemetry = None
+        self._telemetry: grpc.aio.StreamStreamCall | None = None
 
     async def prepare(self, group: str, topic: str, await_ms: int) -> None:
         if self._telemetry is not None:
@@ -124,7 +125,7 @@ class SettingsClient(LeanClient):
         return await super().receive(group, topic, **options)
 
     async def close(self) -> None:
-        if self._telemetry is not None:
+        if self._telemetry is not None and self._commands is not None:
             self._commands.put_nowait(None)
             self._telemetry.cancel()
         await super().close()
@@ -176,12 +177,13 @@ class PeerSystem(System):
             broker_conf_of=conf_of,
         )
         c = self.cluster
-        self.namesrv = Process("namesrv", c.namesrv.proc, {"remoting": c.namesrv_address})
+        self.namesrv = Process("namesrv", c.namesrv.popen, {"remoting": c.namesrv_address})
         for b in c.brokers:
-            self.brokers.append(Process(b.name, b.process.proc, {"remoting": b.address}))
+            self.brokers.append(Process(b.name, b.process.popen, {"remoting": b.address}))
             self.broker_clients.append(scenarios_broker_client(b.name, b.address))
-        if self.apache:
-            self.proxies[PEER] = Process(PEER, c.proxy.process.proc, {"grpc": c.proxy.grpc_address})
+        if c.proxy is not None:
+            apache = c.proxy
+            self.proxies[PEER] = Process(PEER, apache.process.popen, {"grpc": apache.grpc_address})
             self.modes = (PEER, *self.modes)
         return c.namesrv_address
 
@@ -233,7 +235,7 @@ class PeerSystem(System):
                         continue
                     for s in family.samples:
                         if s.name.endswith("_count") and "request_code" in s.labels:
-                            totals[s.labels["request_code"].lower()] += s.value
+                            totals[s.labels["request_code"].lower()] += int(s.value)
         return totals
 
     def reset_counts(self) -> None:
@@ -307,7 +309,7 @@ async def _official(system: PeerSystem, label: str, topic: str, group: str, awai
     env = dict(os.environ, HOME=str(home))
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONHOME", None)
-    procs = []
+    procs: list[asyncio.subprocess.Process] = []
     events: list[dict] = []
     errors: list[str] = []
     readers: list[asyncio.Future] = []
@@ -344,6 +346,7 @@ async def _official(system: PeerSystem, label: str, topic: str, group: str, awai
             if not graceful:
                 proc.kill()
                 continue
+            assert proc.stdin is not None  # PIPE
             proc.stdin.write(b"stop\n")
             await proc.stdin.drain()
             proc.stdin.close()
@@ -497,7 +500,7 @@ def first_messages(rows: dict[str, dict]) -> dict[str, dict]:
 async def create_lite(system: PeerSystem, parent: str, group: str, quota: int) -> None:
     """A LITE parent topic and a lite consumer group bound to it, allowed ``quota`` lite
     topics per client, on every broker (``rocketmq_local.admin``)."""
-    namesrv = system.cluster.namesrv_address
+    namesrv = system.namesrv_address
     await asyncio.to_thread(admin.create_topic, namesrv, parent, 4, message_type="LITE")
     await asyncio.to_thread(
         admin.create_group, namesrv, group, lite_parent=parent, lite_quota=quota
@@ -700,7 +703,7 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
     paths = [*labels, "direct"]
     rates: dict[str, list[float]] = {p: [] for p in paths}
     waits: dict[str, list[float]] = {p: [] for p in paths}
-    cpu: dict[str, Counter] = {p: Counter() for p in paths}
+    cpu: dict[str, defaultdict[str, float]] = {p: defaultdict(float) for p in paths}
     per = 32 * len(system.broker_clients)
     total = messages // per * per
     for round_no in range(rounds):
@@ -749,7 +752,7 @@ async def priority(
     priority-3 ones (sent straight to random brokers, before the consumer starts); one
     consumer then receives (batches of 32, acking each) through each proxy in turn until
     every high one is in: how long that takes, and how many low ones came before it."""
-    namesrv = system.namesrv.address["remoting"]
+    namesrv = system.namesrv_address
     took: dict[str, list[float]] = {label: [] for label in system.modes}
     lows: dict[str, list[int]] = {label: [] for label in system.modes}
     for round_no in range(rounds):

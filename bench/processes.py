@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -19,6 +21,9 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from rocketmq_local import admin
+
+if TYPE_CHECKING:
+    from rocketmq_local.launcher import RealCluster
 
 MODES = ("notify", "coupled", "slicing", "adaptive")
 BACKENDS = ("stub", "real")
@@ -36,13 +41,24 @@ async def terminate(proc: asyncio.subprocess.Process, grace_s: float) -> None:
         await proc.wait()
 
 
+async def kill(process: Process) -> None:
+    """SIGKILL, and wait for the exit (in a thread for a launcher's ``Popen``)."""
+    if process.proc.returncode is not None:
+        return
+    process.proc.kill()
+    if isinstance(process.proc, subprocess.Popen):
+        await asyncio.to_thread(process.proc.wait)
+    else:
+        await process.proc.wait()
+
+
 @dataclass
 class Process:
-    """A process of the system; ``proc`` is an asyncio process, or for a real broker's JVM
-    the launcher's ``subprocess.Popen`` (only its pid is used then)."""
+    """A process of the system; ``proc`` is an asyncio process that we started, or for a
+    real broker's JVM the launcher's ``subprocess.Popen`` (the launcher stops those)."""
 
     name: str
-    proc: asyncio.subprocess.Process
+    proc: asyncio.subprocess.Process | subprocess.Popen[bytes]
     address: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -84,6 +100,7 @@ async def _spawn(name: str, module: str, func: str, *args: str, stderr=None) -> 
         stderr=stderr,
     )
     try:
+        assert proc.stdout is not None  # PIPE
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
     except TimeoutError:
         proc.kill()
@@ -125,7 +142,7 @@ class System:
         self.modes = tuple(self.proxy_specs)
         self.proxy_args = proxy_args or {}
         self.backend = backend
-        self.cluster = None  # the launcher's RealCluster on the real backend
+        self.cluster: RealCluster | None = None  # on the real backend
         self.namesrv: Process | None = None
         self.brokers: list[Process] = []
         self.proxies: dict[str, Process] = {}
@@ -198,22 +215,28 @@ class System:
             RealCluster.start, self.broker_count, profile=Profile.BENCH
         )
         c = self.cluster
-        self.namesrv = Process("namesrv", c.namesrv.proc, {"remoting": c.namesrv_address})
+        self.namesrv = Process("namesrv", c.namesrv.popen, {"remoting": c.namesrv_address})
         for b in c.brokers:
-            self.brokers.append(Process(b.name, b.process.proc, {"remoting": b.address}))
+            self.brokers.append(Process(b.name, b.process.popen, {"remoting": b.address}))
             self.broker_clients.append(BrokerClient(b.name, b.address))
         return c.namesrv_address
+
+    @property
+    def namesrv_address(self) -> str:
+        """The name server's remoting address (host:port), once started."""
+        if self.namesrv is None:
+            raise RuntimeError("the system is not started")
+        return self.namesrv.address["remoting"]
 
     async def stop(self) -> None:
         for client in self.broker_clients:
             await client.close()
-        ours = list(self.proxies.values())
+        ours: list[Process | None] = list(self.proxies.values())
         if self.cluster is None:
             ours += [*reversed(self.brokers), self.namesrv]
         for process in ours:
-            if process is None or process.proc.returncode is not None:
-                continue
-            await terminate(process.proc, 15)
+            if process is not None and isinstance(process.proc, asyncio.subprocess.Process):
+                await terminate(process.proc, 15)
         if self.cluster is not None:
             # The launcher stops brokers, then the name server, by pid (SIGKILL past 10 s).
             await asyncio.to_thread(self.cluster.stop, 10.0)
@@ -224,8 +247,7 @@ class System:
         if self.cluster is not None:
             await asyncio.to_thread(self.cluster.create_topic, topic, queues)
         else:
-            namesrv = self.namesrv.address["remoting"]
-            await asyncio.to_thread(admin.create_topic, namesrv, topic, queues)
+            await asyncio.to_thread(admin.create_topic, self.namesrv_address, topic, queues)
 
     async def metrics(self, label: str) -> dict[str, float]:
         """A proxy's counters for the scenarios (``scrape``); bench/peer.py answers

@@ -37,13 +37,17 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from bench.lean_client import LeanClient
-from bench.processes import Process, _spawn
+from bench.processes import Process, _spawn, kill
 from proxy.api.v2 import definition_pb2 as pb
 from rocketmq_local.launcher import free_port_block
+
+if TYPE_CHECKING:
+    from rocketmq_local.launcher import RealCluster
 
 TOPIC, GROUP = "SoakTopic", "SoakGroup"
 FAULTS = ("proxy", "broker", "stop", "namesrv", "client")
@@ -113,9 +117,9 @@ class Cluster:
 
     def __init__(self, backend: str) -> None:
         self.backend = backend
-        self.real = None
+        self.real: RealCluster | None = None
         self.stub_namesrv: Process | None = None
-        self.stub_brokers: dict[str, tuple[int, Process]] = {}
+        self.stub_brokers: dict[str, tuple[int, Process | None]] = {}
         self.proxies: dict[str, tuple[tuple[int, int], Process | None]] = {}
         self.namesrv_port = 0
 
@@ -127,10 +131,10 @@ class Cluster:
         if self.backend == "real":
             from rocketmq_local.launcher import RealCluster
 
-            self.real = await asyncio.to_thread(RealCluster.start, 3)
-            self.namesrv_port = self.real.namesrv_port
-            await asyncio.to_thread(self.real.create_topic, TOPIC)
-            await asyncio.to_thread(self.real.create_group, GROUP)
+            real = self.real = await asyncio.to_thread(RealCluster.start, 3)
+            self.namesrv_port = real.namesrv_port
+            await asyncio.to_thread(real.create_topic, TOPIC)
+            await asyncio.to_thread(real.create_group, GROUP)
         else:
             self.namesrv_port = free_port_block()
             await self._start_stub_namesrv()
@@ -204,8 +208,8 @@ class Cluster:
 
     async def kill_proxy(self, name: str) -> None:
         _, proc = self.proxies[name]
-        proc.proc.kill()
-        await proc.proc.wait()
+        if proc is not None:
+            await kill(proc)
         await asyncio.sleep(1)
         await self.start_proxy(name)
 
@@ -213,22 +217,23 @@ class Cluster:
         if self.real is not None:
             broker = self.real.broker(name)
             broker.process.signal(signal.SIGKILL)
-            await asyncio.to_thread(broker.process.proc.wait)
+            await asyncio.to_thread(broker.process.popen.wait)
             await asyncio.sleep(1)
             await asyncio.to_thread(self.real.restart_broker, name)
             return
         _, proc = self.stub_brokers[name]
-        proc.proc.kill()
-        await proc.proc.wait()
+        if proc is not None:
+            await kill(proc)
         await asyncio.sleep(1)
         await self._start_stub_broker(name)  # it creates --topic again at start
 
     async def pause_broker(self, name: str, seconds: float) -> None:
-        pid = (
-            self.real.broker(name).process.pid
-            if self.real is not None
-            else self.stub_brokers[name][1].pid
-        )
+        if self.real is not None:
+            pid = self.real.broker(name).process.pid
+        else:
+            stub = self.stub_brokers[name][1]
+            assert stub is not None, f"{name} is not running"
+            pid = stub.pid
         os.kill(pid, signal.SIGSTOP)
         try:
             await asyncio.sleep(seconds)
@@ -241,7 +246,7 @@ class Cluster:
 
             ns = self.real.namesrv
             ns.signal(signal.SIGKILL)
-            await asyncio.to_thread(ns.proc.wait)
+            await asyncio.to_thread(ns.popen.wait)
             await asyncio.sleep(2)
             ns.spawn(
                 "org.apache.rocketmq.namesrv.NamesrvStartup",
@@ -250,15 +255,15 @@ class Cluster:
             )
             await asyncio.to_thread(ns.wait_ready, 90)
             return
-        self.stub_namesrv.proc.kill()
-        await self.stub_namesrv.proc.wait()
+        if self.stub_namesrv is not None:
+            await kill(self.stub_namesrv)
         await asyncio.sleep(2)
         await self._start_stub_namesrv()
 
     # -- health ---------------------------------------------------------------------------
 
     async def health(self) -> dict:
-        out = {}
+        out: dict[str, dict[str, object]] = {}
         async with aiohttp.ClientSession() as http:
             for name, ((_, http_port), proc) in self.proxies.items():
                 try:
@@ -270,6 +275,8 @@ class Cluster:
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     out[name] = {"error": str(exc)}
                     continue
+                if proc is None:
+                    continue
                 out[name] = {
                     "tasks": status.get("tasks"),
                     "in_flight": sum(status["receive"]["in_flight"].values()),
@@ -280,19 +287,16 @@ class Cluster:
 
     async def stop(self) -> None:
         for _, proc in self.proxies.values():
-            if proc is not None and proc.proc.returncode is None:
-                proc.proc.kill()
-                await proc.proc.wait()
+            if proc is not None:
+                await kill(proc)
         if self.real is not None:
             await asyncio.to_thread(self.real.stop, 10.0)
         for _, proc in self.stub_brokers.values():
             if proc is not None and proc.proc.returncode is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.proc.kill()
-                await proc.proc.wait()
-        if self.stub_namesrv is not None and self.stub_namesrv.proc.returncode is None:
-            self.stub_namesrv.proc.kill()
-            await self.stub_namesrv.proc.wait()
+                os.kill(proc.pid, signal.SIGCONT)  # a paused broker
+                await kill(proc)
+        if self.stub_namesrv is not None:
+            await kill(self.stub_namesrv)
 
 
 class Client:
@@ -416,7 +420,8 @@ async def client_faults(ledger: Ledger, cluster: Cluster, t0: float) -> None:
         for m in got.messages:  # it may have answered first: those count as delivered
             ledger.deliveries.setdefault(m.body.decode(), []).append(time.monotonic())
     except (Exception, asyncio.CancelledError):  # closing the channel cancels the call
-        if asyncio.current_task().cancelling():
+        this = asyncio.current_task()
+        if this is not None and this.cancelling():
             raise
     ledger.faults.append((time.monotonic() - t0, "client killed mid-poll"))
     doomed = Client(cluster.endpoints(), random.randrange(2))

@@ -139,12 +139,18 @@ class JavaProcess:
     role: str
     home: Path
     ready_marker: str
-    proc: subprocess.Popen | None = field(default=None, repr=False)
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def popen(self) -> subprocess.Popen[bytes]:
+        """The JVM's process; spawn() has run."""
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} was never spawned")
+        return self.proc
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        return self.popen.pid
 
     @property
     def out_log(self) -> Path:

@@ -54,7 +54,7 @@ async def start_proxy():
     ``await start_proxy(mode="notify", brokers=3)`` runs it in front of broker stubs of its
     own; pass ``namesrv=...`` to front an existing cluster instead.
     """
-    from proxy.config import ProxyConfig, ReceiveConfig
+    from proxy.config import ProxyConfig, ReceiveConfig, ReceiveMode
 
     running: list[ProxyOnStubs] = []
 
@@ -78,7 +78,7 @@ async def start_proxy():
             http_port=0,
             namesrv_addrs=[namesrv],
             event_log_dir=event_log_dir,
-            receive=ReceiveConfig(mode=mode, **receive),
+            receive=ReceiveConfig(mode=ReceiveMode(mode), **receive),
             proxy_id=f"test-proxy-{len(running)}",
         )
         if security is not None:

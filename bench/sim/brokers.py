@@ -305,7 +305,7 @@ class SimBroker:
         queue = self.queues.get(key)
         if not queue:
             return []
-        taken = []
+        taken: list[MessageExt] = []
         visible = self.ledger.visible.get(key, {})
         while queue and len(taken) < max_nums:
             msg = queue.popleft()

@@ -34,10 +34,13 @@ import random
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 from bench.sim import vloop
 from bench.sim.brokers import FleetLedger, SimBroker, SimMessage, SimPool
+from proxy.brokers import BrokerPool
 from proxy.config import ReceiveConfig, ReceiveMode
+from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
 from proxy.receive.types import ReceiveRequest
@@ -116,7 +119,8 @@ async def _play(scn: Scenario) -> dict:
         SimBroker(f"broker-{b:02d}", ledger, scale=scn.scale, rtt_s=scn.rtt_s)
         for b in range(scn.brokers)
     ]
-    pool = SimPool(brokers)
+    # The simulated pool and null metrics stand in for what the engine uses of the real ones.
+    pool = cast(BrokerPool, SimPool(brokers))
     names = [b.name for b in brokers]
     by_name = {b.name: b for b in brokers}
     config = ReceiveConfig(mode=ReceiveMode(scn.mode))
@@ -130,7 +134,11 @@ async def _play(scn: Scenario) -> dict:
     engines = []
     for _ in range(scn.proxies):
         processor = ConsumerProcessor(pool, broker_timeout_s=3.0, hand_back_invisible_ms=1_000)
-        engines.append(ReceiveEngine(config, pool, processor, _NullMetrics(), clock=loop.time))
+        engines.append(
+            ReceiveEngine(
+                config, pool, processor, cast(ProxyMetrics, _NullMetrics()), clock=loop.time
+            )
+        )
     tally = _Tally()
     stopping = False
     msg_ids = iter(range(1, 1 << 62))
@@ -204,7 +212,7 @@ async def _play(scn: Scenario) -> dict:
     await asyncio.sleep(scn.warmup_s)
     for b in brokers:
         b.reset_stats()
-    tally.__init__()
+    tally = _Tally()  # the warm-up's counts dropped (consume() reads the name each time)
     ledger.measuring = True
     in_flight_samples: list[int] = []
     fleet_parked = {"notifications": 0, "pops": 0}

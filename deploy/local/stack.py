@@ -188,9 +188,9 @@ class Stack:
             )
         except LauncherError as exc:
             raise StackError(f"real RocketMQ did not start: {exc}") from None
-        self.namesrv = Child.adopt("namesrv", cluster.namesrv.proc, cluster.namesrv.out_log)
+        self.namesrv = Child.adopt("namesrv", cluster.namesrv.popen, cluster.namesrv.out_log)
         self.brokers = [
-            Child.adopt(b.name, b.process.proc, b.process.out_log, REAL_BROKER_STOP_TIMEOUT_S)
+            Child.adopt(b.name, b.process.popen, b.process.out_log, REAL_BROKER_STOP_TIMEOUT_S)
             for b in cluster.brokers
         ]
         # Beside the ready block's out.log: the JVM's own log folder.

@@ -6,6 +6,7 @@ while it waits, and every wait is a bounded poll loop with a deadline.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -41,7 +42,8 @@ class Child:
         """A child some other code started (the RocketMQ launcher's JVMs, each in a session
         of its own), supervised and stopped like ours. A JVM's SIGTERM exit code, 143,
         counts as a clean stop."""
-        return cls(name, list(proc.args), log, stop_timeout_s, proc,
+        args = [proc.args] if isinstance(proc.args, str | bytes | os.PathLike) else proc.args
+        return cls(name, [os.fsdecode(a) for a in args], log, stop_timeout_s, proc,
                    clean_codes=(0, -signal.SIGTERM, 128 + signal.SIGTERM))  # fmt: skip
 
     @property
@@ -130,7 +132,7 @@ def stop_in_order(waves: list[list[Child]], say: Callable[[str], None]) -> bool:
     for wave in waves:
         started = [c for c in wave if c.proc is not None]
         # Whether a child had died by itself is known only before it is sent SIGTERM.
-        already = {id(c): c.proc.poll() for c in started}
+        already = {id(c): c.proc.poll() for c in started if c.proc is not None}
         since = time.monotonic()
         for child in started:
             child.terminate()

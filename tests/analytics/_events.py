@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from proxy.observability.eventlog import ReceiveEvent
 
@@ -17,7 +19,7 @@ def ms(text: str) -> int:
 
 def event(ts: str, proxy: str = "p1", group: str = "g", topic: str = "t", **fields) -> dict:
     """A record with the contract's fields (via the proxy's own ReceiveEvent)."""
-    defaults = dict(
+    defaults: dict[str, Any] = dict(
         mode="notify",
         is_long_polling=True,
         is_short_polling_hit=False,
@@ -33,7 +35,7 @@ def event(ts: str, proxy: str = "p1", group: str = "g", topic: str = "t", **fiel
     return asdict(ReceiveEvent(ts=ms(ts), proxy=proxy, group=group, topic=topic, **defaults))
 
 
-def write_log(root: Path, name: str, events: list[dict], extra_lines: list[str] = ()) -> Path:
+def write_log(root: Path, name: str, events: list[dict], extra_lines: Sequence[str] = ()) -> Path:
     """Write ``events`` (all of one proxy and UTC date) as one part file, then raw lines."""
     first = events[0] if events else None
     proxy = first["proxy"] if first else "p1"

@@ -77,11 +77,13 @@ class StubProcess:
         import selectors
 
         deadline = time.monotonic() + READY_TIMEOUT_S
+        stdout = self.proc.stdout
+        assert stdout is not None  # PIPE
         with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            sel.register(stdout, selectors.EVENT_READ)
             while time.monotonic() < deadline:
                 if sel.select(timeout=0.2):
-                    line = self.proc.stdout.readline()
+                    line = stdout.readline()
                     match = re.search(r"listening on (\S+:\d+)", line)
                     if match:
                         return match.group(1)

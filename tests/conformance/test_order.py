@@ -44,9 +44,9 @@ async def test_orderly_pop_blocks_the_queue_until_acked(backend):
         invisibleTime=INVISIBLE_MS,
     )  # fmt: skip
     assert raw.code == ResponseCode.SUCCESS, raw.remark
-    assert raw.ext_fields["reviveQid"] == str(POP_ORDER_REVIVE_QUEUE)
-    assert raw.ext_fields["orderCountInfo"] == "0 0 0"
-    assert raw.ext_fields["msgOffsetInfo"] == "0 0 0,1"
+    assert raw.fields["reviveQid"] == str(POP_ORDER_REVIVE_QUEUE)
+    assert raw.fields["orderCountInfo"] == "0 0 0"
+    assert raw.fields["msgOffsetInfo"] == "0 0 0,1"
 
     # Another attempt finds the queue blocked, though offset 2 waits behind the two.
     assert not (await orderly(client, group, topic, "a2")).found

@@ -24,7 +24,7 @@ from proxy.remoting.codes import (
 )
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader, now_ms
-from proxy.remoting.message import Prop, decode_messages
+from proxy.remoting.message import MessageExt, Prop, decode_messages
 from proxy.remoting.recall import RecallHandle
 from tests.conformance._util import pop_eventually
 from tests.support.waits import pop_all
@@ -140,7 +140,7 @@ async def test_timed_message_is_delivered_at_its_time(backend):
     deliver_ms = now_ms() + 3000
     sent = await client.send(topic, b"timed", properties={Prop.TIMER_DELIVER_MS: str(deliver_ms)})
     assert await pop_all(client, group, topic) == []
-    got = []
+    got: list[MessageExt] = []
     while not got and now_ms() < deliver_ms + LATE_BOUND_MS + 2000:
         got = await pop_all(client, group, topic)
         if not got:

@@ -38,11 +38,19 @@ pytestmark = [
 ]
 
 
+def installed(tool: str) -> str:
+    """The tool's path. make test installs it (make system-deps): missing, the test fails,
+    never skips."""
+    path = shutil.which(tool)
+    if path is None:
+        pytest.fail(f"{tool} is missing: `make system-deps` installs it")
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _prometheus() -> None:
-    """make test installs them (make system-deps): missing, the tests fail, never skip."""
-    if not (shutil.which("prometheus") and shutil.which("prometheus-pushgateway")):
-        pytest.fail("prometheus / prometheus-pushgateway missing: `make system-deps`")
+    installed("prometheus")
+    installed("prometheus-pushgateway")
 
 
 BIN = Path(sys.executable).parent
@@ -222,7 +230,7 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
         gateway = start(
             "pushgateway",
             [
-                shutil.which("prometheus-pushgateway"),
+                installed("prometheus-pushgateway"),
                 f"--web.listen-address={gateway_addr}",
                 "--persistence.file=",  # in memory only (Debian's default is a system path)
             ],
@@ -254,7 +262,7 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
         prometheus = start(
             "prometheus",
             [
-                shutil.which("prometheus"),
+                installed("prometheus"),
                 f"--config.file={prometheus_config(make_prometheus_dir, ops, gateway_addr)}",
                 f"--web.listen-address={prom_addr}",
                 f"--storage.tsdb.path={run / 'prometheus-data'}",
@@ -311,7 +319,7 @@ def dashboard(name: str) -> dict:
 
 def panel_queries(board: dict) -> list[tuple[str, str]]:
     """(panel title, expr) of every query, rows' nested panels included."""
-    out = []
+    out: list[tuple[str, str]] = []
     for panel in board["panels"]:
         for p in [panel, *panel.get("panels", [])]:
             out.extend((p["title"], t["expr"]) for t in p.get("targets", []))
@@ -407,6 +415,7 @@ def test_polling_analytics_queries_return_data(live):
         assert empty_queries(live.prom, queries, None) == [], proxy
         for variable in board["templating"]["list"]:
             m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", variable["query"]["query"])
+            assert m, f"variable {variable['name']} is not label_values(...)"
             found = live.prom.label_values(
                 substitute(m.group(1), values), m.group(2), live.started, time.time()
             )

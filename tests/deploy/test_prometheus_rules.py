@@ -29,6 +29,7 @@ def _promtool() -> None:
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    assert PROMTOOL is not None  # the autouse fixture has failed the test otherwise
     return subprocess.run(
         [PROMTOOL, *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False
     )
@@ -45,7 +46,12 @@ def load_rules() -> list[dict]:
 def alert_terms(expr: str) -> list[re.Match]:
     """The "<quantity> <op> <threshold>" terms of an alert joined by `and`; the contract
     rules/ keeps so that tests can read each quantity on a live proxy."""
-    return [TERM.match(term.strip()) for term in re.split(r"\band\b", expr)]
+    terms = []
+    for term in re.split(r"\band\b", expr):
+        match = TERM.match(term.strip())
+        assert match, f"not <quantity> <op> <number>: {term.strip()!r}"
+        terms.append(match)
+    return terms
 
 
 def test_check_config_with_targets_written(make_prometheus_dir):

@@ -20,6 +20,8 @@ class ProxyThread:
         self.receive = {"min_polling_ms": 200, **receive}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        # Tasks alive once a fixture has warmed the proxy up; leak checks compare with it.
+        self.baseline_tasks = 0
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

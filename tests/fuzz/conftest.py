@@ -11,13 +11,13 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-_common = dict(
+_common = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     database=None,
 )
-settings.register_profile("ci", max_examples=60, derandomize=True, **_common)
+settings.register_profile("ci", _common, max_examples=60, derandomize=True)
 settings.register_profile(
-    "fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "3000")), **_common
+    "fuzz", _common, max_examples=int(os.environ.get("FUZZ_EXAMPLES", "3000"))
 )
 settings.load_profile(os.environ.get("FUZZ_PROFILE", "ci"))

@@ -224,7 +224,9 @@ _BASES = {
                 topic=pb.Resource(name=TOPIC),
                 body=b"fuzz",
                 system_properties=pb.SystemProperties(
-                    message_id="FUZZ0001", message_type=1, body_encoding=1
+                    message_id="FUZZ0001",
+                    message_type=pb.MessageType.NORMAL,
+                    body_encoding=pb.Encoding.IDENTITY,
                 ),
             )
         ]

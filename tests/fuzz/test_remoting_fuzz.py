@@ -19,6 +19,7 @@ import socket
 import struct
 import time
 import zlib
+from dataclasses import dataclass
 
 import grpc
 import orjson
@@ -27,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingClient
@@ -39,7 +41,7 @@ from proxy.remoting.command import (
 )
 from proxy.remoting.headers import RegisterBrokerHeader, now_ms
 from tests.fuzz._proxy_thread import ProxyThread
-from tests.fuzz.test_grpc_fuzz import _BASES, CODES, call_stream, call_unary
+from tests.fuzz.test_grpc_fuzz import _BASES, CODES, GROUP, call_stream, call_unary
 
 TOPIC = "FuzzTopic"
 
@@ -247,6 +249,7 @@ class HostileBroker:
 
     async def _serve(self, reader, writer) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection's handler runs as a task
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         up_reader, up_writer = await asyncio.open_connection(*_host_port(self.upstream))
@@ -342,6 +345,15 @@ async def _register(namesrv: str, name: str, address: str, topics: list[dict]) -
         await client.close()
 
 
+@dataclass
+class Hostile:
+    """The proxy (on its thread), the hostile broker in front of broker-h, and a client."""
+
+    thread: ProxyThread
+    mitm: HostileBroker
+    stub: service_pb2_grpc.MessagingServiceStub
+
+
 @pytest.fixture(scope="module")
 def hostile():
     thread = ProxyThread(brokers=1, topics=(TOPIC,), broker_timeout_s=1.0).start()
@@ -354,12 +366,11 @@ def hostile():
         await _register(thread.cluster.namesrv_address, "broker-h", mitm.address, topics)
         return mitm
 
-    thread.mitm = thread.run(setup())
+    mitm = thread.run(setup())
     channel = grpc.insecure_channel(thread.endpoint)
-    thread.stub = service_pb2_grpc.MessagingServiceStub(channel)
-    yield thread
+    yield Hostile(thread, mitm, service_pb2_grpc.MessagingServiceStub(channel))
     channel.close()
-    thread.run(thread.mitm.stop())
+    thread.run(mitm.stop())
     thread.stop()
 
 
@@ -376,7 +387,7 @@ METADATA = (("x-mq-client-id", "fuzz-hostile"),)
 
 
 @pytest.mark.timeout(900)
-@settings(max_examples=max(8, settings.default.max_examples // 6))
+@settings(max_examples=max(8, settings().max_examples // 6))
 @given(
     weights=st.dictionaries(st.sampled_from(MISCHIEF), st.floats(0.1, 1.0), min_size=1, max_size=4),
     seed=st.integers(0, 2**16),
@@ -387,8 +398,7 @@ def test_a_hostile_broker_gets_clients_errors_not_failures(hostile, weights, see
     stub = hostile.stub
     for _ in range(2):
         call_unary(stub, "SendMessage", _to_hostile(_BASES["SendMessage"]), METADATA)
-        receive = type(_BASES["ReceiveMessage"])()
-        receive.CopyFrom(_BASES["ReceiveMessage"])
+        receive = api.ReceiveMessageRequest.FromString(_BASES["ReceiveMessage"].SerializeToString())
         receive.message_queue.broker.name = "broker-h"
         answers = call_stream(stub, "ReceiveMessage", receive, METADATA)
         messages = [a.message for a in answers if a.WhichOneof("content") == "message"]
@@ -398,10 +408,8 @@ def test_a_hostile_broker_gets_clients_errors_not_failures(hostile, weights, see
 
 
 def _ack_of(messages):
-    from proxy.api.v2 import service_pb2 as api
-
     return api.AckMessageRequest(
-        group=pb.Resource(name=_BASES["ReceiveMessage"].group.name),
+        group=pb.Resource(name=GROUP),
         topic=pb.Resource(name=TOPIC),
         entries=[
             api.AckMessageEntry(

@@ -14,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from typing import TYPE_CHECKING
 
 from proxy.remoting.broker_client import BrokerClient
 from rocketmq_local import admin
+
+if TYPE_CHECKING:
+    from broker_stub import StubCluster
 
 BROKERS = ("broker-a", "broker-b")
 _names = itertools.count()
@@ -85,7 +89,7 @@ class StubBackend(Backend):
 
     def __init__(self, start_proxy) -> None:
         super().__init__(start_proxy)
-        self.cluster = None
+        self.cluster: StubCluster | None = None
         self.topic, self.group = self.new_names()
 
     async def start(self, mode: str = "notify", **receive):
@@ -95,14 +99,21 @@ class StubBackend(Backend):
             )
             self.cluster = app.cluster
             return app
-        return await self._start_proxy(mode=mode, namesrv=self.cluster.namesrv_address, **receive)
+        return await self._start_proxy(mode=mode, namesrv=self.stubs.namesrv_address, **receive)
+
+    @property
+    def stubs(self) -> StubCluster:
+        """The broker stubs the first proxy started."""
+        if self.cluster is None:
+            raise RuntimeError("no proxy started yet: the first start() starts the stubs")
+        return self.cluster
 
     def address(self, broker: str) -> str:
-        return self.cluster.broker(broker).address
+        return self.stubs.broker(broker).address
 
     @property
     def namesrv(self) -> str:
-        return self.cluster.namesrv_address
+        return self.stubs.namesrv_address
 
 
 class RealBackend(Backend):

@@ -61,7 +61,7 @@ async def test_high_priorities_come_first_in_every_mode(backend, lean, mode):
         sent = await client.send(topic, body, priority=priority)
         assert sent.status.code == OK, sent.status.message
     await _wait_stored(backend, topic, len(plan))
-    batches = []
+    batches: list[list[int]] = []
     deadline = time.monotonic() + 15
     while sum(map(len, batches)) < len(plan):
         assert time.monotonic() < deadline, f"received only {batches}"

@@ -63,7 +63,7 @@ async def settings_of(app, client_id: str, group: str, parent: str) -> pb.Settin
         assert answer.status.code == Code.OK, answer.status
         return answer.settings
     finally:
-        await channel.close()
+        await channel.close(None)
 
 
 async def test_settings_carry_the_group_quota_and_the_longest_name(backend):
@@ -331,4 +331,4 @@ async def test_a_lite_topic_taken_by_another_client_is_told_on_telemetry(backend
         assert told.notify_unsubscribe_lite_command.lite_topic == "solo"
     finally:
         call.cancel()
-        await channel.close()
+        await channel.close(None)

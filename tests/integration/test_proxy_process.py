@@ -32,6 +32,7 @@ async def start_proxy_process(*args: str) -> tuple[asyncio.subprocess.Process, d
         *args,
         stdout=asyncio.subprocess.PIPE,
     )
+    assert proc.stdout is not None  # PIPE
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 30)
     except TimeoutError:

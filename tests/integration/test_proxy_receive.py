@@ -12,7 +12,7 @@ import pytest
 from broker_stub import BrokerConfig, StubCluster
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.brokers import BrokerPool
-from proxy.config import ReceiveConfig
+from proxy.config import ReceiveConfig, ReceiveMode
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
@@ -253,10 +253,10 @@ async def test_receive_through_one_proxy_ack_through_another(backend, lean):
         message.system_properties.receipt_handle = changed.receipt_handle
     acked = await lean(second).ack(group, topic, [by_body[b"stateless"]])
     assert acked.status.code == OK and acked.entries[0].status.code == OK
-    back = []
+    back: list[pb.Message] = []
     deadline = time.monotonic() + 8
     while not back and time.monotonic() < deadline:
-        back = (await lean(first).receive(group, topic, await_ms=1000)).messages
+        back = list((await lean(first).receive(group, topic, await_ms=1000)).messages)
     assert [m.body for m in back] == [b"control"]
     assert back[0].system_properties.delivery_attempt == 2
     again = await lean(first).receive(group, topic, await_ms=1000)
@@ -280,10 +280,10 @@ async def test_a_cancelled_poll_loses_nothing(backend, lean):
     await wait_until(lambda: not app.engine._polls, timeout=2)  # the cancellation arrived
     await backend.send_to("broker-a", b"precious")
     sent = time.perf_counter()
-    found = []
+    found: list[pb.Message] = []
     while not found and time.perf_counter() - sent < 12:
         result = await lean(app).receive(group, topic, await_ms=1000, invisible_ms=30_000)
-        found = result.messages
+        found = list(result.messages)
     assert [m.body for m in found] == [b"precious"]
     assert time.perf_counter() - sent < HAND_BACK_BOUND_S[backend.kind]
     assert found[0].system_properties.delivery_attempt == 2  # handed back once
@@ -322,7 +322,7 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
     (the client would poll again at once): the client is told to back off."""
     async with StubCluster(1, template=BrokerConfig(topics=[T], polling_per_key=1)) as stub:
         pool = BrokerPool([stub.namesrv_address])
-        config = ReceiveConfig(mode="coupled")
+        config = ReceiveConfig(mode=ReceiveMode.COUPLED)
         consumer = ConsumerProcessor(pool, broker_timeout_s=3.0, hand_back_invisible_ms=1000)
         engine = ReceiveEngine(config, pool, consumer, ProxyMetrics())
         loop = asyncio.get_running_loop()

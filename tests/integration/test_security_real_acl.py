@@ -15,7 +15,7 @@ import time
 import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.config import ProxyConfig, ReceiveConfig
+from proxy.config import ProxyConfig, ReceiveConfig, ReceiveMode
 from proxy.remoting.broker_client import BrokerClient, BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
@@ -89,7 +89,7 @@ async def _proxy(namesrv: str, security: SecurityConfig) -> ProxyOnStubs:
         grpc_port=0,
         http_port=0,
         namesrv_addrs=[namesrv],
-        receive=ReceiveConfig(mode="notify", min_polling_ms=200),
+        receive=ReceiveConfig(mode=ReceiveMode.NOTIFY, min_polling_ms=200),
         security=security,
     )
     proxy = ProxyOnStubs(config, None)
@@ -152,7 +152,7 @@ async def test_proxy_signs_its_requests_to_acl_brokers(acl_cluster, tmp_path):
                 break
         assert b"through-the-proxy" in bodies
         status = proxy.status()["security"]
-        assert status["broker_signing"] is True
+        assert isinstance(status, dict) and status["broker_signing"] is True
         assert PROXY_SK not in json.dumps(proxy.status())
     finally:
         await client.close()

@@ -108,7 +108,8 @@ class ProxyProcess:
                 self.proc.wait(KILL_WAIT)
                 complaint = f"rmq-proxy did not stop within {STOP_TIMEOUT:.0f}s of SIGTERM"
         self._reader.join(KILL_WAIT)
-        self.proc.stdout.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         return complaint
 
 
@@ -140,13 +141,15 @@ def start_proxy(
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, cwd=workdir, env=env
         )
+    stdout = proc.stdout
+    assert stdout is not None  # PIPE
     ready = threading.Event()
     found: list[re.Match] = []
 
     def read_stdout() -> None:
         # Keeps draining after the ready line, so the proxy never blocks on a full pipe.
         with open(stdout_log, "w") as out:
-            for raw in proc.stdout:
+            for raw in stdout:
                 line = raw.decode(errors="replace")
                 out.write(line)
                 out.flush()
@@ -164,7 +167,7 @@ def start_proxy(
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait(KILL_WAIT)
         reader.join(KILL_WAIT)
-        proc.stdout.close()
+        stdout.close()
         raise AssertionError(
             f"rmq-proxy printed no ready line within {READY_TIMEOUT:.0f}s "
             f"(exit code {proc.returncode}); command: {' '.join(cmd)}\n"

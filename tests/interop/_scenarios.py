@@ -329,7 +329,7 @@ def fifo_simple_consumers_in_order(run: Run, lang: str, proxy: ProxyProcess, top
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="fifo-consumer") as pool:
         runs = [pool.submit(consume, run, lang, proxy, topic, group, *rounds) for _ in range(3)]
         outs = [r.result() for r in runs]
-    got = []
+    got: list[dict] = []
     for n, out in enumerate(outs):
         assert out["errors"] == [], out["errors"]
         got.extend({**m, "consumer": n} for m in out["messages"])

@@ -24,6 +24,7 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,7 @@ def targets(modes: tuple[str, ...] = MODES) -> list:
 class ProxyPool:
     """The session's proxies, one per (backend, mode), started on first use."""
 
-    root: object  # a pathlib.Path from tmp_path_factory
+    root: Path  # from tmp_path_factory
     running: dict[tuple[str, str], ProxyProcess] = field(default_factory=dict)
 
     def get(self, backend: str, mode: str, namesrv: str | None) -> ProxyProcess:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import threading
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def visible_parts(root: Path) -> list[Path]:
 
 
 def read_lines(files: list[Path]) -> list[dict[str, object]]:
-    out = []
+    out: list[dict[str, object]] = []
     for f in files:
         data = f.read_bytes()
         assert data.endswith(b"\n")  # whole lines only
@@ -181,19 +182,28 @@ async def test_full_queue_drops_and_counts(tmp_path: Path):
 
 # --- file I/O happens on the writer thread only ----------------------------------------------
 
+
 # Audit hooks cannot be removed; this one is inert unless a test has set a root to watch.
-_watch: dict[str, object] = {"root": None, "seen": []}
+@dataclass
+class _Watch:
+    """What the audit hook (installed once per process) records: file events under root."""
+
+    root: str | None = None
+    seen: list[tuple[str, str]] = field(default_factory=list)
+
+
+_watch = _Watch()
 _hook_installed = False
 _FS_EVENTS = {"open", "os.rename", "os.mkdir", "os.truncate", "os.remove"}
 
 
 def _audit(name: str, args: tuple) -> None:
-    root = _watch["root"]
+    root = _watch.root
     if root is None or name not in _FS_EVENTS or not args:
         return
     path = args[0]
     if isinstance(path, str | bytes | os.PathLike) and os.fsdecode(path).startswith(root):
-        _watch["seen"].append((name, threading.current_thread().name))  # type: ignore[union-attr]
+        _watch.seen.append((name, threading.current_thread().name))
 
 
 async def test_file_io_happens_on_the_writer_thread(tmp_path: Path):
@@ -202,7 +212,7 @@ async def test_file_io_happens_on_the_writer_thread(tmp_path: Path):
         sys.addaudithook(_audit)
         _hook_installed = True
     seen: list[tuple[str, str]] = []
-    _watch.update(root=str(tmp_path), seen=seen)
+    _watch.root, _watch.seen = str(tmp_path), seen
     try:
         log = EventLog(str(tmp_path), "p1", max_bytes=len(event(0).to_json()) * 3)
         log.start()
@@ -212,7 +222,7 @@ async def test_file_io_happens_on_the_writer_thread(tmp_path: Path):
             assert all(thread == WRITER_THREAD_NAME for _, thread in seen)
         await log.close()
     finally:
-        _watch.update(root=None, seen=[])
+        _watch.root, _watch.seen = None, []
     names = {name for name, _ in seen}
     assert {"open", "os.rename", "os.mkdir"} <= names
     assert {thread for _, thread in seen} == {WRITER_THREAD_NAME}

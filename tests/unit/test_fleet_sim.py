@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from bench.sim.fleet import Scenario, run
 
 
 def _fleet(**kw) -> dict:
-    base = dict(proxies=3, brokers=4, keys=1, sampled=1, consumers=6, spread="even")
+    base: dict[str, Any] = dict(proxies=3, brokers=4, keys=1, sampled=1, consumers=6, spread="even")
     base |= dict(rate=0, warmup_s=21, measure_s=10, seed=3)
     return run(Scenario(**(base | kw)))
 

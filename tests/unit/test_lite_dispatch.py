@@ -11,9 +11,10 @@ from broker_stub.config import BrokerConfig
 from broker_stub.groups import GroupConfig, GroupTable
 from broker_stub.lite import CLIENT_IDLE_MS, CLIENT_INACTIVE_MS, LiteService
 from broker_stub.polling import PollingTable
-from broker_stub.pop import PopService, now_ms
+from broker_stub.pop import PopService
 from broker_stub.store import MessageStore
 from broker_stub.topics import TopicTable
+from proxy.remoting.headers import now_ms
 from proxy.remoting.lite import lmq_name
 from proxy.remoting.message import MessageExt, Prop, decode_messages
 

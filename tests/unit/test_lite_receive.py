@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 
@@ -13,7 +14,9 @@ from proxy.api.errors import ApiError
 from proxy.api.lite import LiteActivity, offset_option
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from proxy.brokers import BrokerPool
 from proxy.groups import DEFAULT_LITE_QUOTA, GroupConfig
+from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.lite import LiteReceiver
 from proxy.receive.types import ReceiveRequest
 from proxy.remoting.broker_client import PopResult
@@ -86,6 +89,13 @@ class Consumer:
         return deliver
 
 
+def receiver_over(brokers: list[ScriptedBroker], consumer: Consumer, **options) -> LiteReceiver:
+    """A LiteReceiver over the scripted brokers; the fakes stand in for the pool and the
+    consumer processor, which they imitate only as far as the receiver uses them."""
+    pool = cast(BrokerPool, Pool(brokers))
+    return LiteReceiver(pool, cast(ConsumerProcessor, consumer), **options)
+
+
 def request(batch: int = 32, polling_ms: int = 1000, push: bool = False) -> ReceiveRequest:
     loop = asyncio.get_running_loop()
     return ReceiveRequest(
@@ -106,7 +116,7 @@ async def test_instant_pops_on_every_broker_and_the_rest_over_the_batch_goes_bac
     a = ScriptedBroker("a", [(0, [lite_message("a", "x", 0), lite_message("a", "x", 1)])])
     b = ScriptedBroker("b", [(0, [lite_message("b", "y", 0)])])
     consumer = Consumer()
-    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+    receiver = receiver_over([a, b], consumer, broker_timeout_s=1.0)
 
     result = await receiver.receive(request(batch=2), "client")
 
@@ -123,7 +133,7 @@ async def test_the_first_parked_pop_with_messages_answers_and_a_late_one_is_hand
     a = ScriptedBroker("a", [(0, []), (0.1, [lite_message("a", "x", 5)])])
     b = ScriptedBroker("b", [(0, []), (0.4, [lite_message("b", "y", 7)])])
     consumer = Consumer()
-    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+    receiver = receiver_over([a, b], consumer, broker_timeout_s=1.0)
 
     result = await receiver.receive(request(polling_ms=2000), "client")
 
@@ -143,7 +153,7 @@ async def test_a_message_past_its_last_attempt_goes_to_the_dead_letter_queue():
     tired.reconsume_times = 16  # its 17th delivery, past the 16 allowed
     a = ScriptedBroker("a", [(0, [lite_message("a", "x", 1), tired])])
     consumer = Consumer()
-    receiver = LiteReceiver(Pool([a]), consumer, broker_timeout_s=1.0, max_delivery_attempts=16)
+    receiver = receiver_over([a], consumer, broker_timeout_s=1.0, max_delivery_attempts=16)
 
     result = await receiver.receive(request(), "client")
 
@@ -156,7 +166,7 @@ async def test_a_push_poll_parks_one_pop_on_its_named_broker_only():
     messages), one request per poll as the Apache proxy makes."""
     a = ScriptedBroker("a", [(0.05, [lite_message("a", "x", 1)])])
     b = ScriptedBroker("b", [])
-    receiver = LiteReceiver(Pool([a, b]), Consumer(), broker_timeout_s=1.0)
+    receiver = receiver_over([a, b], Consumer(), broker_timeout_s=1.0)
 
     result = await receiver.receive(request(push=True), "client")
 
@@ -170,7 +180,7 @@ async def test_a_late_pop_passes_its_messages_to_the_clients_parked_poll():
     a = ScriptedBroker("a", [(0, []), (0.05, [lite_message("a", "x", 1)]), (0, [])])
     b = ScriptedBroker("b", [(0, []), (0.3, [lite_message("b", "y", 2)]), (0, [])])
     consumer = Consumer()
-    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+    receiver = receiver_over([a, b], consumer, broker_timeout_s=1.0)
 
     first = await receiver.receive(request(polling_ms=2000), "client")
     second = await receiver.receive(request(polling_ms=2000), "client")
@@ -184,7 +194,7 @@ async def test_a_late_pop_goes_back_when_no_poll_of_its_client_is_parked():
     a = ScriptedBroker("a", [(0, []), (0.05, [lite_message("a", "x", 1)]), (0, [])])
     b = ScriptedBroker("b", [(0, []), (0.2, [lite_message("b", "y", 2)]), (0, [])])
     consumer = Consumer()
-    receiver = LiteReceiver(Pool([a, b]), consumer, broker_timeout_s=1.0)
+    receiver = receiver_over([a, b], consumer, broker_timeout_s=1.0)
 
     await receiver.receive(request(polling_ms=2000), "client")
     other = asyncio.ensure_future(receiver.receive(request(polling_ms=2000), "another"))
@@ -201,7 +211,7 @@ async def test_a_late_pop_goes_back_when_no_poll_of_its_client_is_parked():
 
 async def test_a_poll_with_nothing_anywhere_answers_empty_by_its_time():
     a, b = ScriptedBroker("a", []), ScriptedBroker("b", [])
-    receiver = LiteReceiver(Pool([a, b]), Consumer(), broker_timeout_s=1.0)
+    receiver = receiver_over([a, b], Consumer(), broker_timeout_s=1.0)
     loop = asyncio.get_running_loop()
     started = loop.time()
 
@@ -213,7 +223,7 @@ async def test_a_poll_with_nothing_anywhere_answers_empty_by_its_time():
 async def test_a_cancelled_poll_hands_back_what_its_pops_still_bring():
     a = ScriptedBroker("a", [(0.2, [lite_message("a", "x", 3)])])
     consumer = Consumer()
-    receiver = LiteReceiver(Pool([a]), consumer, broker_timeout_s=1.0)
+    receiver = receiver_over([a], consumer, broker_timeout_s=1.0)
     task = asyncio.ensure_future(receiver.receive(request(polling_ms=2000), "client"))
     await asyncio.sleep(0.05)
     task.cancel()

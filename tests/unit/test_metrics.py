@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.observability.metrics import ProxyMetrics
 
 
-def families(m: ProxyMetrics) -> dict[str, object]:
+def families(m: ProxyMetrics) -> dict[str, Metric]:
     body, content_type = m.render()
     assert content_type.startswith("text/plain; version=0.0.4")
     return {f.name: f for f in text_string_to_metric_families(body.decode())}

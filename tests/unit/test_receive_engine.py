@@ -171,8 +171,8 @@ async def test_a_pop_answering_after_the_poll_stopped_waiting_is_handed_back(eng
 
     assert result.messages == [] and b.pops == 1
     consumer = engine.consumer
-    await wait_until(lambda: bool(consumer.back), timeout=3)  # type: ignore[attr-defined]
-    assert consumer.back == [("b-3", "deadline")]  # type: ignore[attr-defined]
+    await wait_until(lambda: bool(consumer.back), timeout=3)
+    assert consumer.back == [("b-3", "deadline")]
 
 
 async def test_nothing_anywhere_answers_empty_at_the_deadline(engine_for):

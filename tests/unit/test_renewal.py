@@ -46,7 +46,7 @@ def popped(offset: int, pop_time: int = 1_000_000, invisible: int = 60_000) -> P
 
 
 def renewer(consumer, **kw) -> HandleRenewer:
-    return HandleRenewer(consumer, clock_ms=lambda: NOW[0], **kw)  # type: ignore[arg-type]
+    return HandleRenewer(consumer, clock_ms=lambda: NOW[0], **kw)
 
 
 async def test_a_handle_is_renewed_when_due_and_settled_with_its_current_checkpoint():

@@ -158,7 +158,8 @@ def test_user_file_errors_never_echo_secrets(tmp_path):
         UserStore.load(bad, env={})
     as_json = tmp_path / "users.json"
     as_json.write_text('{"users": [{"access_key": "j", "secret_key": "k", "publish": ["*"]}]}')
-    assert UserStore.load(as_json).get("j").permissions.may_publish("x")
+    user = UserStore.load(as_json).get("j")
+    assert user is not None and user.permissions.may_publish("x")
     assert "secret_key" not in repr(UserStore.load(as_json).get("j"))
 
 
@@ -252,8 +253,10 @@ def test_the_example_files_load():
     names = ("ORDERS_SERVICE_SECRET", "BILLING_SECRET", "AUDITOR_SECRET", "OPS_ADMIN_SECRET")
     secrets = dict.fromkeys(names, "s")
     users = UserStore.load(root / "users.example.toml", env=secrets)
-    assert users.get("billing").permissions.may_subscribe("billing-eu", "orders-eu")
-    assert not users.get("auditor").permissions.may_subscribe("audit", "payroll")
+    billing, auditor = users.get("billing"), users.get("auditor")
+    assert billing is not None and auditor is not None
+    assert billing.permissions.may_subscribe("billing-eu", "orders-eu")
+    assert not auditor.permissions.may_subscribe("audit", "payroll")
     config = load(str(root / "proxy-secure.example.toml"),
                   env={"RMQ_PROXY_SECURITY_BROKER_SECRET_KEY": "s"})  # fmt: skip
     assert config.security.tls and config.security.authentication
