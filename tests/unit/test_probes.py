@@ -1,11 +1,15 @@
-"""The probe hub recovers from a probe loop that fails: its watchers still hear hasMsg."""
+"""The probe hub: one probe per key shared by its watchers, one hasMsg for one watcher, a
+probe as long as the longest watch, turns when probes per broker are capped, and recovery
+from a probe loop that fails (its watchers still hear hasMsg)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from proxy.receive.probes import ProbeHub
+from proxy.receive.probes import ProbeHub, Watch
 from proxy.remoting.broker_client import NotificationResult
+from tests.support.scripted import Pool, ScriptedBroker, message
+from tests.support.waits import wait_until
 
 
 class _Broker:
@@ -51,3 +55,87 @@ async def test_a_probe_that_raises_is_logged_reported_and_started_again(caplog):
         await hub.close()
     assert outcomes[0] == ("broker-a", "error")
     assert "probe of ('broker-a', 'g', 't') failed" in caplog.text
+
+
+# -- sharing and fairness, on scripted brokers ------------------------------------------------
+
+
+class Heard:
+    """A watcher's callbacks: the brokers it heard hasMsg from, the probes sent for it."""
+
+    def __init__(self) -> None:
+        self.brokers: list[str] = []
+        self.probes = 0
+
+    def has_msg(self, broker: str) -> None:
+        self.brokers.append(broker)
+
+    def probe_sent(self) -> None:
+        self.probes += 1
+
+
+def watch(hub: ProbeHub, broker: str, seconds: float, topic: str = "t") -> tuple[Watch, Heard]:
+    heard = Heard()
+    deadline = asyncio.get_running_loop().time() + seconds
+    return hub.watch((broker, "g", topic), deadline, heard.has_msg, heard.probe_sent), heard
+
+
+async def test_one_has_msg_wakes_the_oldest_watcher_and_the_next_probe_waits_for_its_pop():
+    b = ScriptedBroker("b")
+    hub = ProbeHub(Pool(b).as_broker_pool(), broker_timeout_s=2.0)
+    try:
+        first, heard_first = watch(hub, "b", 5)
+        second, heard_second = watch(hub, "b", 5)
+        await wait_until(lambda: b.probes == 1)
+        assert hub.probes_in_flight == 1 and heard_first.probes == 1
+
+        b.put(message("b", 1))
+        await wait_until(lambda: heard_first.brokers == ["b"])
+        await asyncio.sleep(0.1)
+        assert heard_second.brokers == [] and b.probes == 1  # waiting for the first's pop
+
+        b.holds.clear()  # the first watcher popped it
+        b.arrived.clear()
+        hub.release(first)
+        await wait_until(lambda: b.probes == 2)  # probing again, for the second
+        assert heard_second.brokers == []
+        hub.release(second)
+    finally:
+        await hub.close()
+    assert hub.watchers == 0 and hub.probes_in_flight == 0
+
+
+async def test_a_probe_is_held_as_long_as_its_longest_watcher_and_no_longer():
+    b = ScriptedBroker("b")
+    hub = ProbeHub(Pool(b).as_broker_pool(), broker_timeout_s=1.0)
+    try:
+        short, _ = watch(hub, "b", 0.2)
+        await wait_until(lambda: b.probes == 1)
+        long, _ = watch(hub, "b", 0.8)
+        # The probe parked for the short watch ends at 0.2 s; the long one gets another.
+        await wait_until(lambda: b.probes == 2, timeout=2)
+        await wait_until(lambda: hub.probes_in_flight == 0, timeout=2)
+        assert b.probes == 2  # nothing probed past the last deadline
+        assert hub.watchers == 0  # both expired: dropped, not kept
+        hub.release(short)
+        hub.release(long)
+    finally:
+        await hub.close()
+
+
+async def test_with_one_probe_per_broker_keys_take_turns():
+    """max_per_broker=1: the second key waits in the broker's queue, and the first gives
+    its place up after slice_s, so both are probed within a few slices."""
+    b = ScriptedBroker("b")
+    hub = ProbeHub(Pool(b).as_broker_pool(), max_per_broker=1, slice_s=0.2)
+    try:
+        _, heard_one = watch(hub, "b", 5, topic="t1")
+        _, heard_two = watch(hub, "b", 5, topic="t2")
+        await wait_until(lambda: heard_one.probes == 1)
+        assert heard_two.probes == 0 and hub.probes_in_flight == 1
+
+        await wait_until(lambda: heard_two.probes >= 1, timeout=2)  # its turn came
+        await wait_until(lambda: heard_one.probes >= 2, timeout=2)  # and back again
+        assert hub.probes_in_flight <= 1
+    finally:
+        await hub.close()

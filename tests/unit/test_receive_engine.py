@@ -2,91 +2,32 @@
 its PollContext and the shared ProbeHub, against fakes of the broker clients (the
 integration and conformance suites run the same code against stubs and real RocketMQ).
 
-Each scripted broker answers POP with the messages it holds (after ``pop_delay_s``) and
-NOTIFICATION with hasMsg once it holds some, else at the end of the probe's poll time, as
-a broker parks a probe. What the tests pin: the first pop (to the named broker, a
-short-polling hit when it has messages); a probe to every broker otherwise; the hasMsg that
-wakes the poll pops *that* broker; a pop that answers after the poll has answered is
-handed back; a poll with nothing anywhere answers empty at its deadline, not later; the
-in-flight limit.
+The scripted brokers are tests/support/scripted.py's. What the tests pin: the first pop
+(to the named broker, a short-polling hit when it has messages); a probe to every broker
+otherwise; the hasMsg that wakes the poll pops *that* broker; a pop that answers after the
+poll has answered is handed back; a poll with nothing anywhere answers empty at its
+deadline, not later; the in-flight limit.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 import pytest
 
-from proxy.brokers import BrokerRoute, TopicRoute
 from proxy.config import ReceiveConfig, ReceiveMode
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
-from proxy.receive.types import ReceiveRequest
-from proxy.remoting.broker_client import NotificationResult, PopResult
-from proxy.remoting.message import MessageExt, Prop
-from proxy.remoting.popinfo import PopCheckpointInfo
+from tests.support.scripted import Pool, ScriptedBroker, message, request
 from tests.support.waits import wait_until
-
-PERM_READ_WRITE = 6
-
-
-def message(broker: str, offset: int) -> MessageExt:
-    ck = PopCheckpointInfo(0, 1, 30_000, 0, 0, broker, 0, offset).encode()
-    return MessageExt(
-        topic="T", body=b"x", properties={Prop.POP_CK: ck, Prop.UNIQ_KEY: f"{broker}-{offset}"}
-    )
-
-
-@dataclass
-class ScriptedBroker:
-    name: str
-    holds: list[MessageExt] = field(default_factory=list)
-    pop_delay_s: float = 0.0
-    pops: int = 0
-    probes: int = 0
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def put(self, msg: MessageExt) -> None:
-        self.holds.append(msg)
-        self.arrived.set()
-
-    async def pop(self, group, topic, *, max_nums, poll_ms=0, on_late=None, **_):
-        self.pops += 1
-        await asyncio.sleep(self.pop_delay_s)
-        taken, self.holds = self.holds[:max_nums], self.holds[max_nums:]
-        if not self.holds:
-            self.arrived.clear()
-        return PopResult(code=0, messages=taken)
-
-    async def notification(self, group, topic, *, poll_ms=0, order=False, timeout=None, **_):
-        self.probes += 1
-        if not self.holds:
-            try:
-                await asyncio.wait_for(self.arrived.wait(), poll_ms / 1000)
-            except TimeoutError:
-                return NotificationResult(has_msg=False)
-        return NotificationResult(has_msg=True)
-
-
-class Pool:
-    def __init__(self, *brokers: ScriptedBroker) -> None:
-        self.brokers = {b.name: b for b in brokers}
-
-    async def route(self, topic: str) -> TopicRoute:
-        routes = tuple(BrokerRoute(n, f"{n}:10911", 4, 4, PERM_READ_WRITE) for n in self.brokers)
-        return TopicRoute(topic, routes)
-
-    def broker(self, name: str) -> ScriptedBroker | None:
-        return self.brokers.get(name)
 
 
 class Consumer(ConsumerProcessor):
     """The processor with its broker calls recorded instead of made."""
 
     def __init__(self, pool: Pool) -> None:
-        super().__init__(pool, broker_timeout_s=1.0, hand_back_invisible_ms=100)  # type: ignore[arg-type]
+        super().__init__(pool.as_broker_pool(), broker_timeout_s=1.0, hand_back_invisible_ms=100)
         self.back: list[tuple[str, str]] = []
 
     def hand_back(self, messages, reason, invisible_ms=None):
@@ -100,28 +41,13 @@ async def engine_for():
     def make(*brokers: ScriptedBroker, **settings) -> ReceiveEngine:
         pool = Pool(*brokers)
         config = ReceiveConfig(mode=ReceiveMode.NOTIFY, **settings)
-        engine = ReceiveEngine(config, pool, Consumer(pool), ProxyMetrics())  # type: ignore[arg-type]
+        engine = ReceiveEngine(config, pool.as_broker_pool(), Consumer(pool), ProxyMetrics())
         engines.append(engine)
         return engine
 
     yield make
     for engine in engines:
         await engine.close()
-
-
-def request(polling_s: float = 2.0, broker: str | None = "a") -> ReceiveRequest:
-    now = asyncio.get_running_loop().time()
-    return ReceiveRequest(
-        group="G",
-        topic="T",
-        expression="*",
-        batch_size=16,
-        invisible_ms=30_000,
-        polling_ms=int(polling_s * 1000),
-        answer_by=now + polling_s,
-        arrived_at=now,
-        broker_hint=broker,
-    )
 
 
 def ids(result) -> list[str]:

@@ -1,0 +1,127 @@
+"""notify_poll, the long-polling task of pop-with-notify, on scripted brokers: the first
+pop, the watch on every broker, the pop of the broker that said hasMsg, the pauses after
+empty pops (a real broker says hasMsg for messages a tag filter then drops), the cap on
+probes, and no watch left behind."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from proxy.receive.context import PollContext
+from proxy.receive.misses import MissMemory
+from proxy.receive.notify import notify_poll
+from proxy.receive.probes import ProbeHub
+from tests.support.scripted import Pool, ScriptedBroker, message, request
+from tests.support.waits import wait_until
+
+
+@pytest.fixture
+async def hub_for():
+    hubs: list[ProbeHub] = []
+
+    def make(pool: Pool) -> ProbeHub:
+        hub = ProbeHub(pool.as_broker_pool(), broker_timeout_s=1.0)
+        hubs.append(hub)
+        return hub
+
+    yield make
+    for hub in hubs:
+        await hub.close()
+
+
+async def context(pool: Pool, polling_s: float, hint: str = "a") -> PollContext:
+    req = request(polling_s, hint)
+    route = await pool.route(req.topic)
+    return PollContext(req, route, pool.as_broker_pool(), lambda *_: None, 0, 1.0)
+
+
+def ids(messages) -> list[str]:
+    return [m.message.msg_id for m in messages]
+
+
+async def test_a_first_pop_that_finds_messages_watches_nothing(hub_for):
+    a, b = ScriptedBroker("a", holds=[message("a", 1)]), ScriptedBroker("b")
+    pool = Pool(a, b)
+    hub = hub_for(pool)
+    ctx = await context(pool, 2.0)
+
+    got = await notify_poll(ctx, hub, MissMemory(), max_probes=8)
+
+    assert ids(got) == ["a-1"] and ctx.short_polling_hit
+    assert hub.probes_sent == 0 and (a.probes, b.probes) == (0, 0)
+
+
+async def test_the_broker_that_says_has_msg_is_popped_and_every_watch_is_released(hub_for):
+    a, b, c = ScriptedBroker("a"), ScriptedBroker("b"), ScriptedBroker("c")
+    pool = Pool(a, b, c)
+    hub = hub_for(pool)
+    ctx = await context(pool, 5.0)
+    poll = asyncio.ensure_future(notify_poll(ctx, hub, MissMemory(), max_probes=8))
+    await wait_until(lambda: hub.watchers == 3)
+
+    b.put(message("b", 4))
+    got = await asyncio.wait_for(poll, 3)
+
+    assert ids(got) == ["b-4"] and not ctx.short_polling_hit
+    assert (a.pops, b.pops, c.pops) == (1, 1, 0)  # the first pop, then the one that fired
+    assert ctx.probes == 3 and hub.watchers == 0
+
+
+async def test_empty_pops_after_has_msg_are_paced_and_remembered_for_the_next_poll(hub_for):
+    """b says hasMsg for everything (filtered traffic) and its pops find nothing. Probing
+    again at once after every empty pop would pop it hundreds of times a second; the poll
+    pauses longer after each miss (notify.MISS_BACKOFF_S: 0, 0.05, 0.1, 0.2, 0.4 s), and
+    the next poll of the subscription starts from the pause it reached."""
+    a, b = ScriptedBroker("a"), ScriptedBroker("b", always_has_msg=True)
+    pool = Pool(a, b)
+    hub = hub_for(pool)
+    misses = MissMemory()
+
+    ctx = await context(pool, 1.2)
+    assert await notify_poll(ctx, hub, misses, max_probes=100) == []
+    # Misses at about 0, 0, 0.05, 0.15, 0.35, 0.75 and 1.15 s: seven, not hundreds.
+    assert 4 <= b.pops <= 10, b.pops
+    streak = misses.streak(("b", "G", "T", "*"), ctx.loop.time())
+    assert streak == b.pops
+
+    before = b.pops
+    ctx = await context(pool, 0.5)
+    assert await notify_poll(ctx, hub, misses, max_probes=100) == []
+    assert 1 <= b.pops - before <= 2  # at the longest pause (0.4 s) from its first miss
+    assert hub.watchers == 0
+
+
+async def test_a_poll_sends_no_more_probes_than_its_cap(hub_for):
+    b = ScriptedBroker("b", always_has_msg=True)
+    pool = Pool(b)
+    hub = hub_for(pool)
+    ctx = await context(pool, 0.6, hint="b")
+    loop = ctx.loop
+    started = loop.time()
+
+    assert await notify_poll(ctx, hub, MissMemory(), max_probes=2) == []
+
+    assert ctx.probes == 2 and b.probes == 2
+    assert b.pops == 3  # the first pop, and one after each hasMsg
+    assert loop.time() - started >= 0.55  # then it waited out its time: no probe left
+    assert hub.watchers == 0
+
+
+async def test_a_message_arriving_while_a_broker_is_paused_is_still_found(hub_for):
+    """A miss pauses the re-watch of that broker only: the other brokers' watches stay,
+    and after the pause the paused broker is watched again."""
+    a, b = ScriptedBroker("a"), ScriptedBroker("b", always_has_msg=True)
+    c = ScriptedBroker("c")
+    pool = Pool(a, b, c)
+    hub = hub_for(pool)
+    ctx = await context(pool, 3.0)
+    poll = asyncio.ensure_future(notify_poll(ctx, hub, MissMemory(), max_probes=100))
+    await wait_until(lambda: b.pops >= 3)  # b is missing, and pausing
+
+    c.put(message("c", 2))
+    got = await asyncio.wait_for(poll, 3)
+
+    assert ids(got) == ["c-2"]
+    assert hub.watchers == 0
