@@ -14,6 +14,7 @@ from polling_report.cli import main
 from proxy.api.v2 import definition_pb2 as pb
 from tests.analytics.conftest import pushed
 from tests.support.brokers import send_to
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,7 @@ async def test_proxy_event_logs_aggregate_to_what_the_workload_did(
     empty = await ca.receive(G, T, await_ms=400, broker="broker-a")  # nothing anywhere
     assert empty.status == pb.Code.MESSAGE_NOT_FOUND
     poll = asyncio.ensure_future(ca.receive(G, T, await_ms=3000, broker="broker-a"))
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: a.engine.hub.watchers == 3)  # past its first pop, watching
     await send_to(a, "broker-c", b"three")  # lands elsewhere while the poll waits
     assert len((await poll).messages) == 1
     bad = await ca.receive(G, T, await_ms=1000, invisible_ms=1000)  # refused

@@ -23,6 +23,7 @@ from proxy.remoting.broker_client import PopResult
 from proxy.remoting.lite import LiteAction, OffsetOption, OffsetType
 from proxy.remoting.message import MessageExt, Prop
 from proxy.remoting.popinfo import PopCheckpointInfo
+from tests.support.waits import wait_until
 
 Code = pb.Code
 
@@ -225,7 +226,7 @@ async def test_a_cancelled_poll_hands_back_what_its_pops_still_bring():
     consumer = Consumer()
     receiver = receiver_over([a], consumer, broker_timeout_s=1.0)
     task = asyncio.ensure_future(receiver.receive(request(polling_ms=2000), "client"))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(a.calls) == 1)  # its pop is out
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
