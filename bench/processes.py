@@ -298,6 +298,16 @@ async def scrape(proxy: Process) -> dict[str, float]:
     return totals
 
 
+def broker_requests_by_code(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Remoting requests the proxy sent to brokers between two scrapes, by request code."""
+    prefix = "rpc:remoting:"
+    return {
+        k.removeprefix(prefix): v - before.get(k, 0.0)
+        for k, v in after.items()
+        if k.startswith(prefix) and v - before.get(k, 0.0) > 0
+    }
+
+
 def broker_requests(before: dict[str, float], after: dict[str, float]) -> float:
     """Remoting requests the proxy sent to brokers between two scrapes."""
-    return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith("rpc:remoting:"))
+    return sum(broker_requests_by_code(before, after).values())

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from bench.lean_client import LeanClient
-from bench.processes import System, broker_requests, scrape
+from bench.processes import System, broker_requests, broker_requests_by_code, scrape
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import ResponseCode
@@ -85,6 +85,15 @@ class ModeTally:
             "latency_ms_max": ms(max(self.latencies) if self.latencies else None),
             "broker_requests": round(self.broker_requests),
             "broker_requests_per_message": round(per_msg, 2) if per_msg is not None else None,
+            # Which requests they were: POP_MESSAGE, NOTIFICATION, ACK_MESSAGE, ...
+            "broker_requests_per_message_by_code": {
+                code: round(n / self.delivered, 2)
+                for code, n in sorted(
+                    broker_requests_by_code(self.before or {}, self.after or {}).items()
+                )
+            }
+            if self.delivered
+            else {},
             "receive_rate_per_s": round(self.receives / self.seconds, 1) if self.seconds else None,
             "delivered_per_s": round(self.delivered / self.seconds, 1) if self.seconds else None,
             "proxy_cpu_s_per_1000": (

@@ -1,7 +1,8 @@
 """Pop-with-notify: the long-polling task of docs/design.md ("How one long poll is served").
 
 1. First pop: pop (no broker-side wait) from the broker the client named, or the next in
-   turn. Messages: answer at once; that is a short-polling hit.
+   turn. Messages: answer at once; that is a short-polling hit. Skipped when every
+   broker's probe for the (group, topic) is already parked: none of them has anything.
 2. Notify: watch every broker serving the topic; the probe hub sends the NOTIFICATION
    probes and puts each broker that answers ``hasMsg`` into this poll's result queue.
 3. Consume: take a broker from the queue and pop from it. Messages: done. Empty: probe that
@@ -35,20 +36,34 @@ from proxy.receive.types import PolledMessage
 MISS_BACKOFF_S = (0.0, 0.05, 0.1, 0.2, 0.4)
 
 
+def _nothing_new(ctx: PollContext, hub: ProbeHub) -> bool:
+    """Whether every broker of the poll has a probe for its (group, topic) parked: then no
+    broker has anything the first pop could find (``ProbeHub.parked``), and the poll goes
+    straight to watching. A message that lands in between wakes the parked probe; one that
+    landed before a probe was sent made that probe answer at once, so it is not parked.
+    Not for FIFO groups, whose probes leave out queues blocked by messages in flight."""
+    req = ctx.request
+    return not req.fifo and all(hub.parked((b.name, req.group, req.topic)) for b in ctx.brokers)
+
+
 async def notify_poll(
     ctx: PollContext, hub: ProbeHub, misses: MissMemory, max_probes: int
 ) -> list[PolledMessage]:
     first = ctx.first_broker()
     if first is None:
         return []
-    messages = await ctx.pop(first)
-    ctx.first_pop_done(bool(messages))
-    if messages:
-        return messages
+    req = ctx.request
+    if _nothing_new(ctx, hub):
+        ctx.mark("first_pop_skipped")
+        ctx.first_pop_done(False)
+    else:
+        messages = await ctx.pop(first)
+        ctx.first_pop_done(bool(messages))
+        if messages:
+            return messages
     if ctx.remaining_s <= 0:
         return []
 
-    req = ctx.request
     ready: list[str] = []  # the result queue: brokers that said hasMsg (a few at most)
     deadline = req.answer_by
 

@@ -67,6 +67,7 @@ class _Key:
     queued: bool = False  # waiting in its broker's queue for a probe slot
     probes: int = 0  # sent by the running probe loop
     order: bool = False  # a FIFO group's key: orderly probes (blocked queues do not count)
+    parked: bool = False  # a NOTIFICATION is out and has not answered yet
 
 
 class ProbeHub:
@@ -102,6 +103,14 @@ class ProbeHub:
     @property
     def watchers(self) -> int:
         return sum(len(k.watchers) for k in self._keys.values())
+
+    def parked(self, key: ProbeKey) -> bool:
+        """A NOTIFICATION of ``key`` is out and has not answered. A broker answers one at
+        once when it holds a message for the group, and wakes it when one arrives, so its
+        broker has had nothing new for the key since the probe reached it (a pop there
+        would find nothing), or the answer saying otherwise is on its way."""
+        state = self._keys.get(key)
+        return state is not None and state.parked
 
     def watch(
         self,
@@ -240,6 +249,7 @@ class ProbeHub:
                 state.probes += 1
                 state.watchers[0].on_probe_sent()
                 self.probes_sent += 1
+                state.parked = True
                 try:
                     answer = await client.notification(
                         group,
@@ -249,10 +259,12 @@ class ProbeHub:
                         timeout=poll_ms / 1000 + self.broker_timeout_s,
                     )
                 except RemotingError as exc:
+                    state.parked = False
                     self._report(broker, "error")
                     log.info("notification to %s failed: %s", broker, exc)
                     await asyncio.sleep(self.error_backoff_s)
                     continue
+                state.parked = False
                 if answer.polling_full:
                     self._report(broker, "error")
                     await asyncio.sleep(self.error_backoff_s)
@@ -261,6 +273,7 @@ class ProbeHub:
                 if answer.has_msg:
                     await self._notify_one(state, broker)
         finally:
+            state.parked = False  # also when cancelled while parked
             state.probe = None
             state.probes = 0
             if rotate and not self._closed:

@@ -125,3 +125,71 @@ async def test_a_message_arriving_while_a_broker_is_paused_is_still_found(hub_fo
 
     assert ids(got) == ["c-2"]
     assert hub.watchers == 0
+
+
+async def test_a_poll_skips_its_first_pop_while_every_brokers_probe_is_parked(hub_for):
+    """The probes of the first poll are parked on a and b: neither broker has anything for
+    (G, T), so the second poll watches at once instead of popping b (its named broker)."""
+    a, b = ScriptedBroker("a"), ScriptedBroker("b")
+    pool = Pool(a, b)
+    hub = hub_for(pool)
+    misses = MissMemory()
+    first_ctx = await context(pool, 5.0, hint="a")
+    first = asyncio.ensure_future(notify_poll(first_ctx, hub, misses, max_probes=8))
+    await wait_until(lambda: hub.parked(("a", "G", "T")) and hub.parked(("b", "G", "T")))
+    assert (a.pops, b.pops) == (1, 0)
+
+    second_ctx = await context(pool, 5.0, hint="b")
+    second = asyncio.ensure_future(notify_poll(second_ctx, hub, misses, max_probes=8))
+    await wait_until(lambda: hub.watchers == 4)
+    assert (a.pops, b.pops) == (1, 0) and (a.probes, b.probes) == (1, 1)
+    assert not second_ctx.short_polling_hit
+
+    b.put(message("b", 5))
+    done, _ = await asyncio.wait([first, second], timeout=3, return_when=asyncio.FIRST_COMPLETED)
+    assert [ids(d.result()) for d in done] == [["b-5"]] and b.pops == 1
+    for poll in (first, second):
+        poll.cancel()
+    await asyncio.gather(first, second, return_exceptions=True)
+
+
+async def test_a_poll_pops_first_when_a_probe_is_not_parked(hub_for):
+    """b's probe has answered hasMsg (its message is being popped by the first poll): a
+    poll arriving then pops first, as nothing says b is empty."""
+    a, b = ScriptedBroker("a"), ScriptedBroker("b", pop_delay_s=0.3)
+    pool = Pool(a, b)
+    hub = hub_for(pool)
+    misses = MissMemory()
+    first_ctx = await context(pool, 5.0, hint="a")
+    first = asyncio.ensure_future(notify_poll(first_ctx, hub, misses, max_probes=8))
+    await wait_until(lambda: hub.parked(("b", "G", "T")))
+    b.put(message("b", 1))
+    await wait_until(lambda: b.pops == 1)  # the first poll's pop, slow
+    assert not hub.parked(("b", "G", "T"))
+
+    second_ctx = await context(pool, 0.4, hint="a")
+    assert await notify_poll(second_ctx, hub, misses, max_probes=8) == []
+    assert a.pops == 2  # the second poll's first pop too
+    assert ids(await asyncio.wait_for(first, 3)) == ["b-1"]
+
+
+async def test_a_fifo_poll_always_pops_first(hub_for):
+    """An orderly probe leaves out queues blocked by messages in flight: parked, it does
+    not say that a pop would find nothing once they are acked."""
+    a = ScriptedBroker("a")
+    pool = Pool(a)
+    hub = hub_for(pool)
+    req = request(5.0, "a")
+    req.fifo = True
+    route = await pool.route(req.topic)
+    ctx = PollContext(req, route, pool.as_broker_pool(), lambda *_: None, 0, 1.0)
+    first = asyncio.ensure_future(notify_poll(ctx, hub, MissMemory(), max_probes=8))
+    await wait_until(lambda: hub.parked(("a", "G", "T")))
+
+    req2 = request(0.3, "a")
+    req2.fifo = True
+    ctx2 = PollContext(req2, route, pool.as_broker_pool(), lambda *_: None, 0, 1.0)
+    assert await notify_poll(ctx2, hub, MissMemory(), max_probes=8) == []
+    assert a.pops == 2
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
