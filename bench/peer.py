@@ -72,7 +72,13 @@ from proxy.remoting.message import Prop
 from rocketmq_local import admin
 from rocketmq_local.admin import wait_visible
 
-PEER = "apache"
+PEER = "apache"  # the Apache RocketMQ proxy 5.5.0 (cluster mode, its JVM from the launcher)
+RUST = "rust"  # the rocketmq-rust project's proxy, rocketmq-proxy 1.0.0 (scripts/rust-proxy.sh)
+# Proxies that are not ours: they count no broker requests of their own, so theirs are
+# counted on the brokers' side.
+FOREIGN = (PEER, RUST)
+RUST_BUILD = Path(__file__).resolve().parents[1] / "scripts" / "rust-proxy.sh"
+RUST_BINARY = Path(__file__).resolve().parents[1] / ".cache/rust-proxy/bin/rocketmq-proxy-rust"
 OURS = ("notify", "adaptive", "coupled")
 # Requests of the harness itself (sends, topic and group creation, POLLING_INFO), left
 # out of a proxy's broker requests counted on the brokers' side.
@@ -134,6 +140,55 @@ class SettingsClient(LeanClient):
 # -- the system: a real cluster with the Apache proxy, broker metrics on --------------------
 
 
+async def start_rust_proxy(binary: Path, namesrv: str, ready_s: float = 60.0) -> Process:
+    """The Rust proxy in cluster mode on a free port, in front of ``namesrv``; ready once it
+    answers a QueryRoute (any status: it is serving). RuntimeError saying why otherwise."""
+    from rocketmq_local.launcher import free_port_block
+
+    port = free_port_block()
+    log_path = binary.parent.parent / "rust-proxy.log"
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            str(binary), "--mode", "cluster", "--namesrvAddr", namesrv,
+            "--grpcListenAddr", f"127.0.0.1:{port}",
+            stdout=log, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+    process = Process(RUST, proc, {"grpc": f"127.0.0.1:{port}"})
+    client = LeanClient(f"127.0.0.1:{port}")
+    deadline = time.monotonic() + ready_s
+    try:
+        while True:
+            if proc.returncode is not None:
+                tail = log_path.read_text(errors="replace")[-1500:]
+                raise RuntimeError(f"it exited with code {proc.returncode}: {tail}")
+            try:
+                await asyncio.wait_for(client.query_route("bench-warm-up"), 3)
+                return process
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    return process  # it answered: serving (the topic is created later)
+            except TimeoutError:
+                pass
+            if time.monotonic() > deadline:
+                proc.kill()
+                await proc.wait()
+                raise RuntimeError(f"no gRPC answer within {ready_s:.0f} s")
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+
+
+def build_rust_proxy() -> tuple[Path | None, str | None]:
+    """scripts/rust-proxy.sh (cargo, once, cached under .cache/rust-proxy): the binary, or
+    None and why not."""
+    import subprocess
+
+    done = subprocess.run([str(RUST_BUILD)], capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not RUST_BINARY.exists():
+        return None, f"it did not build ({RUST_BUILD.name}): {done.stderr.strip()[-1500:]}"
+    return RUST_BINARY, None
+
+
 class PeerSystem(System):
     """``System(backend="real")`` plus the Apache proxy (``proxies["apache"]``, its JVM) and
     the brokers' Prometheus exporters, from which broker requests are counted per slot."""
@@ -143,6 +198,7 @@ class PeerSystem(System):
         brokers: int = 2,
         modes=OURS,
         apache: bool = True,
+        rust: Path | None = None,
         notify_workers=(1,),
         proxy_log_level: str = "warning",
     ) -> None:
@@ -154,6 +210,8 @@ class PeerSystem(System):
             self.proxy_specs[proxy_label("notify", n)] = ("notify", n)
         self.modes = tuple(self.proxy_specs)
         self.apache = apache
+        self.rust = rust  # the Rust proxy's binary, to run beside the others
+        self.rust_missing: str | None = None  # why it is not running, when asked for
         self.metrics_ports: dict[str, int] = {}
         self.broker_side: dict[str, Counter] = {}
         self._at_start: Counter | None = None
@@ -185,6 +243,13 @@ class PeerSystem(System):
             apache = c.proxy
             self.proxies[PEER] = Process(PEER, apache.process.popen, {"grpc": apache.grpc_address})
             self.modes = (PEER, *self.modes)
+        if self.rust is not None:
+            try:
+                self.proxies[RUST] = await start_rust_proxy(self.rust, c.namesrv_address)
+                self.modes = (RUST, *self.modes)
+            except RuntimeError as exc:
+                self.rust_missing = str(exc)
+                print(f"the Rust proxy does not run: {exc}", flush=True)
         return c.namesrv_address
 
     async def start(self) -> PeerSystem:
@@ -252,7 +317,7 @@ class PeerSystem(System):
                 side[code] += n - (self._at_start or Counter()).get(code, 0)
 
     async def metrics(self, label: str) -> dict[str, float]:
-        if label == PEER:  # the brokers' count over its slots, as if it were its own
+        if label in FOREIGN:  # the brokers' count over its slots, as if it were its own
             return {f"rpc:remoting:{c}": n for c, n in self.broker_side.get(label, {}).items()}
         return await super().metrics(label)
 
@@ -524,7 +589,7 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
     system.reset_counts()
     # A lite poll is served the same in every receive mode (receive/lite.py): of ours, the
     # default mode's proxy runs.
-    labels = [label for label in system.modes if label in (PEER, "adaptive")]
+    labels = [label for label in system.modes if label in (*FOREIGN, "adaptive")]
     for label in random.sample(labels, len(labels)):
         if label == PEER and not push:
             rows[label] = {"lite_topics": lite_topics, "refused": "LITE_SIMPLE_CONSUMER"}
@@ -640,7 +705,7 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
             end = time.perf_counter() + 90
             seen = 0
             while time.perf_counter() < end:
-                if label == PEER:
+                if label in FOREIGN:  # coupled receives: one parked pop per poll
                     seen = await system.parked_pops(group, topic)
                 else:
                     seen = await scenarios._in_flight(proxy)
@@ -698,7 +763,7 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
 async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: int = 16) -> dict:
     """Pop+ack of a backlog through the Apache proxy, our notify proxies (one of each worker
     count in the system) and straight to the brokers, in shuffled order each round."""
-    peer = [PEER] if PEER in system.proxies else []
+    peer = [label for label in FOREIGN if label in system.proxies]
     labels = [*peer, *(label for label in system.modes if label.split("-w")[0] == "notify")]
     paths = [*labels, "direct"]
     rates: dict[str, list[float]] = {p: [] for p in paths}
@@ -831,6 +896,68 @@ def show(title: str, rows: dict[str, dict], columns: list[str]) -> None:
     print(f"\n{title}\n{aligned(lines)}", flush=True)
 
 
+# The summary's figures: (title, scenario, row key, True when lower is better).
+FIGURES = [
+    ("reported p99 ms", "reported", "latency_ms_p99", True),
+    ("reported false empties", "reported", "false_empties", True),
+    ("sparse broker req/msg", "sparse", "broker_requests_per_message_brokers_count", True),
+    ("sparse p99 ms", "sparse", "latency_ms_p99", True),
+    ("busy broker req/msg", "busy", "broker_requests_per_message_brokers_count", True),
+    ("busy msg/s", "busy", "delivered_per_s", False),
+]
+
+
+def summary(results: dict) -> dict[str, dict[str, object]]:
+    """One screen: each figure of each proxy, then ours (the best of our modes) over the
+    best of the others (below 1 is ours ahead for a lower-is-better figure, above 1 for a
+    higher-is-better one)."""
+    figures: list[tuple[str, dict[str, float]]] = []
+    for title, scenario, key, _ in FIGURES:
+        rows = results.get(scenario, {})
+        figures.append((title, {p: r[key] for p, r in rows.items() if r.get(key) is not None}))
+    fanin = results.get("fanin", {})
+    if fanin:
+        most = max(fanin, key=int)
+        figures.append((f"RSS KB per idle poll ({most})", {
+            p: r["kb_per_poll"] for p, r in fanin[most].items() if r.get("kb_per_poll") is not None
+        }))  # fmt: skip
+    overhead = results.get("overhead", {})
+    if overhead:
+        rates = overhead["msgs_per_s"]
+        direct = rates.get("direct")
+        figures.append(("overhead msg/s", {p: v for p, v in rates.items() if p != "direct"}))
+        if direct:
+            figures.append(("overhead / direct", {
+                p: round(v / direct, 2) for p, v in rates.items() if p != "direct"
+            }))  # fmt: skip
+    lower_better = {title: low for title, _, _, low in FIGURES}
+    out: dict[str, dict[str, object]] = {}
+    for title, values in figures:
+        theirs = [v for p, v in values.items() if p in FOREIGN]
+        ours = [v for p, v in values.items() if p not in FOREIGN]
+        low = lower_better.get(title, not title.startswith("overhead"))
+        row: dict[str, object] = dict(values)
+        if theirs and ours:
+            best_ours = min(ours) if low else max(ours)
+            best_theirs = min(theirs) if low else max(theirs)
+            row["ours / best peer"] = round(best_ours / best_theirs, 2) if best_theirs else "-"
+        out[title] = row
+    return out
+
+
+def show_summary(results: dict) -> None:
+    table = summary(results)
+    proxies = sorted({p for row in table.values() for p in row if p != "ours / best peer"},
+                     key=lambda p: (p not in FOREIGN, p))  # fmt: skip
+    columns = [*proxies, "ours / best peer"]
+    lines = [["figure", *columns]] + [
+        [title, *("-" if row.get(c) is None else str(row.get(c)) for c in columns)]
+        for title, row in table.items()
+    ]
+    print(f"\nSummary (lower is better except msg/s and overhead / direct); load "
+          f"{load_average()}\n{aligned(lines)}", flush=True)  # fmt: skip
+
+
 async def run(args: argparse.Namespace) -> dict:
     wanted = args.scenarios.split(",")
     results: dict = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -838,20 +965,31 @@ async def run(args: argparse.Namespace) -> dict:
                      "load_average_1_5_15": {"start": load_average()}}  # fmt: skip
     scenarios.CLIENT_CLASS[0] = SettingsClient
     real = [s for s in wanted if s != "stub"]
+    rust_binary = None
+    if real and RUST in args.peers:
+        rust_binary, why = await asyncio.to_thread(build_rust_proxy)
+        if rust_binary is None:
+            results["rust_missing"] = why
+            print(f"the Rust proxy is left out: {why}", flush=True)
     if real:
         t0 = time.monotonic()
         system = await PeerSystem(
             brokers=args.brokers,
-            apache=not args.no_apache,
-            notify_workers=args.workers,
+            modes=OURS if "ours" in args.peers else (),
+            apache=PEER in args.peers,
+            rust=rust_binary,
+            notify_workers=args.workers if "ours" in args.peers else (),
             proxy_log_level=args.proxy_log_level,
         ).start()
         from rocketmq_local.launcher import rocketmq_version
 
         results["rocketmq"] = rocketmq_version()
-        ours = len(system.proxies) - (PEER in system.proxies)
+        if system.rust_missing is not None:
+            results["rust_missing"] = system.rust_missing
+        theirs = [label for label in FOREIGN if label in system.proxies]
+        ours = len(system.proxies) - len(theirs)
         print(f"real RocketMQ {results['rocketmq']}: {args.brokers} brokers, "
-              f"{'the Apache proxy and ' if PEER in system.proxies else ''}{ours} of ours "
+              f"{' and '.join([*theirs, f'{ours} of ours'])} "
               f"ready in {time.monotonic() - t0:.0f} s; load {load_average()}",
               flush=True)  # fmt: skip
         try:
@@ -950,6 +1088,8 @@ async def run(args: argparse.Namespace) -> dict:
         finally:
             await stub.stop()
     results["load_average_1_5_15"]["end"] = load_average()
+    results["summary"] = summary(results)
+    show_summary(results)
     return results
 
 
@@ -1030,8 +1170,9 @@ def main() -> None:
     p.add_argument("--workers", type=lambda s: tuple(int(x) for x in s.split(",")),
                    default=(1,), help="worker counts of notify proxies, e.g. 1,2: a notify "
                    "proxy of each runs every scenario beside the others")  # fmt: skip
-    p.add_argument("--no-apache", action="store_true",
-                   help="our proxies only, without the Apache proxy")  # fmt: skip
+    p.add_argument("--peers", type=lambda s: s.split(","), default=["apache", "rust", "ours"],
+                   help="the proxies to compare: apache (the Apache proxy 5.5.0), rust "
+                   "(rocketmq-proxy 1.0.0, built with cargo once), ours")  # fmt: skip
     p.add_argument("--proxy-log-level", default="warning",
                    help="our proxies' log level (to stderr); debug logs each poll's stages, "
                    "proxy/receive/timeline.py")  # fmt: skip

@@ -12,13 +12,22 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)/.cache/rust-proxy"
 BIN="$ROOT/bin/rocketmq-proxy-rust"
 [ -x "$BIN" ] && [ -f "$ROOT/.version-$VERSION" ] && exit 0
 
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if ! command -v protoc >/dev/null 2>&1; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   echo "rust-proxy: installing protobuf-compiler (protoc)"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends protobuf-compiler >/dev/null
+fi
+
+# protoc's well-known types (google/protobuf/duration.proto, ...): Debian ships them apart
+# (libprotobuf-dev); grpcio-tools in the project's virtualenv carries them too.
+WELL_KNOWN="$(cd "$(dirname "$0")/.." && pwd)/.venv/lib/python3.11/site-packages/grpc_tools/_proto"
+if [ -f "$WELL_KNOWN/google/protobuf/duration.proto" ]; then
+  export PROTOC_INCLUDE="$WELL_KNOWN"
+elif [ ! -f /usr/include/google/protobuf/duration.proto ]; then
+  $SUDO apt-get install -y -qq --no-install-recommends libprotobuf-dev >/dev/null
 fi
 
 mkdir -p "$ROOT"

@@ -1,0 +1,40 @@
+"""The peer benchmark's one-screen summary: each figure per proxy, and ours over the best of
+the others, in the direction that figure is better."""
+
+from __future__ import annotations
+
+from bench.peer import summary
+
+
+def test_ours_is_compared_with_the_best_peer_in_each_figures_direction():
+    results = {
+        "reported": {
+            "apache": {"latency_ms_p99": 9300.0, "false_empties": 4},
+            "rust": {"latency_ms_p99": 7000.0, "false_empties": 3},
+            "notify": {"latency_ms_p99": 14.0, "false_empties": 0},
+            "adaptive": {"latency_ms_p99": 21.0, "false_empties": 0},
+        },
+        "busy": {
+            "apache": {"delivered_per_s": 800.0},
+            "notify": {"delivered_per_s": 1000.0},
+            "coupled": {"delivered_per_s": 900.0},
+        },
+        "fanin": {
+            "2000": {"apache": {"kb_per_poll": 24.0}, "notify": {"kb_per_poll": 30.0}},
+            "20000": {"apache": {"kb_per_poll": 20.0}, "notify": {"kb_per_poll": 18.0}},
+        },
+        "overhead": {"msgs_per_s": {"apache": 2000, "notify": 1500, "direct": 3000}},
+    }
+
+    table = summary(results)
+
+    # Lower is better: our best (14 ms) over their best (7,000 ms).
+    assert table["reported p99 ms"]["ours / best peer"] == 0.0
+    assert table["reported p99 ms"]["rust"] == 7000.0
+    assert table["reported false empties"]["ours / best peer"] == 0.0
+    # Higher is better: our best (1,000 msg/s) over theirs (800).
+    assert table["busy msg/s"]["ours / best peer"] == 1.25
+    # The largest fan-in only, as a number of polls (not "2000" > "20000" as text).
+    assert table["RSS KB per idle poll (20000)"]["ours / best peer"] == 0.9
+    assert table["overhead / direct"] == {"apache": 0.67, "notify": 0.5, "ours / best peer": 0.75}
+    assert table["overhead msg/s"]["ours / best peer"] == 0.75
