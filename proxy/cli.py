@@ -21,7 +21,7 @@ import sys
 from proxy.app import ProxyApp
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
 from proxy.embedded import StubMissing, fronting, start_embedded_brokers
-from proxy.loop import run_main
+from proxy.loop import run_main, settle_heap
 from proxy.remoting.client import split_address_list
 
 log = logging.getLogger("proxy")
@@ -47,6 +47,7 @@ async def serve_single(config: ProxyConfig) -> None:
         app = ProxyApp(config)
         try:
             await app.start()
+            settle_heap()
             namesrv = ",".join(config.namesrv_addrs)
             print(
                 f"rmq-proxy ready grpc={config.grpc_host}:{app.grpc_port} "

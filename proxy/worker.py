@@ -26,7 +26,7 @@ from typing import Any
 
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig, ReceiveConfig
-from proxy.loop import run_main
+from proxy.loop import run_main, settle_heap
 from proxy.security.config import SecurityConfig
 
 log = logging.getLogger("proxy.worker")
@@ -73,6 +73,7 @@ async def serve_worker(config: ProxyConfig) -> None:
     app = ProxyApp(config, reuse_port=True)
     try:
         await app.start()
+        settle_heap()
         print(
             f"rmq-proxy worker ready pid={os.getpid()} "
             f"grpc={config.grpc_host}:{app.grpc_port} "
