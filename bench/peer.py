@@ -898,6 +898,7 @@ def show(title: str, rows: dict[str, dict], columns: list[str]) -> None:
 
 # The summary's figures: (title, scenario, row key, True when lower is better).
 FIGURES = [
+    ("reported delivered", "reported", "delivered", False),
     ("reported p99 ms", "reported", "latency_ms_p99", True),
     ("reported false empties", "reported", "false_empties", True),
     ("sparse broker req/msg", "sparse", "broker_requests_per_message_brokers_count", True),
