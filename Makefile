@@ -18,7 +18,7 @@ help:
 	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
-	@echo "make bench-peer   the Apache RocketMQ proxy beside ours on real brokers (results/bench-peer)"
+	@echo "make bench-peer   the Apache and Rust RocketMQ proxies beside ours on real brokers (results/bench-peer)"
 	@echo "make bench-cold   the reported case cold, 20 times per mode: the first message (results/bench-cold)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
@@ -203,11 +203,13 @@ K8S_NODE_STAMP := $(K8S_NODE_DIR)/node_modules/.installed
 
 deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
 
-# Head to head with the Apache RocketMQ proxy on real brokers (bench/peer.py; about
-# 40 minutes): the reported case with the official Python client, lite topics (official
-# Python lite consumers, 1,000 and 10,000 lite topics), priority messages, sparse, busy,
-# idle fan-in, overhead, then our proxy on stubs. BENCH_ARGS passes flags (BENCH_ARGS=--help), e.g.
-# BENCH_ARGS="--workers 1,2" for a notify proxy of 2 workers beside the others.
+# Head to head with the Apache RocketMQ proxy and the Rust proxy (rocketmq-proxy 1.0.0, built
+# with cargo on first use by scripts/rust-proxy.sh, about 10 minutes) on real brokers
+# (bench/peer.py; about 40 minutes): the reported case with the official Python client, lite
+# topics (official Python lite consumers, 1,000 and 10,000 lite topics), priority messages,
+# sparse, busy, idle fan-in, overhead, then our proxy on stubs; it ends with a summary table.
+# BENCH_ARGS passes flags (BENCH_ARGS=--help), e.g. BENCH_ARGS="--workers 1,2" for a notify
+# proxy of 2 workers beside the others, BENCH_ARGS="--peers apache,ours" without the Rust one.
 .PHONY: bench-peer
 bench-peer: $(BENCH_STAMP) rocketmq interop-deps
 	$(BIN)/python -m bench.peer --out results/bench-peer $(BENCH_ARGS)
