@@ -85,6 +85,10 @@ class ReceiveConfig:
     # set it to about 80,000 / proxies, under a broker's limit of 100,000 parked).
     max_probes_per_broker: int = 0
     probe_slice_s: float = 5.0
+    # A probe whose key had a poll within this time stays parked (for `max_polling_ms`)
+    # when its polls are done: a consumer polls again within moments, finds it parked and
+    # skips its first pop (docs/design.md). 0: a probe lasts as long as its longest poll.
+    probe_linger_ms: int = 2_000
     # Messages popped but not delivered go back with this invisible time.
     hand_back_invisible_ms: int = 1_000
     # Broker calls that do not wait for messages.

@@ -57,6 +57,7 @@ class ReceiveEngine:
             on_result=metrics.probe_answered,
             max_per_broker=config.max_probes_per_broker,
             slice_s=config.probe_slice_s,
+            linger_s=config.probe_linger_ms / 1000,
         )
         self.misses = MissMemory()
         self.lite = LiteReceiver(

@@ -7,6 +7,12 @@ as long as the longest watcher needs. When the broker answers ``hasMsg``, the hu
 the oldest watcher, waits until that watcher has popped (so one message wakes one poll),
 then probes again for the others; a broker with a backlog answers the next probe at once.
 
+With ``linger_s`` set, a probe is parked for as long as a broker holds one, and is sent
+again after it ends while the key had a poll within ``linger_s``: a consumer polls again
+moments after its last answer, finds the probe parked, and its poll skips the first pop
+(``notify.py``). A lingering probe that hears hasMsg with no poll watching stops: the next
+poll's first pop takes the message.
+
 Sharing keeps broker-side parked requests at (brokers x keys) instead of (brokers x polls),
 and no probe is left parked on behalf of a poll that has already finished while another
 poll of this proxy waits on the same key.
@@ -68,6 +74,7 @@ class _Key:
     probes: int = 0  # sent by the running probe loop
     order: bool = False  # a FIFO group's key: orderly probes (blocked queues do not count)
     parked: bool = False  # a NOTIFICATION is out and has not answered yet
+    last_watched: float = float("-inf")  # loop time a watch of this key last ended
 
 
 class ProbeHub:
@@ -81,10 +88,12 @@ class ProbeHub:
         on_result: Callable[[str, str], None] | None = None,  # (broker, true/false/error)
         max_per_broker: int = 0,  # probes per broker at most (0: no limit)
         slice_s: float = 5.0,  # a probe's time while other keys wait for its place
+        linger_s: float = 0.0,  # keep probing this long past the key's last watch
     ) -> None:
         self.pool = pool
         self.max_per_broker = max_per_broker
         self.slice_s = slice_s
+        self.linger_s = linger_s
         self._holding: dict[str, int] = {}  # broker -> probe loops running
         self._queue: dict[str, deque[tuple[ProbeKey, _Key]]] = {}  # broker -> waiting keys
         self.max_poll_ms = max_poll_ms
@@ -137,9 +146,11 @@ class ProbeHub:
 
     def release(self, watch: Watch) -> None:
         """The poll is done with this watch: it popped after hasMsg, or it is ending."""
+        state = self._keys.get(watch.key)
+        if state is not None:
+            state.last_watched = asyncio.get_running_loop().time()  # also when expired
         if watch.state is WatchState.RELEASED:
             return
-        state = self._keys.get(watch.key)
         if state is not None:
             if watch.state is WatchState.WATCHING:
                 with contextlib.suppress(ValueError):
@@ -231,8 +242,10 @@ class ProbeHub:
         rotate = False  # give the place to a waiting key and queue again
         try:
             while True:
-                self._drop_expired(state, loop.time())
-                if not state.watchers:
+                now = loop.time()
+                self._drop_expired(state, now)
+                lingering = self.linger_s > 0 and now - state.last_watched < self.linger_s
+                if not state.watchers and not lingering:
                     return
                 if self._others_wait(broker) and state.probes:
                     rotate = True
@@ -240,14 +253,19 @@ class ProbeHub:
                 client = self.pool.broker(broker)
                 if client is None:
                     return
-                longest = max(w.deadline for w in state.watchers) - loop.time()
-                if longest < MIN_PROBE_S:
-                    return  # these polls answer in a moment; a probe could not help them
-                poll_ms = min(int(longest * 1000), self.max_poll_ms)
+                if self.linger_s > 0:
+                    # As long as a broker holds one: the key's next polls find it parked.
+                    poll_ms = self.max_poll_ms
+                else:
+                    longest = max(w.deadline for w in state.watchers) - now
+                    if longest < MIN_PROBE_S:
+                        return  # these polls answer in a moment; a probe cannot help them
+                    poll_ms = min(int(longest * 1000), self.max_poll_ms)
                 if self._others_wait(broker):
                     poll_ms = min(poll_ms, int(self.slice_s * 1000))
                 state.probes += 1
-                state.watchers[0].on_probe_sent()
+                if state.watchers:
+                    state.watchers[0].on_probe_sent()
                 self.probes_sent += 1
                 state.parked = True
                 try:
@@ -270,8 +288,8 @@ class ProbeHub:
                     await asyncio.sleep(self.error_backoff_s)
                     continue
                 self._report(broker, "true" if answer.has_msg else "false")
-                if answer.has_msg:
-                    await self._notify_one(state, broker)
+                if answer.has_msg and not await self._notify_one(state, broker):
+                    return  # nobody to tell: the next poll's first pop takes it
         finally:
             state.parked = False  # also when cancelled while parked
             state.probe = None
@@ -282,17 +300,20 @@ class ProbeHub:
                 del self._keys[key]
             self._slot_freed(broker)
 
-    async def _notify_one(self, state: _Key, broker: str) -> None:
-        """Tell the oldest watcher; wait until it has popped before probing again."""
+    async def _notify_one(self, state: _Key, broker: str) -> bool:
+        """Tell the oldest watcher; wait until it has popped before probing again. False
+        when no poll watches (a lingering probe): probing again would only hear the same
+        message again."""
         self._drop_expired(state, asyncio.get_running_loop().time())
         if not state.watchers:
-            return
+            return False
         watch = state.watchers.popleft()
         watch.state = WatchState.NOTIFIED
         state.consumed.clear()
         watch.on_has_msg(broker)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.consumed.wait(), self.broker_timeout_s)
+        return True
 
     @staticmethod
     def _drop_expired(state: _Key, now: float) -> None:

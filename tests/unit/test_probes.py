@@ -139,3 +139,46 @@ async def test_with_one_probe_per_broker_keys_take_turns():
         assert hub.probes_in_flight <= 1
     finally:
         await hub.close()
+
+
+async def test_a_lingering_probe_stays_parked_for_the_next_poll_and_stops_on_an_unheard_message():
+    """linger_s: once its last watch is released, the key's probe is sent again and stays
+    parked, so the consumer's next poll finds it (and skips its first pop); a message it
+    hears with nobody watching ends it, for that next poll's first pop to take."""
+    b = ScriptedBroker("b")
+    hub = ProbeHub(Pool(b).as_broker_pool(), max_poll_ms=20_000, linger_s=2.0)
+    try:
+        first, heard = watch(hub, "b", 5)
+        await wait_until(lambda: hub.parked(("b", "g", "t")))
+        b.put(message("b", 1))
+        await wait_until(lambda: heard.brokers == ["b"])
+        b.holds.clear()  # popped
+        b.arrived.clear()
+        hub.release(first)  # the poll answered: nobody watches now
+
+        await wait_until(lambda: b.probes == 2 and hub.parked(("b", "g", "t")))
+        second, heard_second = watch(hub, "b", 5)
+        assert b.probes == 2  # the next poll joins the parked probe: no request
+        hub.release(second)
+
+        b.put(message("b", 2))  # nobody watching
+        await wait_until(lambda: hub.probes_in_flight == 0)
+        assert b.probes == 2 and not hub.parked(("b", "g", "t"))
+        assert heard_second.brokers == []
+    finally:
+        await hub.close()
+
+
+async def test_without_linger_a_probe_ends_with_its_last_poll():
+    b = ScriptedBroker("b")
+    hub = ProbeHub(Pool(b).as_broker_pool(), linger_s=0.0)
+    try:
+        only, heard = watch(hub, "b", 5)
+        await wait_until(lambda: hub.parked(("b", "g", "t")))
+        b.put(message("b", 1))
+        await wait_until(lambda: heard.brokers == ["b"])
+        hub.release(only)
+        await wait_until(lambda: hub.probes_in_flight == 0)
+        assert b.probes == 1
+    finally:
+        await hub.close()
