@@ -769,6 +769,7 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
     rates: dict[str, list[float]] = {p: [] for p in paths}
     waits: dict[str, list[float]] = {p: [] for p in paths}
     cpu: dict[str, defaultdict[str, float]] = {p: defaultdict(float) for p in paths}
+    unfinished: dict[str, str] = {}
     per = 32 * len(system.broker_clients)
     total = messages // per * per
     for round_no in range(rounds):
@@ -788,7 +789,14 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
 
             before = snapshot()
             proxy = None if path == "direct" else path
-            rate, took = await scenarios._consume(system, proxy, topic, group, total, workers)
+            try:
+                rate, took = await scenarios._consume(
+                    system, proxy, topic, group, total, workers, limit_s=120.0
+                )
+            except scenarios.Unfinished as exc:
+                unfinished[path] = str(exc)
+                print(f"  overhead {path} r{round_no}: unfinished, {exc}", flush=True)
+                continue
             after = snapshot()
             rates[path].append(rate)
             waits[path] += took
@@ -799,7 +807,8 @@ async def overhead(system: PeerSystem, *, rounds: int, messages: int, workers: i
     return {
         "messages": total,
         "workers": workers,
-        "msgs_per_s": {p: round(statistics.median(r)) for p, r in rates.items()},
+        "msgs_per_s": {p: round(statistics.median(r)) for p, r in rates.items() if r},
+        "unfinished": unfinished,
         "rounds": {p: [round(x) for x in r] for p, r in rates.items()},
         "receive_ms_p50": {p: ms(percentile(w, 0.5)) for p, w in waits.items()},
         "receive_ms_p99": {p: ms(percentile(w, 0.99)) for p, w in waits.items()},
@@ -959,11 +968,13 @@ def show_summary(results: dict) -> None:
           f"{load_average()}\n{aligned(lines)}", flush=True)  # fmt: skip
 
 
-async def run(args: argparse.Namespace) -> dict:
+async def run(args: argparse.Namespace, results: dict) -> dict:
+    """Every scenario asked for, into ``results`` as each ends (what a failed run did
+    is still written)."""
     wanted = args.scenarios.split(",")
-    results: dict = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                     "args": vars(args),
-                     "load_average_1_5_15": {"start": load_average()}}  # fmt: skip
+    results.update({"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "args": vars(args),
+                    "load_average_1_5_15": {"start": load_average()}})  # fmt: skip
     scenarios.CLIENT_CLASS[0] = SettingsClient
     real = [s for s in wanted if s != "stub"]
     rust_binary = None
@@ -1181,10 +1192,13 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = run_main(run(args))
-    results["charts"] = charts(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"\nwrote {out / 'results.json'} {' '.join(results['charts'])}")
+    results: dict = {}
+    try:
+        run_main(run(args, results))
+        results["charts"] = charts(results, out)
+    finally:
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+        print(f"\nwrote {out / 'results.json'} {' '.join(results.get('charts', []))}")
 
 
 if __name__ == "__main__":

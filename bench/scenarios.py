@@ -647,14 +647,25 @@ def _path_proxy(path: str) -> str | None:
     return None if path == "direct" else "notify" + path.removeprefix("proxy")
 
 
+class Unfinished(Exception):
+    """A consume did not take every message in its time (a proxy that cannot serve it)."""
+
+
 async def _consume(
-    system: System, proxy: str | None, topic: str, group: str, total: int, workers: int
+    system: System,
+    proxy: str | None,
+    topic: str,
+    group: str,
+    total: int,
+    workers: int,
+    limit_s: float = 300.0,
 ) -> tuple[float, list[float]]:
     """Pop and ack ``total`` messages with ``workers`` in parallel, through the proxy
     labelled ``proxy`` in ``system.proxies`` (clients of ``CLIENT_CLASS``), or straight to
     the brokers when it is None; return messages/s, timed to the moment the last message
     is acked (workers still parked in a long poll then are cancelled, not waited for), and
-    the latency of every receive (pop on the direct path) that returned messages."""
+    the latency of every receive (pop on the direct path) that returned messages.
+    Unfinished when ``limit_s`` passes first."""
     consumed = 0
     all_done = asyncio.Event()
     latencies: list[float] = []
@@ -701,8 +712,10 @@ async def _consume(
     start = time.perf_counter()
     tasks = [asyncio.ensure_future(worker(i)) for i in range(workers)]
     try:
-        await asyncio.wait_for(all_done.wait(), 300)
+        await asyncio.wait_for(all_done.wait(), limit_s)
         elapsed = time.perf_counter() - start
+    except TimeoutError:
+        raise Unfinished(f"{consumed} of {total} messages in {limit_s:.0f} s") from None
     finally:
         for task in tasks:
             task.cancel()
