@@ -907,7 +907,7 @@ def show(title: str, rows: dict[str, dict], columns: list[str]) -> None:
 
 # The summary's figures: (title, scenario, row key, True when lower is better).
 FIGURES = [
-    ("reported delivered", "reported", "delivered", False),
+    ("reported delivered / sent", "reported", "delivered_share", False),
     ("reported p99 ms", "reported", "latency_ms_p99", True),
     ("reported false empties", "reported", "false_empties", True),
     ("sparse broker req/msg", "sparse", "broker_requests_per_message_brokers_count", True),
@@ -923,7 +923,10 @@ def summary(results: dict) -> dict[str, dict[str, object]]:
     higher-is-better one)."""
     figures: list[tuple[str, dict[str, float]]] = []
     for title, scenario, key, _ in FIGURES:
-        rows = results.get(scenario, {})
+        rows = {p: dict(r) for p, r in results.get(scenario, {}).items()}
+        for counts in rows.values():  # each proxy's slots sent a different number
+            if counts.get("sent"):
+                counts["delivered_share"] = round(counts.get("delivered", 0) / counts["sent"], 2)
         figures.append((title, {p: r[key] for p, r in rows.items() if r.get(key) is not None}))
     fanin = results.get("fanin", {})
     if fanin:

@@ -9,9 +9,9 @@ from bench.peer import summary
 def test_ours_is_compared_with_the_best_peer_in_each_figures_direction():
     results = {
         "reported": {
-            "apache": {"latency_ms_p99": 9300.0, "false_empties": 4},
-            "rust": {"latency_ms_p99": 7000.0, "false_empties": 3},
-            "notify": {"latency_ms_p99": 14.0, "false_empties": 0},
+            "apache": {"latency_ms_p99": 9300.0, "false_empties": 4, "sent": 20, "delivered": 19},
+            "rust": {"latency_ms_p99": 7000.0, "false_empties": 3, "sent": 20, "delivered": 0},
+            "notify": {"latency_ms_p99": 14.0, "false_empties": 0, "sent": 25, "delivered": 25},
             "adaptive": {"latency_ms_p99": 21.0, "false_empties": 0},
         },
         "busy": {
@@ -32,6 +32,13 @@ def test_ours_is_compared_with_the_best_peer_in_each_figures_direction():
     assert table["reported p99 ms"]["ours / best peer"] == 0.0
     assert table["reported p99 ms"]["rust"] == 7000.0
     assert table["reported false empties"]["ours / best peer"] == 0.0
+    # Delivered as a share of what each proxy's slots sent; higher is better.
+    assert table["reported delivered / sent"] == {
+        "apache": 0.95,
+        "rust": 0.0,
+        "notify": 1.0,
+        "ours / best peer": 1.05,
+    }
     # Higher is better: our best (1,000 msg/s) over theirs (800).
     assert table["busy msg/s"]["ours / best peer"] == 1.25
     # The largest fan-in only, as a number of polls (not "2000" > "20000" as text).
