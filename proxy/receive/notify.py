@@ -100,7 +100,7 @@ async def notify_poll(
             broker = ctx.broker(broker_name)
             # Patient: the broker has just said hasMsg, so it is up (ctx.pop).
             messages = await ctx.pop(broker, patient=True) if broker is not None else []
-            hub.release(watches[broker_name])
+            hub.release(watches[broker_name], missed=not messages)
             miss_key = (broker_name, req.group, req.topic, req.expression)
             if messages:
                 misses.hit(miss_key, ctx.loop.time())

@@ -144,11 +144,15 @@ class ProbeHub:
                 self._enqueue(key, state)
         return watch
 
-    def release(self, watch: Watch) -> None:
-        """The poll is done with this watch: it popped after hasMsg, or it is ending."""
+    def release(self, watch: Watch, *, missed: bool = False) -> None:
+        """The poll is done with this watch: it popped after hasMsg, or it is ending.
+        ``missed``: its pop after hasMsg found nothing, so the broker holds messages the
+        poll cannot take (filtered out, or taken first): a lingering probe would hear them
+        at once, again and again, so the key does not linger."""
         state = self._keys.get(watch.key)
         if state is not None:
-            state.last_watched = asyncio.get_running_loop().time()  # also when expired
+            # Also for an expired watch: the poll ended just now.
+            state.last_watched = float("-inf") if missed else asyncio.get_running_loop().time()
         if watch.state is WatchState.RELEASED:
             return
         if state is not None:
