@@ -921,34 +921,37 @@ def summary(results: dict) -> dict[str, dict[str, object]]:
     """One screen: each figure of each proxy, then ours (the best of our modes) over the
     best of the others (below 1 is ours ahead for a lower-is-better figure, above 1 for a
     higher-is-better one)."""
-    figures: list[tuple[str, dict[str, float]]] = []
-    for title, scenario, key, _ in FIGURES:
-        rows = {p: dict(r) for p, r in results.get(scenario, {}).items()}
-        for counts in rows.values():  # each proxy's slots sent a different number
-            if counts.get("sent"):
-                counts["delivered_share"] = round(counts.get("delivered", 0) / counts["sent"], 2)
-        figures.append((title, {p: r[key] for p, r in rows.items() if r.get(key) is not None}))
+    figures: list[tuple[str, dict[str, float], bool]] = []  # title, per proxy, lower better
+    for title, scenario, key, low in FIGURES:
+        values = {}
+        for proxy, counts in results.get(scenario, {}).items():
+            if key == "delivered_share":  # each proxy's slots sent a different number
+                sent = counts.get("sent")
+                value = round(counts.get("delivered", 0) / sent, 2) if sent else None
+            else:
+                value = counts.get(key)
+            if value is not None:
+                values[proxy] = value
+        figures.append((title, values, low))
     fanin = results.get("fanin", {})
     if fanin:
         most = max(fanin, key=int)
         figures.append((f"RSS KB per idle poll ({most})", {
             p: r["kb_per_poll"] for p, r in fanin[most].items() if r.get("kb_per_poll") is not None
-        }))  # fmt: skip
+        }, True))  # fmt: skip
     overhead = results.get("overhead", {})
     if overhead:
         rates = overhead["msgs_per_s"]
         direct = rates.get("direct")
-        figures.append(("overhead msg/s", {p: v for p, v in rates.items() if p != "direct"}))
+        figures.append(("overhead msg/s", {p: v for p, v in rates.items() if p != "direct"}, False))
         if direct:
             figures.append(("overhead / direct", {
                 p: round(v / direct, 2) for p, v in rates.items() if p != "direct"
-            }))  # fmt: skip
-    lower_better = {title: low for title, _, _, low in FIGURES}
+            }, False))  # fmt: skip
     out: dict[str, dict[str, object]] = {}
-    for title, values in figures:
+    for title, values, low in figures:
         theirs = [v for p, v in values.items() if p in FOREIGN]
         ours = [v for p, v in values.items() if p not in FOREIGN]
-        low = lower_better.get(title, not title.startswith("overhead"))
         row: dict[str, object] = dict(values)
         if theirs and ours:
             best_ours = min(ours) if low else max(ours)

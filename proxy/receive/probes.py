@@ -149,13 +149,11 @@ class ProbeHub:
         ``missed``: its pop after hasMsg found nothing, so the broker holds messages the
         poll cannot take (filtered out, or taken first): a lingering probe would hear them
         at once, again and again, so the key does not linger."""
+        if watch.state is WatchState.RELEASED:
+            return  # an expired watch was timed by _drop_expired; a second release is no news
         state = self._keys.get(watch.key)
         if state is not None:
-            # Also for an expired watch: the poll ended just now.
             state.last_watched = float("-inf") if missed else asyncio.get_running_loop().time()
-        if watch.state is WatchState.RELEASED:
-            return
-        if state is not None:
             if watch.state is WatchState.WATCHING:
                 with contextlib.suppress(ValueError):
                     state.watchers.remove(watch)
@@ -330,6 +328,7 @@ class ProbeHub:
                 live.append(watch)
             else:
                 watch.state = WatchState.RELEASED
+                state.last_watched = now  # its poll ends now (probe linger)
         state.watchers = live
 
     def _report(self, broker: str, outcome: str) -> None:

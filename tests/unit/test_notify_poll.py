@@ -31,8 +31,11 @@ async def hub_for():
         await hub.close()
 
 
-async def context(pool: Pool, polling_s: float, hint: str = "a") -> PollContext:
+async def context(
+    pool: Pool, polling_s: float, hint: str = "a", *, fifo: bool = False
+) -> PollContext:
     req = request(polling_s, hint)
+    req.fifo = fifo
     route = await pool.route(req.topic)
     return PollContext(req, route, pool.as_broker_pool(), lambda *_: None, 0, 1.0)
 
@@ -179,16 +182,11 @@ async def test_a_fifo_poll_always_pops_first(hub_for):
     a = ScriptedBroker("a")
     pool = Pool(a)
     hub = hub_for(pool)
-    req = request(5.0, "a")
-    req.fifo = True
-    route = await pool.route(req.topic)
-    ctx = PollContext(req, route, pool.as_broker_pool(), lambda *_: None, 0, 1.0)
+    ctx = await context(pool, 5.0, fifo=True)
     first = asyncio.ensure_future(notify_poll(ctx, hub, MissMemory(), max_probes=8))
     await wait_until(lambda: hub.parked(("a", "G", "T")))
 
-    req2 = request(0.3, "a")
-    req2.fifo = True
-    ctx2 = PollContext(req2, route, pool.as_broker_pool(), lambda *_: None, 0, 1.0)
+    ctx2 = await context(pool, 0.3, fifo=True)
     assert await notify_poll(ctx2, hub, MissMemory(), max_probes=8) == []
     assert a.pops == 2
     first.cancel()
