@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import time
 import uuid
 from pathlib import Path
@@ -38,33 +37,8 @@ from bench.peer import PEER, PeerSystem, _official
 from bench.processes import Process, _spawn, scrape, terminate
 from bench.scenarios import ms, percentile
 from proxy.loop import run_main
+from proxy.receive.timeline import timelines
 from proxy.remoting.message import Prop
-
-TIMELINE = re.compile(
-    r"proxy\.receive\.timeline: receive (?P<group>\S+)/(?P<topic>\S+) arrived_ms=(?P<arrived>\d+)"
-    r" mode=(?P<mode>\S+) polling_ms=\d+ ids=(?P<ids>\S+): (?P<stages>.*)$"
-)
-
-
-def timelines(log_text: str) -> dict[str, dict]:
-    """Message id -> the poll that delivered it: its mode, arrival (epoch s) and stages."""
-    out: dict[str, dict] = {}
-    for line in log_text.splitlines():
-        m = TIMELINE.search(line)
-        if m is None or m["ids"] == "-":
-            continue
-        stages = m["stages"].split()
-        arrived = int(m["arrived"]) / 1000
-        written = [float(s.rsplit("@", 1)[1]) for s in stages if s.startswith("written")]
-        poll = {
-            "mode": m["mode"],
-            "arrived": arrived,
-            "written": arrived + written[0] / 1000 if written else None,
-            "stages": stages,
-        }
-        for msg_id in m["ids"].split(","):
-            out[msg_id] = poll
-    return out
 
 
 async def start_proxy(namesrv: str, mode: str, name: str, log_path: Path) -> Process:

@@ -1,13 +1,19 @@
 """The memory floor of an idle long poll: what grpcio itself costs per parked call.
 
-    .venv/bin/python -m bench.grpc_floor [--calls 2000] [--telemetry]
+    .venv/bin/python -m bench.grpc_floor [--calls 2000] [--telemetry] [--own-connections]
+        [--option grpc.NAME=VALUE ...]
 
 A bare grpc.aio server whose ReceiveMessage only waits, held open by client processes with
 the lean client's calls; prints the server's RSS growth per parked call, between half and
 all of the calls (as the fan-in scenario measures the proxy) and from none. Compare it with
 the proxy's KB per idle poll in the fan-in scenario (make bench). With ``--telemetry`` each
 call comes with an open Telemetry stream that has exchanged one command each way, as an
-official client (and ``make bench-peer``'s load generator) keeps one per client.
+official client (and ``make bench-peer``'s load generator) keeps one per client. With
+``--own-connections`` each call comes over its own HTTP/2 connection, as each official
+client has its own; without, the calls of a client process share one. ``--option`` passes a
+grpcio server option (an integer or a string), to measure what it changes. The allocator is
+the process's: run it under ``MALLOC_ARENA_MAX=2`` or ``LD_PRELOAD=libjemalloc.so.2`` to
+compare.
 """
 
 from __future__ import annotations
@@ -36,13 +42,15 @@ async def stream(client):
     call = client.stub.Telemetry(commands(), metadata=client.metadata)
     await call.read()
     return call
-async def main(endpoint, calls, telemetry):
-    client = LeanClient(endpoint, "floor")
-    streams = [await stream(client) for _ in range(calls)] if telemetry else []
-    polls = [asyncio.ensure_future(client.receive("G", "T", await_ms=45000, batch=1))
-             for _ in range(calls)]
-    await asyncio.sleep(60)
-asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"))
+async def main(endpoint, calls, telemetry, own):
+    shared = LeanClient(endpoint, "floor")
+    clients = [LeanClient(endpoint, f"floor-{i}", own_connection=True) for i in range(calls)] \
+        if own else [shared] * calls
+    streams = [await stream(c) for c in clients] if telemetry else []
+    polls = [asyncio.ensure_future(c.receive("G", "T", await_ms=45000, batch=1))
+             for c in clients]
+    await asyncio.sleep(90)
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"))
 """
 
 
@@ -67,8 +75,15 @@ def rss_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
-async def main(calls: int, telemetry: bool) -> None:
-    server = grpc.aio.server()
+def option(text: str) -> tuple[str, int | str]:
+    name, _, value = text.partition("=")
+    return name, int(value) if value.lstrip("-").isdigit() else value
+
+
+async def main(
+    calls: int, telemetry: bool, own: bool, options: list[tuple[str, int | str]]
+) -> None:
+    server = grpc.aio.server(options=options)
     port = server.add_insecure_port("127.0.0.1:0")
     service = ParkingService()
     service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
@@ -88,9 +103,10 @@ async def main(calls: int, telemetry: bool) -> None:
                     f"127.0.0.1:{port}",
                     str(half),
                     str(int(telemetry)),
+                    str(int(own)),
                 )
             )
-            await asyncio.sleep(15.0 if telemetry else 8.0)  # the client opens its calls
+            await asyncio.sleep(15.0 if telemetry or own else 8.0)  # the client opens its calls
             grown.append(rss_bytes() - before)
         print(
             f"{2 * half} calls opened: {(grown[1] - grown[0]) / half / 1024:.1f} KB per call "
@@ -109,5 +125,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--telemetry", action="store_true", help="a Telemetry stream per call")
+    parser.add_argument(
+        "--own-connections", action="store_true", help="an HTTP/2 connection per call"
+    )
+    parser.add_argument(
+        "--option", type=option, action="append", default=[], help="a grpcio server option"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.telemetry))
+    asyncio.run(main(args.calls, args.telemetry, args.own_connections, args.option))

@@ -39,10 +39,16 @@ class LeanClient:
         client_id: str | None = "lean-client",
         *,
         own_connection: bool = False,
+        connection: int = 0,
     ) -> None:
-        """``own_connection``: a TCP connection of this client's own (gRPC otherwise shares
-        one among channels of the process with the same target and options)."""
-        options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
+        """``own_connection``: a TCP connection of this client's own. gRPC otherwise shares
+        one among the process's channels with the same target and options: clients of the
+        same ``connection`` number share one (an option of no meaning to gRPC that only
+        tells the channels apart), so a crowd of clients can spread its calls over a few
+        connections, as a multi-worker proxy needs to spread them over its workers."""
+        options: list[tuple[str, int]] = [("bench.connection", connection)] if connection else []
+        if own_connection:
+            options.append(("grpc.use_local_subchannel_pool", 1))
         self.channel = grpc.aio.insecure_channel(endpoint, options=options)
         self.stub = service_pb2_grpc.MessagingServiceStub(self.channel)
         self.metadata = (("x-mq-client-id", client_id),) if client_id else ()

@@ -50,6 +50,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import grpc
@@ -63,6 +64,7 @@ from bench.scenarios import ModeTally, ms, percentile
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.loop import run_main
+from proxy.receive.timeline import timelines
 from proxy.receive.types import PolledMessage
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
@@ -201,10 +203,13 @@ class PeerSystem(System):
         rust: Path | None = None,
         notify_workers=(1,),
         proxy_log_level: str = "warning",
+        log_dir: Path | None = None,
     ) -> None:
         # Our proxies' log level: "debug" logs each poll's stages (proxy/receive/timeline.py).
         levels = {m: ["--log-level", proxy_log_level] for m in ("notify", "adaptive", "coupled")}
-        super().__init__(brokers=brokers, modes=modes, backend="real", proxy_args=levels)
+        super().__init__(
+            brokers=brokers, modes=modes, backend="real", proxy_args=levels, log_dir=log_dir
+        )
         # Notify proxies of more workers (``rmq-proxy --workers N``), beside the others.
         for n in notify_workers:
             self.proxy_specs[proxy_label("notify", n)] = ("notify", n)
@@ -482,8 +487,11 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
             row = rows.setdefault(label, {"latencies": [], "empties": 0, "false_empties": 0,
                                           "sent": 0, "undelivered": 0, "receives": 0,
                                           "errors": [], "send_retries": 0, "proxy_cpu_s": 0.0,
-                                          "slots": []})  # fmt: skip
+                                          "slots": [], "messages": []})  # fmt: skip
             lat = [received[i] - t for i, t in sent.items() if i in received]
+            # (id, sent, received) in epoch seconds: the stage table joins them with the
+            # proxy's timeline of the poll that delivered each.
+            row["messages"] += [(i, t, received[i]) for i, t in sent.items() if i in received]
             row["latencies"] += lat
             row["sent"] += len(sent)
             row["undelivered"] += sum(1 for i in sent if i not in received)
@@ -527,6 +535,60 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
         }
     broker_side_summary(system, out)
     return out
+
+
+STAGE_COLUMNS = ["latency_ms", "mode", "found_by", "heard_ms", "pop_sent_ms", "popped_ms",
+                 "written_ms", "client_ms"]  # fmt: skip
+
+
+def slowest_stages(rows: dict[str, dict], log_dir: Path, count: int = 10) -> dict[str, list]:
+    """The ``count`` slowest messages of the reported case per proxy of ours, each split into
+    the stages of the poll that delivered it (its timeline, logged at debug), as times after
+    the message was sent: ``heard_ms`` when the probe that found it answered (None when a
+    pop found it without one), ``pop_sent_ms`` the pop that took it, ``popped_ms`` its answer,
+    ``written_ms`` the answer written to the client, ``client_ms`` the client's receive.
+    Proxy and bench share the machine's clock."""
+    out: dict[str, list] = {}
+    for label, row in rows.items():
+        path = log_dir / f"proxy-{label}.log"
+        if label in FOREIGN or not path.exists():
+            continue
+        polls = timelines(path.read_text(errors="replace"))
+        slow = sorted(row["messages"], key=lambda m: m[2] - m[1], reverse=True)[:count]
+        out[label] = [_stages_of(i, sent, got, polls.get(i)) for i, sent, got in slow]
+    return out
+
+
+def _stages_of(msg_id: str, sent: float, got: float, poll: dict | None) -> dict:
+    entry: dict[str, Any] = {"latency_ms": ms(got - sent), "id": msg_id}
+    if poll is None:  # no timeline: the proxy's log level was not debug, or the line was torn
+        return entry
+    marks = []
+    for stage in poll["stages"]:
+        name_detail, at = stage.rsplit("@", 1)
+        name, _, detail = name_detail.partition(":")
+        marks.append((name, detail, poll["arrived"] + float(at) / 1000 - sent))
+
+    def first(name: str, after: float = float("-inf")) -> tuple[str, float] | None:
+        return next(((d, t) for n, d, t in marks if n == name and t >= after), None)
+
+    popped = next(((d, t) for n, d, t in marks if n == "popped" and not d.endswith("/0")), None)
+    pop = max(((d, t) for n, d, t in marks if n == "pop" and popped and t <= popped[1]),
+              key=lambda m: m[1], default=None)  # fmt: skip
+    heard = max(((d, t) for n, d, t in marks if n == "has_msg" and pop and t <= pop[1]),
+                key=lambda m: m[1], default=None)  # fmt: skip
+    written = first("written")
+    entry |= {
+        "mode": poll["mode"],
+        "found_by": "probe" if heard else "pop",
+        "heard_ms": ms(heard[1]) if heard else None,
+        "pop_sent_ms": ms(pop[1]) if pop else None,
+        "popped_ms": ms(popped[1]) if popped else None,
+        "written_ms": ms(written[1]) if written else None,
+        "client_ms": ms(got - sent),
+        "stages": poll["stages"],
+    }
+    return entry
 
 
 def first_latency(sent: dict[str, float], received: dict[str, float]) -> float | None:
@@ -689,7 +751,7 @@ LITE_CONSUMING_CODES = ("pop_lite_message", "ack_message", "batch_ack_message",
 
 
 async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
-                 wakeups: int = 5) -> dict:  # fmt: skip
+                 wakeups: int = 10) -> dict:  # fmt: skip
     """``polls`` idle long polls (lean consumers, settings sent) on each proxy in turn."""
     results = {}
     for label in random.sample(system.modes, len(system.modes)):
@@ -702,7 +764,7 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
 
         async def holding(n: int, group=group, topic=topic, proxy=proxy, label=label) -> int:
             """Polls held: ours count them; the Apache proxy's are its parked pops."""
-            end = time.perf_counter() + 90
+            end = time.perf_counter() + 90 + n / 250  # 20,000 polls: 170 s
             seen = 0
             while time.perf_counter() < end:
                 if label in FOREIGN:  # coupled receives: one parked pop per poll
@@ -723,6 +785,11 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
         held = await holding(polls)
         rss_full = proxy.rss_bytes()
         parked = await system.parked_pops(group, topic)
+        # What holding them costs: the proxy's CPU over one long-poll period, in which every
+        # poll ends empty once and its consumer sends the next.
+        cpu0, held_from = proxy.cpu_seconds(), time.perf_counter()
+        await asyncio.sleep(await_ms / 1000)
+        idle_cpu = (proxy.cpu_seconds() - cpu0) / (time.perf_counter() - held_from)
         lat = []
         for _ in range(wakeups):
             crowd.received.clear()
@@ -747,8 +814,10 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
             ),
             "kb_per_poll_from_zero": round((rss_full - rss0) / max(held, 1) / 1024, 2),
             "broker_parked_pops": parked,
+            "idle_cpu_cores": round(idle_cpu, 3),
             "wakeups": len(lat),
             "wakeup_ms_p50": ms(statistics.median(lat)) if lat else None,
+            "wakeup_ms_p99": ms(percentile(lat, 0.99)),
             "wakeup_ms_max": ms(max(lat)) if lat else None,
             "too_many_requests": tally.too_many,
         }
@@ -998,6 +1067,7 @@ async def run(args: argparse.Namespace, results: dict) -> dict:
             rust=rust_binary,
             notify_workers=args.workers if "ours" in args.peers else (),
             proxy_log_level=args.proxy_log_level,
+            log_dir=Path(args.out) / "logs" if args.proxy_log_level == "debug" else None,
         ).start()
         from rocketmq_local.launcher import rocketmq_version
 
@@ -1024,6 +1094,14 @@ async def run(args: argparse.Namespace, results: dict) -> dict:
                      f"{args.reported_await_s} s, a message every {args.gap_min_s}-"
                      f"{args.gap_max_s} s to a random broker; load {load_average()}",
                      results["reported"], REPORTED_COLUMNS)  # fmt: skip
+                if system.log_dir is not None:  # the polls' timelines are in the logs
+                    results["reported_slowest"] = slowest_stages(results["reported"],
+                                                                 system.log_dir)  # fmt: skip
+                    for label, slow in results["reported_slowest"].items():
+                        show(f"The reported case's 10 slowest messages through {label}: ms "
+                             "after the send of the probe's answer, the pop that took it, "
+                             "its answer, the write, the client's receive",
+                             {str(n): e for n, e in enumerate(slow, 1)}, STAGE_COLUMNS)  # fmt: skip
                 results["reported_first"] = first_messages(results["reported"])
                 show("The reported case's first message per proxy (cold: round 0, a fresh "
                      "group and topic; then each later round's, a fresh topic), ms",

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -65,27 +66,46 @@ class Process:
     def pid(self) -> int:
         return self.proc.pid
 
-    def cpu_seconds(self) -> float:
-        """CPU seconds of the process and its live descendants (a proxy's workers)."""
-        total, pids = 0.0, [self.pid]
+    def tree(self) -> list[int]:
+        """The process and its live descendants (a proxy's workers)."""
+        found, pids = [], [self.pid]
         while pids:
             pid = pids.pop()
             try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
                 with open(f"/proc/{pid}/task/{pid}/children") as f:
                     pids += [int(child) for child in f.read().split()]
+            except FileNotFoundError:
+                continue
+            found.append(pid)
+        return found
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the process and its live descendants (a proxy's workers)."""
+        total = 0.0
+        for pid in self.tree():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
             except FileNotFoundError:
                 continue
             total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         return total
 
     def rss_bytes(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
+        """Resident memory of the process and its live descendants. Pages the workers
+        share (the interpreter's libraries) count once per process: compare growth, not
+        levels, between proxies of different worker counts."""
+        total = 0
+        for pid in self.tree():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    total += next(
+                        (int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")),
+                        0,
+                    )
+            except FileNotFoundError:
+                continue
+        return total
 
 
 async def _spawn(name: str, module: str, func: str, *args: str, stderr=None) -> Process:
@@ -134,6 +154,7 @@ class System:
         proxy_args: dict | None = None,
         backend: str = "stub",
         workers: tuple[int, ...] = (1,),
+        log_dir: Path | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}")
@@ -142,6 +163,8 @@ class System:
         self.modes = tuple(self.proxy_specs)
         self.proxy_args = proxy_args or {}
         self.backend = backend
+        # Where each proxy's log goes (``proxy-<label>.log``); None: inherited stderr.
+        self.log_dir = log_dir
         self.cluster: RealCluster | None = None  # on the real backend
         self.namesrv: Process | None = None
         self.brokers: list[Process] = []
@@ -156,30 +179,25 @@ class System:
                 namesrv = await self._start_stubs()
             for label, (mode, workers) in self.proxy_specs.items():
                 extra = [str(a) for a in self.proxy_args.get(mode, [])]
-                self.proxies[label] = await _spawn(
-                    f"proxy-{label}",
-                    "proxy.cli",
-                    "main",
-                    "--namesrv",
-                    namesrv,
-                    "--grpc-port",
-                    "0",
-                    "--http-port",
-                    "0",
-                    "--mode",
-                    mode,
-                    "--proxy-id",
-                    f"bench-{label}",
-                    "--workers",
-                    str(workers),
-                    "--log-level",
-                    "warning",
-                    *extra,
-                )
+                self.proxies[label] = await self._spawn_proxy(label, namesrv, mode, workers, extra)
         except BaseException:
             await self.stop()
             raise
         return self
+
+    async def _spawn_proxy(
+        self, label: str, namesrv: str, mode: str, workers: int, extra: list[str]
+    ) -> Process:
+        args = [
+            "--namesrv", namesrv, "--grpc-port", "0", "--http-port", "0", "--mode", mode,
+            "--proxy-id", f"bench-{label}", "--workers", str(workers), "--log-level", "warning",
+            *extra,
+        ]  # fmt: skip
+        if self.log_dir is None:
+            return await _spawn(f"proxy-{label}", "proxy.cli", "main", *args)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"proxy-{label}.log").open("wb") as log:  # the child keeps its copy
+            return await _spawn(f"proxy-{label}", "proxy.cli", "main", *args, stderr=log)
 
     async def _start_stubs(self) -> str:
         self.namesrv = await _spawn(

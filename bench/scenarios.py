@@ -119,8 +119,12 @@ class Consumers:
         batch: int = 16,
         track_early: bool = False,
         work_s: float = 0.0,
+        connections: int = 1,
     ) -> None:
         self.endpoint, self.group, self.topic = endpoint, group, topic
+        # The consumers share this many HTTP/2 connections (a multi-worker proxy spreads
+        # connections, not calls, over its workers).
+        self.connections = connections
         # Time a consumer spends on each message it received before it acks them (its
         # own processing; 0: it acks at once).
         self.work_s = work_s
@@ -154,7 +158,7 @@ class Consumers:
     def _new_clients(self, count: int) -> list[LeanClient]:
         first = len(self.clients)
         self.clients += [
-            CLIENT_CLASS[0](self.endpoint, f"bench-consumer-{i}")
+            CLIENT_CLASS[0](self.endpoint, f"bench-consumer-{i}", connection=i % self.connections)
             for i in range(first, first + count)
         ]
         return self.clients[first:]
@@ -383,14 +387,14 @@ async def _in_flight(proxy) -> int:
 async def _ramp(proxy, crowd: Consumers, polls: int) -> int:
     """Start consumers until ``polls`` are in flight (bounded); return how many are."""
     crowd.start(polls - len(crowd.clients))
-    ramp_end = time.perf_counter() + 60
+    ramp_end = time.perf_counter() + 60 + polls / 250  # 20,000 polls: 140 s
     while await _in_flight(proxy) < polls * 0.98 and time.perf_counter() < ramp_end:  # noqa: ASYNC110
         await asyncio.sleep(0.2)
     await asyncio.sleep(1.0)
     return await _in_flight(proxy)
 
 
-async def fan_in(system: System, *, polls: int, wakeups: int = 10, await_ms: int = 20_000) -> dict:
+async def fan_in(system: System, *, polls: int, wakeups: int = 20, await_ms: int = 20_000) -> dict:
     """``polls`` idle long polls on each proxy in turn: memory, parked requests, wake-up.
 
     Memory per poll is the slope of the proxy's RSS between half and all of the polls, so
@@ -406,12 +410,22 @@ async def fan_in(system: System, *, polls: int, wakeups: int = 10, await_ms: int
         tally = ModeTally()
         tally.before = await scrape(proxy)
         rss_before = proxy.rss_bytes()
-        crowd = Consumers(proxy.address["grpc"], group, topic, tally, {}, await_ms, batch=1)
+        workers = system.proxy_specs[mode][1]
+        # 16 connections per worker: the kernel spreads connections over the workers' shared
+        # port, so each worker gets a share of the polls.
+        crowd = Consumers(proxy.address["grpc"], group, topic, tally, {}, await_ms, batch=1,
+                          connections=16 * workers if workers > 1 else 1)  # fmt: skip
         half = await _ramp(proxy, crowd, polls // 2)
         rss_half = proxy.rss_bytes()
         in_flight = await _ramp(proxy, crowd, polls)
         rss_with = proxy.rss_bytes()
         parked = await system.parked(group, topic)
+        # What holding them costs: the proxy's CPU over one long-poll period, in which every
+        # poll ends empty once and its consumer sends the next.
+        cpu0, empties0, held_from = proxy.cpu_seconds(), tally.empties, time.perf_counter()
+        await asyncio.sleep(await_ms / 1000)
+        idle_cpu = (proxy.cpu_seconds() - cpu0) / (time.perf_counter() - held_from)
+        renewals = tally.empties - empties0
         latencies = []
         for _ in range(wakeups):
             crowd.received.clear()
@@ -435,6 +449,9 @@ async def fan_in(system: System, *, polls: int, wakeups: int = 10, await_ms: int
             ),
             "broker_parked_pops": parked["pops"],
             "broker_parked_notifications": parked["notifications"],
+            "idle_cpu_cores": round(idle_cpu, 3),
+            "idle_cpu_us_per_poll_s": round(idle_cpu * 1e6 / max(in_flight, 1), 2),
+            "empty_answers_in_period": renewals,
             "wakeups": len(latencies),
             "wakeup_ms_p50": ms(statistics.median(latencies)) if latencies else None,
             "wakeup_ms_p99": ms(percentile(latencies, 0.99)),

@@ -12,6 +12,7 @@ the stages matter while investigating one slow answer, not in every line of anal
 from __future__ import annotations
 
 import logging
+import re
 
 log = logging.getLogger("proxy.receive.timeline")
 
@@ -40,3 +41,31 @@ class Timeline:
     def log(self, origin: float, head: str) -> None:
         """Write the timeline as one debug line: ``head`` (who, what), then the stages."""
         log.debug("%s: %s", head, self.render(origin))
+
+
+# The line ``proxy/api/receive.py`` logs for a poll, read back by the benchmarks.
+TIMELINE = re.compile(
+    r"proxy\.receive\.timeline: receive (?P<group>\S+)/(?P<topic>\S+) arrived_ms=(?P<arrived>\d+)"
+    r" mode=(?P<mode>\S+) polling_ms=\d+ ids=(?P<ids>\S+): (?P<stages>.*)$"
+)
+
+
+def timelines(log_text: str) -> dict[str, dict[str, object]]:
+    """Message id -> the poll that delivered it: its mode, arrival (epoch s) and stages."""
+    out: dict[str, dict[str, object]] = {}
+    for line in log_text.splitlines():
+        m = TIMELINE.search(line)
+        if m is None or m["ids"] == "-":
+            continue
+        stages = m["stages"].split()
+        arrived = int(m["arrived"]) / 1000
+        written = [float(s.rsplit("@", 1)[1]) for s in stages if s.startswith("written")]
+        poll = {
+            "mode": m["mode"],
+            "arrived": arrived,
+            "written": arrived + written[0] / 1000 if written else None,
+            "stages": stages,
+        }
+        for msg_id in m["ids"].split(","):
+            out[msg_id] = poll
+    return out

@@ -7,8 +7,7 @@ import logging
 
 import pytest
 
-from bench.cold import timelines
-from proxy.receive.timeline import Timeline
+from proxy.receive.timeline import Timeline, timelines
 
 
 def test_no_timeline_unless_its_logger_is_at_debug(caplog):
