@@ -1,7 +1,7 @@
 """The memory floor of an idle long poll: what grpcio itself costs per parked call.
 
     .venv/bin/python -m bench.grpc_floor [--calls 2000] [--telemetry] [--own-connections]
-        [--option grpc.NAME=VALUE ...]
+        [--option grpc.NAME=VALUE ...] [--tracemalloc] [--server grpcio|grpclib]
 
 A bare grpc.aio server whose ReceiveMessage only waits, held open by client processes with
 the lean client's calls; prints the server's RSS growth per parked call, between half and
@@ -13,7 +13,11 @@ official client (and ``make bench-peer``'s load generator) keeps one per client.
 client has its own; without, the calls of a client process share one. ``--option`` passes a
 grpcio server option (an integer or a string), to measure what it changes. The allocator is
 the process's: run it under ``MALLOC_ARENA_MAX=2`` or ``LD_PRELOAD=libjemalloc.so.2`` to
-compare.
+compare. ``--server grpclib`` serves the same calls with grpclib (a pure-Python gRPC server on h2;
+in the ``bench`` extra, not a dependency of the proxy) instead of grpcio, to compare the
+cost per call of another maintained server. ``--tracemalloc`` also prints the Python
+allocations per call (the rest of the growth is grpcio's C core and the allocator) and the
+lines that made the most of them.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import os
 import sys
+import tracemalloc
 
 import grpc
 
@@ -59,8 +65,10 @@ class ParkingService(service_pb2_grpc.MessagingServiceServicer):
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.parked = 0  # calls in ReceiveMessage now: what the figures are per
 
     async def ReceiveMessage(self, request, context):
+        self.parked += 1
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.release.wait(), 60)
 
@@ -68,6 +76,44 @@ class ParkingService(service_pb2_grpc.MessagingServiceServicer):
         """Answer the first command, then hold the stream open until the client ends it."""
         async for _ in request_iterator:
             yield service_pb2.TelemetryCommand()
+
+
+class GrpclibParking:
+    """The same service for grpclib: the handlers grpclib's code generator would map."""
+
+    def __init__(self, parking: ParkingService) -> None:
+        self.parking = parking
+        self.release = parking.release
+
+    async def receive(self, stream) -> None:
+        await stream.recv_message()
+        self.parking.parked += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.release.wait(), 60)
+
+    async def telemetry(self, stream) -> None:
+        async for _ in stream:
+            await stream.send_message(service_pb2.TelemetryCommand())
+
+    def __mapping__(self) -> dict:
+        const = importlib.import_module("grpclib.const")  # bench extra, not the proxy's
+        Cardinality, Handler = const.Cardinality, const.Handler
+
+        prefix = "/apache.rocketmq.v2.MessagingService/"
+        return {
+            prefix + "ReceiveMessage": Handler(
+                self.receive,
+                Cardinality.UNARY_STREAM,
+                service_pb2.ReceiveMessageRequest,
+                service_pb2.ReceiveMessageResponse,
+            ),
+            prefix + "Telemetry": Handler(
+                self.telemetry,
+                Cardinality.STREAM_STREAM,
+                service_pb2.TelemetryCommand,
+                service_pb2.TelemetryCommand,
+            ),
+        }
 
 
 def rss_bytes() -> int:
@@ -81,19 +127,40 @@ def option(text: str) -> tuple[str, int | str]:
 
 
 async def main(
-    calls: int, telemetry: bool, own: bool, options: list[tuple[str, int | str]]
+    calls: int,
+    telemetry: bool,
+    own: bool,
+    options: list[tuple[str, int | str]],
+    trace: bool = False,
+    kind: str = "grpcio",
 ) -> None:
-    server = grpc.aio.server(options=options)
-    port = server.add_insecure_port("127.0.0.1:0")
     service = ParkingService()
-    service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
-    await server.start()
+    if kind == "grpclib":
+        grpclib_server = importlib.import_module("grpclib.server").Server([GrpclibParking(service)])
+        await grpclib_server.start("127.0.0.1", 0)
+        # grpclib does not expose the port it bound.
+        port = grpclib_server._server.sockets[0].getsockname()[1]
+
+        async def stop() -> None:
+            grpclib_server.close()
+            await grpclib_server.wait_closed()
+    else:
+        server = grpc.aio.server(options=options)
+        port = server.add_insecure_port("127.0.0.1:0")
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
+        await server.start()
+
+        async def stop() -> None:
+            await server.stop(0)
+
     await asyncio.sleep(0.5)
     before = rss_bytes()
     half = calls // 2
     clients = []
     try:
-        grown = []
+        grown, parked, snapshots = [], [], []
+        if trace:
+            tracemalloc.start(4)
         for _ in range(2):  # two halves: the second shows the cost per call, not the arenas
             clients.append(
                 await asyncio.create_subprocess_exec(
@@ -108,17 +175,28 @@ async def main(
             )
             await asyncio.sleep(15.0 if telemetry or own else 8.0)  # the client opens its calls
             grown.append(rss_bytes() - before)
+            parked.append(service.parked)
+            if trace:
+                snapshots.append(tracemalloc.take_snapshot())
+        second = max(parked[1] - parked[0], 1)
         print(
-            f"{2 * half} calls opened: {(grown[1] - grown[0]) / half / 1024:.1f} KB per call "
-            f"(between half and all), {grown[1] / (2 * half) / 1024:.1f} KB per call from none"
+            f"{parked[1]} of {2 * half} calls parked: "
+            f"{(grown[1] - grown[0]) / second / 1024:.1f} KB per call (between half and all), "
+            f"{grown[1] / max(parked[1], 1) / 1024:.1f} KB per call from none"
         )
+        if trace:
+            diff = snapshots[1].compare_to(snapshots[0], "lineno")
+            total = sum(d.size_diff for d in diff)
+            print(f"Python allocations: {total / second / 1024:.1f} KB per call; the most:")
+            for d in diff[:8]:
+                print(f"  {d.size_diff / second:8.0f} B/call  {d.traceback[0]}")
     finally:
         service.release.set()  # the calls end normally, not cancelled by the stop
         await asyncio.sleep(0.5)
         for client in clients:
             client.kill()
             await client.wait()
-        await server.stop(0)
+        await stop()
 
 
 if __name__ == "__main__":
@@ -131,5 +209,16 @@ if __name__ == "__main__":
     parser.add_argument(
         "--option", type=option, action="append", default=[], help="a grpcio server option"
     )
+    parser.add_argument("--tracemalloc", action="store_true", help="Python allocations per call")
+    parser.add_argument("--server", choices=("grpcio", "grpclib"), default="grpcio")
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.telemetry, args.own_connections, args.option))
+    asyncio.run(
+        main(
+            args.calls,
+            args.telemetry,
+            args.own_connections,
+            args.option,
+            args.tracemalloc,
+            args.server,
+        )
+    )

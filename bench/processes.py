@@ -310,10 +310,32 @@ async def scrape(proxy: Process) -> dict[str, float]:
                 key = f"rpc:{s.labels['protocol_type']}:{s.labels['request_code']}"
             elif s.name == "rocketmq_proxy_receive_total":
                 key = f"receive:{s.labels['mode']}:{s.labels['result']}"
+            elif s.name.startswith("rocketmq_proxy_gc_pause_seconds"):
+                # gc:<generation>:count|sum|le=<bucket>
+                part = s.name.rsplit("_", 1)[1]
+                le = s.labels.get("le")
+                key = f"gc:{s.labels['generation']}:{part if le is None else 'le=' + le}"
             else:
                 key = s.name
             totals[key] = totals.get(key, 0.0) + s.value
     return totals
+
+
+def gc_pauses(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """The full collections (generation 2) between two scrapes: how many, their mean pause,
+    and the bucket bound below which all of them ended (the worst, to a bucket), in ms."""
+
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    count = delta("gc:2:count")
+    bounds = sorted((float(k.rsplit("=", 1)[1]), k) for k in after if k.startswith("gc:2:le="))
+    worst = next((b for b, k in bounds if delta(k) >= count), None) if count else None
+    return {
+        "full_gcs": count,
+        "full_gc_ms_mean": round(delta("gc:2:sum") / count * 1000, 1) if count else None,
+        "full_gc_ms_worst_below": None if worst is None else worst * 1000,
+    }
 
 
 def broker_requests_by_code(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from bench.lean_client import LeanClient
-from bench.processes import System, broker_requests, broker_requests_by_code, scrape
+from bench.processes import (
+    System,
+    broker_requests,
+    broker_requests_by_code,
+    gc_pauses,
+    scrape,
+)
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.broker_client import BrokerError
 from proxy.remoting.codes import ResponseCode
@@ -449,6 +455,7 @@ async def fan_in(system: System, *, polls: int, wakeups: int = 20, await_ms: int
             ),
             "broker_parked_pops": parked["pops"],
             "broker_parked_notifications": parked["notifications"],
+            **gc_pauses(tally.before or {}, tally.after or {}),
             "idle_cpu_cores": round(idle_cpu, 3),
             "idle_cpu_us_per_poll_s": round(idle_cpu * 1e6 / max(in_flight, 1), 2),
             "empty_answers_in_period": renewals,

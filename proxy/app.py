@@ -175,7 +175,17 @@ class ProxyApp:
         async def start_renewer() -> None:
             self.renewer.start()
 
+        unwatch_gc: list[Callable[[], None]] = []
+
+        async def watch_gc() -> None:
+            unwatch_gc.append(self.metrics.watch_gc())
+
+        async def unwatch() -> None:
+            while unwatch_gc:
+                unwatch_gc.pop()()
+
         return [
+            Step("gc pauses", watch_gc, unwatch),
             Step("event log", start_events, close_events),
             Step("security", start_security, self.security.close),
             Step("ops server", start_ops, self.ops.stop),

@@ -17,6 +17,8 @@ plus the sample update, instead of ``labels()``'s validation and its registry-lo
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Callable
 from importlib import metadata
 from typing import TypeVar
@@ -35,6 +37,12 @@ RECEIVE_WAIT_BUCKETS: tuple[float, ...] = (
 RPC_LATENCY_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+)  # fmt: skip
+
+# A collection of the young generations takes well under a millisecond; a full one walks
+# every tracked object, which with tens of thousands of parked polls takes hundreds.
+GC_PAUSE_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )  # fmt: skip
 
 _PACKAGE = "rmq-notify-proxy"
@@ -124,6 +132,14 @@ class ProxyMetrics:
             "1 while the proxy is ready to serve, else 0.",
             registry=r,
             multiprocess_mode="livemax",  # the group serves while any worker does
+        )
+        self._gc_pause = Histogram(
+            "rocketmq_proxy_gc_pause_seconds",
+            "Pauses of Python's cyclic garbage collector, which stop the event loop (every "
+            "poll waits), by generation collected.",
+            ["generation"],
+            buckets=GC_PAUSE_BUCKETS,
+            registry=r,
         )
         self._build_info = Gauge(
             "rocketmq_proxy_build_info", "Always 1; the label carries the version.", ["version"],
@@ -223,6 +239,22 @@ class ProxyMetrics:
 
     def set_ready(self, ready: bool) -> None:
         self._ready.set(1 if ready else 0)
+
+    def watch_gc(self) -> Callable[[], None]:
+        """Time every collection of the garbage collector from now on; returns the undo.
+        The loop stalls for each one, so its pauses bound every poll's latency."""
+        pauses = [self._gc_pause.labels(str(g)) for g in range(3)]
+        started = 0.0
+
+        def timed(phase: str, info: dict[str, int]) -> None:
+            nonlocal started
+            if phase == "start":
+                started = time.perf_counter()
+            else:
+                pauses[info["generation"]].observe(time.perf_counter() - started)
+
+        gc.callbacks.append(timed)
+        return lambda: gc.callbacks.remove(timed)
 
     def set_long_poll_limit(self, n: int) -> None:
         self._long_polls_limit.set(n)

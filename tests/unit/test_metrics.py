@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -44,11 +46,27 @@ def test_families_have_the_contract_names_and_types():
         "rocketmq_proxy_long_polls_limit": "gauge",
         "rocketmq_proxy_ready": "gauge",
         "rocketmq_proxy_build_info": "gauge",
+        "rocketmq_proxy_gc_pause_seconds": "histogram",
     }
     assert {name: fams[name].type for name in expected} == expected
     assert set(fams) == set(expected)
     assert samples(m, "rocketmq_proxy_build_info") == {labels(version="9.9.9"): 1.0}
     assert samples(m, "rocketmq_proxy_ready") == {frozenset(): 0.0}
+
+
+def test_gc_pauses_are_timed_by_generation_until_undone():
+    m = ProxyMetrics()
+    undo = m.watch_gc()
+    try:
+        gc.collect()  # a full collection
+        gc.collect(0)
+    finally:
+        undo()
+    counts = samples(m, "rocketmq_proxy_gc_pause_seconds_count")
+    assert counts[labels(generation="2")] >= 1
+    assert counts[labels(generation="0")] >= 1
+    gc.collect()
+    assert samples(m, "rocketmq_proxy_gc_pause_seconds_count") == counts  # no longer timed
 
 
 def test_registries_are_private():
