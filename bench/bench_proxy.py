@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench import scenarios
-from bench.processes import BACKENDS, MODES, System
+from bench.processes import BACKENDS, MODES, System, quiet_collector
 from proxy.loop import run_main
 
 # What each backend runs when no flag says otherwise. The real backend measures the sparse
@@ -433,6 +433,7 @@ def main() -> None:
             setattr(args, name, value)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    quiet_collector()
     results = run_main(run(args))
     results["charts"] = charts(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

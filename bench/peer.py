@@ -59,7 +59,7 @@ from bench import scenarios
 from bench.bench_proxy import aligned, load_average, machine
 from bench.calibrate_client import DRIVER, INTEROP_PYTHON
 from bench.lean_client import LeanClient, consumer_settings
-from bench.processes import Process, System, proxy_label
+from bench.processes import Process, System, proxy_label, quiet_collector
 from bench.scenarios import ModeTally, ms, percentile
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
@@ -1278,6 +1278,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {}
     try:
+        quiet_collector()
         run_main(run(args, results))
         results["charts"] = charts(results, out)
     finally:

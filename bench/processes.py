@@ -8,6 +8,7 @@ The scenarios talk to either the same way: proxies, ``broker_clients``, ``create
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from proxy.collector import NEVER
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
@@ -134,6 +136,17 @@ async def _spawn(name: str, module: str, func: str, *args: str, stderr=None) -> 
     else:  # "... listening on host:port"
         process.address = {"remoting": words[-1]}
     return process
+
+
+def quiet_collector() -> None:
+    """For a load generator: it holds as many calls as the proxy it drives, and CPython's
+    full collections would stall it as they stall the proxy (proxy/collector.py), showing
+    up as the proxy's latency. Off for the run; the young generations are still collected.
+    """
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, NEVER)
 
 
 def proxy_label(mode: str, workers: int) -> str:

@@ -463,6 +463,9 @@ async def fan_in(system: System, *, polls: int, wakeups: int = 20, await_ms: int
             "wakeup_ms_p50": ms(statistics.median(latencies)) if latencies else None,
             "wakeup_ms_p99": ms(percentile(latencies, 0.99)),
             "wakeup_ms_max": ms(max(latencies)) if latencies else None,
+            "wakeup_ms": [ms(x) for x in latencies],
+            "handed_back": (tally.after or {}).get("rocketmq_proxy_nacks_total", 0.0)
+            - (tally.before or {}).get("rocketmq_proxy_nacks_total", 0.0),
             "too_many_requests": tally.too_many,
             "delivered": tally.delivered,
             "broker_requests": round(tally.broker_requests),

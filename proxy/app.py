@@ -24,6 +24,7 @@ from proxy.api.session import SessionActivity
 from proxy.api.transaction import TransactionActivity
 from proxy.api.v2 import service_pb2_grpc
 from proxy.brokers import BrokerPool
+from proxy.collector import FullCollections
 from proxy.config import ProxyConfig
 from proxy.groups import GroupSettings
 from proxy.observability.eventlog import EventLog
@@ -75,6 +76,7 @@ class ProxyApp:
 
         rc = config.receive
         self.metrics = ProxyMetrics()
+        self.collections = FullCollections(config.gc_full_collection_s, self.metrics.watch_gc)
         self.events = (
             EventLog(config.event_log_dir, config.proxy_id) if config.event_log_dir else None
         )
@@ -175,17 +177,11 @@ class ProxyApp:
         async def start_renewer() -> None:
             self.renewer.start()
 
-        unwatch_gc: list[Callable[[], None]] = []
-
-        async def watch_gc() -> None:
-            unwatch_gc.append(self.metrics.watch_gc())
-
-        async def unwatch() -> None:
-            while unwatch_gc:
-                unwatch_gc.pop()()
+        async def start_collections() -> None:
+            self.collections.start()
 
         return [
-            Step("gc pauses", watch_gc, unwatch),
+            Step("garbage collector", start_collections, self.collections.close),
             Step("event log", start_events, close_events),
             Step("security", start_security, self.security.close),
             Step("ops server", start_ops, self.ops.stop),

@@ -19,9 +19,10 @@ import signal
 import sys
 
 from proxy.app import ProxyApp
+from proxy.collector import settle_heap
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
 from proxy.embedded import StubMissing, fronting, start_embedded_brokers
-from proxy.loop import run_main, settle_heap
+from proxy.loop import run_main
 from proxy.remoting.client import split_address_list
 
 log = logging.getLogger("proxy")

@@ -147,6 +147,10 @@ class ProxyConfig:
     max_lite_topic_size: int = 64
     event_log_dir: str | None = None
     shutdown_grace_s: float = 25.0
+    # Seconds between full collections of Python's garbage collector, which otherwise runs
+    # one every few seconds with thousands of idle polls and stalls them all; 0 = CPython's
+    # own schedule. proxy/collector.py.
+    gc_full_collection_s: float = 600.0
     # Worker processes serving the gRPC port together (SO_REUSEPORT) under one supervisor;
     # 1 = one process, no supervisor; 0 = default_workers() (one per usable core, at most
     # MAX_DEFAULT_WORKERS). docs/operations.md, "Workers".
@@ -167,6 +171,8 @@ class ProxyConfig:
             raise ValueError("embedded_brokers must not be negative")
         if self.workers < 0:
             raise ValueError("workers must not be negative (0 = one per core, capped)")
+        if self.gc_full_collection_s < 0:
+            raise ValueError("gc_full_collection_s must not be negative (0 = CPython's own)")
         if self.max_lite_topic_size < 1:
             raise ValueError("max_lite_topic_size must be positive")
 

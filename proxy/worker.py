@@ -25,8 +25,9 @@ import sys
 from typing import Any
 
 from proxy.app import ProxyApp
+from proxy.collector import settle_heap
 from proxy.config import ProxyConfig, ReceiveConfig
-from proxy.loop import run_main, settle_heap
+from proxy.loop import run_main
 from proxy.security.config import SecurityConfig
 
 log = logging.getLogger("proxy.worker")
