@@ -164,7 +164,10 @@ def _n(value: object) -> str:
 
 
 def summary_table(cases: dict[str, dict[str, dict]], checks: dict[str, dict]) -> str:
-    modes = sorted({m for by_mode in cases.values() for m in by_mode}, key=MODES.index)
+    modes = sorted(  # labels: a mode, with -w<N> for a proxy of N workers
+        {m for by_mode in cases.values() for m in by_mode},
+        key=lambda m: (MODES.index(m.split("-w")[0]), m),
+    )
     head = ["case", *(f"{m}: req/msg, TMR, p50/p99 ms" for m in modes), "adaptive within 10 %"]
     lines = [head]
     for case, by_mode in cases.items():

@@ -1062,7 +1062,7 @@ async def run(args: argparse.Namespace, results: dict) -> dict:
         t0 = time.monotonic()
         system = await PeerSystem(
             brokers=args.brokers,
-            modes=OURS if "ours" in args.peers else (),
+            modes=args.modes if "ours" in args.peers else (),
             apache=PEER in args.peers,
             rust=rust_binary,
             notify_workers=args.workers if "ours" in args.peers else (),
@@ -1238,6 +1238,8 @@ def main() -> None:
     p.add_argument("--scenarios", default="reported,lite,priority,sparse,busy,fanin,overhead,stub")
     p.add_argument("--brokers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=OURS,
+                   help="our proxies' modes to run, default notify,adaptive,coupled")  # fmt: skip
     p.add_argument("--reported-slot-s", type=float, default=30.0)
     p.add_argument("--reported-await-s", type=int, default=10)
     p.add_argument("--gap-min-s", type=float, default=0.5)
