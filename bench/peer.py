@@ -812,7 +812,7 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
             "kb_per_poll": (
                 round((rss_full - rss_half) / (held - half) / 1024, 2) if held > half else None
             ),
-            "kb_per_poll_from_zero": round((rss_full - rss0) / max(held, 1) / 1024, 2),
+            "kb_per_poll_from_zero": (round((rss_full - rss0) / held / 1024, 2) if held else None),
             "broker_parked_pops": parked,
             "idle_cpu_cores": round(idle_cpu, 3),
             "wakeups": len(lat),
