@@ -29,15 +29,21 @@ async def test_full_collections_run_on_the_interval_only_and_the_schedule_is_res
     try:
         young, middle, oldest = gc.get_threshold()
         assert (young, middle, oldest) == (before[0], before[1], NEVER)
-        await asyncio.sleep(0.3)
+        # A full collection of this test process can itself take a good part of a second
+        # on a loaded machine: wait (bounded) for two, not for a count after a fixed sleep.
+        for _ in range(200):
+            if full_collections_timed(metrics) >= 2:
+                break
+            await asyncio.sleep(0.05)
         ran = full_collections_timed(metrics)
-        assert ran >= 2  # about 6 intervals passed
+        assert ran >= 2
     finally:
         await collections.close()
     assert gc.get_threshold() == before
     assert collections._task is None
+    closed_at = full_collections_timed(metrics)
     gc.collect()
-    assert full_collections_timed(metrics) == ran  # no longer timed once closed
+    assert full_collections_timed(metrics) == closed_at  # no longer timed once closed
 
 
 @pytest.mark.asyncio
@@ -49,7 +55,7 @@ async def test_interval_zero_keeps_cpythons_schedule_and_still_times_pauses():
     try:
         assert gc.get_threshold() == before
         gc.collect()
-        assert full_collections_timed(metrics) == 1
+        assert full_collections_timed(metrics) >= 1
     finally:
         await collections.close()
     assert gc.get_threshold() == before
