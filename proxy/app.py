@@ -76,7 +76,7 @@ class ProxyApp:
 
         rc = config.receive
         self.metrics = ProxyMetrics()
-        self.collections = FullCollections(config.gc_full_collection_s, self.metrics.watch_gc)
+        self.collections = FullCollections(config.gc_full_collection_s, self.metrics)
         self.events = (
             EventLog(config.event_log_dir, config.proxy_id) if config.event_log_dir else None
         )

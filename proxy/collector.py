@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from proxy.background import start_background, stop_background
+from proxy.observability.metrics import ProxyMetrics
 
 log = logging.getLogger(__name__)
 
@@ -47,23 +48,26 @@ def settle_heap() -> None:
 
 
 class FullCollections:
-    """Owns the schedule of full collections while the proxy runs; restores CPython's own
-    at ``close``. ``interval_s`` 0 leaves CPython's schedule alone (pauses are still timed)."""
+    """Owns the schedule of full collections while the proxy runs, and the flush of the
+    timed pauses into the metric; restores CPython's schedule at ``close``. ``interval_s``
+    0 leaves CPython's schedule alone (pauses are still timed)."""
 
-    def __init__(self, interval_s: float, watch: Callable[[], Callable[[], None]]) -> None:
+    FLUSH_S = 1.0  # how often timed pauses reach the metric
+
+    def __init__(self, interval_s: float, metrics: ProxyMetrics) -> None:
         self.interval_s = interval_s
-        self._watch = watch  # starts timing pauses; returns the undo (ProxyMetrics.watch_gc)
+        self._metrics = metrics
         self._unwatch: Callable[[], None] | None = None
         self._thresholds: tuple[int, int, int] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._unwatch = self._watch()
+        self._unwatch = self._metrics.watch_gc()
         if self.interval_s > 0:
             self._thresholds = gc.get_threshold()
             young, middle, _ = self._thresholds
             gc.set_threshold(young, middle, NEVER)
-            self._task = start_background(self._run(), name="full-collections", log=log)
+        self._task = start_background(self._run(), name="full-collections", log=log)
 
     async def close(self) -> None:
         await stop_background(self._task)
@@ -74,14 +78,21 @@ class FullCollections:
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
+        self._metrics.flush_gc_pauses()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        flush_s = min(self.FLUSH_S, self.interval_s) if self.interval_s > 0 else self.FLUSH_S
+        next_full = loop.time() + self.interval_s
         while True:
-            await asyncio.sleep(self.interval_s)
-            started = time.perf_counter()
-            found = gc.collect()
-            log.info(
-                "full collection: %d unreachable objects, %.1f ms",
-                found,
-                (time.perf_counter() - started) * 1000,
-            )
+            await asyncio.sleep(flush_s)
+            if self.interval_s > 0 and loop.time() >= next_full:
+                next_full = loop.time() + self.interval_s
+                started = time.perf_counter()
+                found = gc.collect()
+                log.info(
+                    "full collection: %d unreachable objects, %.1f ms",
+                    found,
+                    (time.perf_counter() - started) * 1000,
+                )
+            self._metrics.flush_gc_pauses()

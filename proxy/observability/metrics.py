@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import deque
 from collections.abc import Callable
 from importlib import metadata
 from typing import TypeVar
@@ -141,6 +142,10 @@ class ProxyMetrics:
             buckets=GC_PAUSE_BUCKETS,
             registry=r,
         )
+        self._gc_pauses: dict[int, Histogram] = {}  # generation -> child, made at first use
+        # Pauses timed inside the collector, waiting to be observed (``watch_gc``); bounded:
+        # a flush every second leaves a few hundred at most.
+        self._gc_pending: deque[tuple[int, float]] = deque(maxlen=10_000)
         self._build_info = Gauge(
             "rocketmq_proxy_build_info", "Always 1; the label carries the version.", ["version"],
             registry=r, multiprocess_mode="livemax",
@@ -242,8 +247,13 @@ class ProxyMetrics:
 
     def watch_gc(self) -> Callable[[], None]:
         """Time every collection of the garbage collector from now on; returns the undo.
-        The loop stalls for each one, so its pauses bound every poll's latency."""
-        pauses = [self._gc_pause.labels(str(g)) for g in range(3)]
+        The loop stalls for each one, so its pauses bound every poll's latency.
+
+        The callback runs inside the collector, which starts at any allocation, also while
+        this thread holds prometheus-client's value lock (a non-reentrant Lock) in the middle
+        of an update: observing there would deadlock the process. So it only appends to a
+        deque (lock-free); ``flush_gc_pauses``, called from the loop, observes them."""
+        pending = self._gc_pending
         started = 0.0
 
         def timed(phase: str, info: dict[str, int]) -> None:
@@ -251,10 +261,20 @@ class ProxyMetrics:
             if phase == "start":
                 started = time.perf_counter()
             else:
-                pauses[info["generation"]].observe(time.perf_counter() - started)
+                pending.append((info["generation"], time.perf_counter() - started))
 
         gc.callbacks.append(timed)
         return lambda: gc.callbacks.remove(timed)
+
+    def flush_gc_pauses(self) -> None:
+        """Observe the pauses timed since the last flush (outside any collection)."""
+        pending = self._gc_pending
+        for _ in range(len(pending)):  # those there now: observing may time new ones
+            generation, seconds = pending.popleft()
+            child = self._gc_pauses.get(generation)
+            if child is None:
+                child = self._gc_pauses[generation] = self._gc_pause.labels(str(generation))
+            child.observe(seconds)
 
     def set_long_poll_limit(self, n: int) -> None:
         self._long_polls_limit.set(n)

@@ -24,7 +24,7 @@ def full_collections_timed(m: ProxyMetrics) -> float:
 async def test_full_collections_run_on_the_interval_only_and_the_schedule_is_restored():
     before = gc.get_threshold()
     metrics = ProxyMetrics()
-    collections = FullCollections(0.05, metrics.watch_gc)
+    collections = FullCollections(0.05, metrics)
     collections.start()
     try:
         young, middle, oldest = gc.get_threshold()
@@ -50,11 +50,12 @@ async def test_full_collections_run_on_the_interval_only_and_the_schedule_is_res
 async def test_interval_zero_keeps_cpythons_schedule_and_still_times_pauses():
     before = gc.get_threshold()
     metrics = ProxyMetrics()
-    collections = FullCollections(0, metrics.watch_gc)
+    collections = FullCollections(0, metrics)
     collections.start()
     try:
         assert gc.get_threshold() == before
         gc.collect()
+        metrics.flush_gc_pauses()
         assert full_collections_timed(metrics) >= 1
     finally:
         await collections.close()

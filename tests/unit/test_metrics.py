@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -62,10 +65,13 @@ def test_gc_pauses_are_timed_by_generation_until_undone():
         gc.collect(0)
     finally:
         undo()
+    assert samples(m, "rocketmq_proxy_gc_pause_seconds_count") == {}  # timed, not yet observed
+    m.flush_gc_pauses()
     counts = samples(m, "rocketmq_proxy_gc_pause_seconds_count")
     assert counts[labels(generation="2")] >= 1
     assert counts[labels(generation="0")] >= 1
     gc.collect()
+    m.flush_gc_pauses()
     assert samples(m, "rocketmq_proxy_gc_pause_seconds_count") == counts  # no longer timed
 
 
@@ -201,3 +207,32 @@ def test_openmetrics_on_request():
     assert content_type.startswith("application/openmetrics-text")
     assert b"rocketmq_proxy_receive_total{" in body
     assert body.endswith(b"# EOF\n")
+
+
+GC_UNDER_THE_LOCK = """
+import gc
+from proxy.observability.metrics import ProxyMetrics
+m = ProxyMetrics()
+undo = m.watch_gc()
+gc.set_threshold(1, 1000, 10**6)  # a young collection at nearly every allocation
+for i in range(1000):
+    m.handed_back(f"reason-{i % 300}")  # new children: prometheus-client allocates under its lock
+    if i % 100 == 0:
+        m.flush_gc_pauses()
+undo()
+m.flush_gc_pauses()
+print("done")
+"""
+
+
+def test_timing_collections_cannot_deadlock_prometheus_clients_lock(tmp_path):
+    # In multiprocess mode (workers) prometheus-client updates values under one module-wide
+    # Lock, and a collection can start while it is held: a gc callback that observed the
+    # histogram there hung a worker for good. The callback now only queues the pause.
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", GC_UNDER_THE_LOCK], env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"
