@@ -142,7 +142,7 @@ class ProxyMetrics:
             buckets=GC_PAUSE_BUCKETS,
             registry=r,
         )
-        self._gc_pauses: dict[int, Histogram] = {}  # generation -> child, made at first use
+        self._gc_pauses: dict[tuple[str], Histogram] = {}  # (generation,) -> child
         # Pauses timed inside the collector, waiting to be observed (``watch_gc``); bounded:
         # a flush every second leaves a few hundred at most.
         self._gc_pending: deque[tuple[int, float]] = deque(maxlen=10_000)
@@ -271,10 +271,7 @@ class ProxyMetrics:
         pending = self._gc_pending
         for _ in range(len(pending)):  # those there now: observing may time new ones
             generation, seconds = pending.popleft()
-            child = self._gc_pauses.get(generation)
-            if child is None:
-                child = self._gc_pauses[generation] = self._gc_pause.labels(str(generation))
-            child.observe(seconds)
+            _child(self._gc_pauses, self._gc_pause, (str(generation),)).observe(seconds)
 
     def set_long_poll_limit(self, n: int) -> None:
         self._long_polls_limit.set(n)
