@@ -37,13 +37,15 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiohttp
 
 from bench.lean_client import LeanClient
-from bench.processes import Process, _spawn, kill
+from bench.processes import Process, _spawn, kill, terminate
 from proxy.api.v2 import definition_pb2 as pb
+from rocketmq_local import admin
 from rocketmq_local.launcher import free_port_block
 
 if TYPE_CHECKING:
@@ -112,11 +114,35 @@ class Ledger:
         }
 
 
-class Cluster:
-    """Name server, three brokers and two proxies, each restartable on its own ports."""
+@dataclass(frozen=True)
+class Resources:
+    """The topics (name -> ``message.type``, None for a plain topic) and consumer groups
+    (name -> FIFO) a soak needs, made on every broker at the start and again on a stub
+    broker restarted (it keeps nothing)."""
 
-    def __init__(self, backend: str) -> None:
+    topics: dict[str, str | None]
+    groups: dict[str, bool]
+
+
+class Cluster:
+    """Name server, three brokers and ``proxies`` proxies, each restartable on its own
+    ports. ``log_dir``: each proxy's stderr (its log) goes to ``<name>.log`` there;
+    ``proxy_args``: added to every proxy's command line."""
+
+    def __init__(
+        self,
+        backend: str,
+        resources: Resources | None = None,
+        *,
+        proxies: int = 2,
+        log_dir: str | None = None,
+        proxy_args: tuple[str, ...] = (),
+    ) -> None:
         self.backend = backend
+        self.resources = resources or Resources({TOPIC: None}, {GROUP: False})
+        self.proxy_count = proxies
+        self.log_dir = log_dir
+        self.proxy_args = proxy_args
         self.real: RealCluster | None = None
         self.stub_namesrv: Process | None = None
         self.stub_brokers: dict[str, tuple[int, Process | None]] = {}
@@ -133,17 +159,27 @@ class Cluster:
 
             real = self.real = await asyncio.to_thread(RealCluster.start, 3)
             self.namesrv_port = real.namesrv_port
-            await asyncio.to_thread(real.create_topic, TOPIC)
-            await asyncio.to_thread(real.create_group, GROUP)
         else:
             self.namesrv_port = free_port_block()
             await self._start_stub_namesrv()
             for name in ("broker-a", "broker-b", "broker-c"):
                 self.stub_brokers[name] = (free_port_block(), None)
                 await self._start_stub_broker(name)
-        for name in ("proxy-1", "proxy-2"):
-            self.proxies[name] = ((free_port_block(), free_port_block()), None)
-            await self.start_proxy(name)
+        await self._create_resources()
+        for i in range(1, self.proxy_count + 1):
+            self.proxies[f"proxy-{i}"] = ((free_port_block(), free_port_block()), None)
+            await self.start_proxy(f"proxy-{i}")
+
+    async def _create_resources(self, brokers: dict[str, str] | None = None) -> None:
+        """The topics and groups on every broker (or those of ``brokers``, name -> address)."""
+
+        def create() -> None:
+            for topic, message_type in self.resources.topics.items():
+                admin.create_topic(self.namesrv, topic, message_type=message_type, brokers=brokers)
+            for group, fifo in self.resources.groups.items():
+                admin.create_group(self.namesrv, group, fifo=fifo, brokers=brokers)
+
+        await asyncio.to_thread(create)
 
     async def _start_stub_namesrv(self) -> None:
         self.stub_namesrv = await _spawn(
@@ -168,8 +204,6 @@ class Cluster:
             str(port),
             "--namesrv",
             self.namesrv,
-            "--topic",
-            TOPIC,
             "--log-level",
             "error",
         )
@@ -177,23 +211,17 @@ class Cluster:
 
     async def start_proxy(self, name: str) -> None:
         (grpc_port, http_port), _ = self.proxies[name]
-        proc = await _spawn(
-            name,
-            "proxy.cli",
-            "main",
-            "--namesrv",
-            self.namesrv,
-            "--grpc-port",
-            str(grpc_port),
-            "--http-port",
-            str(http_port),
-            "--proxy-id",
-            name,
-            "--workers",
-            "1",
-            "--log-level",
-            "error",
-        )
+        args = [
+            "--namesrv", self.namesrv, "--grpc-port", str(grpc_port), "--http-port",
+            str(http_port), "--proxy-id", name, "--workers", "1", "--log-level", "error",
+            *self.proxy_args,
+        ]  # fmt: skip
+        if self.log_dir is None:
+            proc = await _spawn(name, "proxy.cli", "main", *args)
+        else:
+            os.makedirs(self.log_dir, exist_ok=True)
+            with (Path(self.log_dir) / f"{name}.log").open("ab") as log:
+                proc = await _spawn(name, "proxy.cli", "main", *args, stderr=log)
         self.proxies[name] = ((grpc_port, http_port), proc)
 
     def endpoints(self) -> list[str]:
@@ -213,6 +241,18 @@ class Cluster:
         await asyncio.sleep(1)
         await self.start_proxy(name)
 
+    async def restart_proxy(self, name: str, grace_s: float) -> float:
+        """A graceful restart: SIGTERM, wait for the exit (SIGKILL past ``grace_s``), start
+        again on the same ports. The seconds the old process took to exit."""
+        _, proc = self.proxies[name]
+        started = time.monotonic()
+        if proc is not None:
+            assert isinstance(proc.proc, asyncio.subprocess.Process)
+            await terminate(proc.proc, grace_s)
+        took = time.monotonic() - started
+        await self.start_proxy(name)
+        return took
+
     async def kill_broker(self, name: str) -> None:
         if self.real is not None:
             broker = self.real.broker(name)
@@ -221,11 +261,12 @@ class Cluster:
             await asyncio.sleep(1)
             await asyncio.to_thread(self.real.restart_broker, name)
             return
-        _, proc = self.stub_brokers[name]
+        port, proc = self.stub_brokers[name]
         if proc is not None:
             await kill(proc)
         await asyncio.sleep(1)
-        await self._start_stub_broker(name)  # it creates --topic again at start
+        await self._start_stub_broker(name)
+        await self._create_resources({name: f"127.0.0.1:{port}"})  # a stub keeps nothing
 
     async def pause_broker(self, name: str, seconds: float) -> None:
         if self.real is not None:

@@ -41,6 +41,10 @@ from proxy.security.runtime import SecurityRuntime
 
 log = logging.getLogger(__name__)
 
+# How long the gRPC server's GOAWAY gets to reach the clients before the drain answers the
+# calls in flight on their old connections.
+GOAWAY_HEAD_START_S = 0.2
+
 
 @dataclass(frozen=True)
 class Step:
@@ -120,11 +124,12 @@ class ProxyApp:
         )
         # The address routes advertise is known once the gRPC port is bound (start).
         self.route = RouteActivity(self.pool, config.advertise_address or "")
+        self.session = SessionActivity(
+            config, self.groups, self.renewer, self.transactions, self.lite
+        )
         self.service = MessagingService(
             route=self.route,
-            session=SessionActivity(
-                config, self.groups, self.renewer, self.transactions, self.lite
-            ),
+            session=self.session,
             send=SendActivity(
                 self.pool,
                 self.producer,
@@ -245,8 +250,28 @@ class ProxyApp:
         self.grpc_server = server
 
     async def _stop_grpc(self) -> None:
-        if self.grpc_server is not None:
-            await self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
+        """The drain. The server's stop closes the listener and tells every connection to
+        go away (HTTP/2 GOAWAY): a client's next call opens a new connection, to another
+        proxy of its fleet (its channel lists them all, or a balancer fronts them). Then
+        the calls in flight end: every poll answers now, every Telemetry stream gets a
+        ReconnectEndpointsCommand and its end, and sends and acks finish, within the
+        grace; what the polls popped and did not deliver is handed back."""
+        if self.grpc_server is None:
+            return
+        stopping = asyncio.ensure_future(
+            self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
+        )
+        try:
+            # The GOAWAY leaves before the answers below, else a client would send its
+            # next poll, or reopen its stream, on the connection being drained.
+            await asyncio.wait({stopping}, timeout=GOAWAY_HEAD_START_S)
+            self.receive.accepting = False
+            self.engine.stop_polls()
+            streams = self.session.drain()
+            log.info("proxy %s draining: %d telemetry streams ended", self.config.proxy_id,
+                     streams)  # fmt: skip
+        finally:
+            await stopping
 
     def _observe_broker_call(
         self, request: str, response: str, seconds: float, broker: str, long_polling: bool
@@ -256,17 +281,14 @@ class ProxyApp:
         )
 
     async def stop(self) -> None:
-        """Graceful stop: not ready at once, refuse new polls, answer those in flight, hand
-        back what was not delivered, then stop every part in reverse order. Safe to call
-        twice, and after a failed start."""
+        """Graceful stop: not ready at once, then the drain (``_stop_grpc``), then every
+        other part in reverse order. Safe to call twice, and after a failed start."""
         if self.stopped:
             return
         self.stopped = True
         self.ready = False
         self.metrics.set_ready(False)
-        self.receive.accepting = False
-        self.engine.stop_polls()
-        await self._undo.aclose()
+        await self._undo.aclose()  # the gRPC server first: its stop is the drain
 
     def status(self) -> dict[str, object]:
         status = self._status()

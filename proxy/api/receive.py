@@ -64,7 +64,11 @@ class ReceiveActivity:
         try:
             client_id = check.require_client_id(context)
             if not self.accepting:
-                raise ApiError(Code.TOO_MANY_REQUESTS, "proxy is shutting down")
+                # Draining: a poll that still reaches this proxy is answered empty at once
+                # (not refused: the client would report an error); its next one goes to
+                # another proxy.
+                await self._write([], context, rec)
+                return
             req = self._translate(request, context, rec)
             self.renewer.seen(client_id)
             # Never raises: a failed look-up reads as a plain group, and the poll's own route

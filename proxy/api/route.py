@@ -41,10 +41,19 @@ async def topic_route(pool: BrokerPool, topic: str) -> TopicRoute:
 class RouteActivity:
     def __init__(self, pool: BrokerPool, advertise: str) -> None:
         self.pool = pool
+        self.configured = bool(advertise)  # an operator's address wins over the client's
         self.advertise = advertise
 
-    def _endpoints(self) -> pb.Endpoints:
-        """This proxy's address: clients reach every broker through it."""
+    def _endpoints(self, asked: pb.Endpoints) -> pb.Endpoints:
+        """Where clients reach every broker: the configured advertise address (a load
+        balancer's, say); without one, the endpoints the client itself dialled (the
+        request's ``endpoints``, its access point), as the Apache proxy answers. A client
+        given every proxy of a fleet ("p1;p2;p3") so keeps one channel over all of them,
+        and gRPC moves its calls to another proxy when one stops or dies, instead of
+        pinning it to the proxy that answered its first route. Our own bound address when
+        the request names none."""
+        if not self.configured and asked.addresses:
+            return asked
         host, _, port = self.advertise.rpartition(":")
         return pb.Endpoints(
             scheme=pb.AddressScheme.IPv4 if _is_ipv4(host) else pb.AddressScheme.DOMAIN_NAME,
@@ -56,7 +65,7 @@ class RouteActivity:
     ) -> api.QueryRouteResponse:
         topic = check.validate_topic(request.topic.name)
         route = await topic_route(self.pool, topic)
-        endpoints = self._endpoints()
+        endpoints = self._endpoints(request.endpoints)
         accepted = accept_message_types(route)
         queues = [
             pb.MessageQueue(
@@ -77,7 +86,7 @@ class RouteActivity:
         topic = check.validate_topic(request.topic.name)
         check.validate_group(request.group.name)
         route = await topic_route(self.pool, topic)
-        endpoints = self._endpoints()
+        endpoints = self._endpoints(request.endpoints)
         accepted = accept_message_types(route)
         assignments = [
             pb.Assignment(

@@ -18,6 +18,8 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
 
+import grpc
+
 from proxy.api import validation as check
 from proxy.api.context import Context
 from proxy.api.convert import half_message_to_api
@@ -51,6 +53,20 @@ class SessionActivity:
         self.renewer = renewer
         self.transactions = transactions
         self.lite = lite
+        # The task serving each open Telemetry stream, and whether its client is the Python
+        # one (see _end_for_drain): ``drain`` ends them all.
+        self._streams: dict[asyncio.Task[object], bool] = {}
+        self.draining = False
+
+    def drain(self) -> int:
+        """End every open Telemetry stream (the proxy stops; its gRPC server has already
+        told each connection to go away): each gets a ReconnectEndpointsCommand, then its
+        end. A client opens its stream again on a new connection, i.e. at another proxy of
+        its fleet. The number of streams ended."""
+        self.draining = True
+        for task in self._streams:
+            task.cancel()
+        return len(self._streams)
 
     async def heartbeat(
         self, request: api.HeartbeatRequest, context: Context
@@ -96,11 +112,33 @@ class SessionActivity:
         the client is silent, so from its first settings on it gets a reader task and a
         bounded outbox (``_producer_stream``)."""
         try:
-            check.require_client_id(context)
+            client_id = check.require_client_id(context)
         except ApiError as err:
             yield api.TelemetryCommand(status=err.status)
             return
-        client_id = check.require_client_id(context)
+        task = asyncio.current_task()
+        if task is None or self.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy is draining")
+            return
+        self._streams[task] = _language(context) == "PYTHON"
+        try:
+            async for out in self._serve(commands, client_id):
+                yield out
+        except asyncio.CancelledError:
+            if not self.draining:
+                raise  # the client went away, or the server stops the call
+            task.uncancel()  # our own cancel (drain), delivered: the stream ends cleanly
+            yield api.TelemetryCommand(
+                reconnect_endpoints_command=api.ReconnectEndpointsCommand(nonce=client_id)
+            )
+            if self._streams.get(task):
+                await _end_for_drain(context)
+        finally:
+            self._streams.pop(task, None)
+
+    async def _serve(
+        self, commands: AsyncIterator[api.TelemetryCommand], client_id: str
+    ) -> AsyncIterator[api.TelemetryCommand]:
         async for command in commands:
             answer, topics = await self._answer(command)
             if answer is None:
@@ -190,6 +228,22 @@ class SessionActivity:
             # means the writer is gone too; it is cancelled with the stream.
             with contextlib.suppress(asyncio.QueueFull):
                 outbox.put_nowait(None)
+
+
+def _language(context: Context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-language" and isinstance(value, str):
+            return value
+    return ""
+
+
+async def _end_for_drain(context: Context) -> None:
+    """End a Python client's stream with UNAVAILABLE rather than OK. Each client logs one
+    of the two ends as an error: the Java and Node clients an error status (ERROR), and
+    reopen after a second on both; the Python client (5.1.2) an OK end (it reads the end
+    as a message, an ERROR), a status only at WARN, and reopens on neither (its stream
+    comes back with its next settings sync, within 5 minutes)."""
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy is draining")
 
 
 _LITE_CONSUMERS = (pb.ClientType.LITE_PUSH_CONSUMER, pb.ClientType.LITE_SIMPLE_CONSUMER)

@@ -44,6 +44,34 @@ async def test_query_route_points_every_queue_at_the_proxy(app, lean, T):
         assert pb.MessageType.NORMAL in queue.accept_message_types
 
 
+async def test_query_route_and_assignment_answer_the_fleet_the_client_dialled(app, lean, T, G):
+    """A client given a fleet's endpoints ("p1;p2") gets them back as every queue's
+    endpoints, so its one channel fails over between proxies (the Apache proxy answers
+    with the request's endpoints as well); without an advertise address set, that is."""
+    fleet = pb.Endpoints(
+        scheme=pb.AddressScheme.IPv4,
+        addresses=[pb.Address(host="127.0.0.1", port=app.grpc_port),
+                   pb.Address(host="127.0.0.1", port=1)],
+    )  # fmt: skip
+    client = lean(app)
+    route = await client.stub.QueryRoute(
+        api.QueryRouteRequest(topic=pb.Resource(name=T), endpoints=fleet),
+        metadata=client.metadata,
+    )
+    assert route.status.code == Code.OK
+    assert route.message_queues
+    assert all(q.broker.endpoints == fleet for q in route.message_queues)
+    assignment = await client.stub.QueryAssignment(
+        api.QueryAssignmentRequest(
+            topic=pb.Resource(name=T), group=pb.Resource(name=G), endpoints=fleet
+        ),
+        metadata=client.metadata,
+    )
+    assert assignment.status.code == Code.OK
+    assert assignment.assignments
+    assert all(a.message_queue.broker.endpoints == fleet for a in assignment.assignments)
+
+
 async def test_sends_take_the_queues_in_turn_and_a_message_group_keeps_one(app, lean, backend, T):
     """The proxy chooses the queue, as the Apache proxy does (the Python client names
     none): plain messages take the writable queues in turn, so 8 sends fill each of the

@@ -137,3 +137,59 @@ async def test_a_full_start_and_stop_leaves_nothing_running(cluster, tmp_path, l
     await app.stop()  # twice: a no-op
 
     await settled(tasks, threads, fds)
+
+
+async def test_stop_drains_polls_and_telemetry_streams_without_an_error(cluster, tmp_path, lean):
+    """The drain (a rolling restart's SIGTERM): a parked poll is answered empty, not
+    refused; each Telemetry stream (a consumer's, a producer's) gets a
+    ReconnectEndpointsCommand and then its end: OK for the Java and Node clients, which
+    reopen on either end, UNAVAILABLE for the Python one, which logs an OK end as an error.
+    The stop does not wait out the grace for those streams."""
+    import grpc
+
+    from proxy.api.v2 import service_pb2 as api
+
+    config = dataclasses.replace(config_for(cluster, tmp_path), shutdown_grace_s=25.0)
+    app = ProxyApp(config)
+    await app.start()
+    client = lean(app, "drain-client")
+    consumer = pb.Settings(
+        client_type=pb.ClientType.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(group=pb.Resource(name="G")),
+    )
+    producer = pb.Settings(
+        client_type=pb.ClientType.PRODUCER,
+        publishing=pb.Publishing(topics=[pb.Resource(name="T")]),
+    )
+    streams = {}
+    for name, settings, language in (
+        ("java-consumer", consumer, "JAVA"),
+        ("node-producer", producer, "NODE_JS"),
+        ("python-consumer", consumer, "PYTHON"),
+        ("python-producer", producer, "PYTHON"),
+    ):
+        call = client.stub.Telemetry(metadata=(*client.metadata, ("x-mq-language", language)))
+        await call.write(api.TelemetryCommand(settings=settings))
+        assert (await call.read()).status.code == pb.Code.OK
+        streams[name] = call
+    poll = asyncio.ensure_future(client.receive("G", "T", await_ms=20_000, batch=1))
+    await wait_until(lambda: sum(app.engine.status()["in_flight"].values()) == 1, timeout=5)
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(app.stop(), 15)
+    assert loop.time() - started < config.shutdown_grace_s  # not held to the grace by a stream
+
+    answer = await asyncio.wait_for(poll, 5)
+    assert answer.status == pb.Code.MESSAGE_NOT_FOUND  # answered, not refused
+    for name, call in streams.items():
+        command = await asyncio.wait_for(call.read(), 5)
+        assert command.WhichOneof("command") == "reconnect_endpoints_command", name
+        assert command.reconnect_endpoints_command.nonce == "drain-client"
+        if name.startswith("python"):
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await asyncio.wait_for(call.read(), 5)
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, name
+        else:
+            assert await asyncio.wait_for(call.read(), 5) is grpc.aio.EOF, name
+            assert await call.code() == grpc.StatusCode.OK, name

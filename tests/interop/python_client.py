@@ -41,10 +41,23 @@ protobuf. Same command line as ``node/client.mjs``::
         another one recalled at once; then receives with a SimpleConsumer (acking) until the
         committed, the orphan and the timed one came and two more seconds passed.
 
-One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
-an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds). Errors of single
-operations inside the receive loop (a receive, an ack, a change of invisible time, a corrupted
-body) are reported in "errors" instead, so the caller sees what did arrive.
+    soak --endpoints "H:P;H:P" --role ROLE --topic T --control-dir DIR [--group G]
+         [--prefix PFX] [--rate R] [--message-groups N] [--consume-ms MS]
+         [--invisible-seconds I] [--await-seconds A] [--batch B]
+        -> one JSON event a line, as it happens, until the harness creates DIR/stop-producing
+           (producers) or DIR/stop (everyone): ready, sent, send_error, tx_end, checked,
+           recv, ack, ack_error, recv_error, consumed, corrupt, done. The role is a
+           producer (produce, produce-fifo, produce-tx), a SimpleConsumer (simple) or a
+           PushConsumer (push) of one official client, kept alive through every fault of
+           the official-client soak (bench/soak_official.py, which documents the events);
+           message seq's body is "<PFX>-<seq>". Errors after start-up are events, never
+           an exit.
+
+One JSON line on stdout and exit 0 (soak: a line per event); on failure a message on stderr
+and a non-zero exit (1 for an error, 2 for bad usage, 3 when the whole run overran
+--deadline-seconds). Errors of single operations inside the receive loop (a receive, an ack,
+a change of invisible time, a corrupted body) are reported in "errors" instead, so the
+caller sees what did arrive.
 
 The client logs to ~/logs/rocketmq_python/rocketmq_client.log: set HOME to move it.
 
@@ -104,6 +117,7 @@ from official_python import (
 )
 
 MAX_MESSAGES_PER_RECEIVE = 16
+SOAK_ROLES = ("produce", "produce-fifo", "produce-tx", "simple", "push")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -179,6 +193,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     features.add_argument("--group", required=True)
     features.add_argument("--delay-seconds", type=int, default=4)
     features.add_argument("--deadline-seconds", type=float, default=60.0)
+    soak = sub.add_parser("soak", help="one client role, events on stdout until told to stop")
+    soak.add_argument("--endpoints", required=True, help='every proxy: "H:P;H:P"')
+    soak.add_argument("--role", required=True, choices=SOAK_ROLES)
+    soak.add_argument("--topic", required=True)
+    soak.add_argument("--control-dir", required=True, help="stop-producing / stop files here")
+    soak.add_argument("--group", help="the consumer group (simple, push)")
+    soak.add_argument("--prefix", default="m", help='message seq gets body "<PFX>-<seq>"')
+    soak.add_argument("--rate", type=float, default=10.0, help="messages a second")
+    soak.add_argument("--message-groups", type=int, default=4, help="produce-fifo: groups")
+    soak.add_argument("--consume-ms", type=int, default=0, help="push: the listener's time")
+    soak.add_argument("--invisible-seconds", type=int, default=15)
+    soak.add_argument("--await-seconds", type=int, default=5)
+    soak.add_argument("--batch", type=int, default=16)
+    soak.add_argument("--deadline-seconds", type=float, default=6 * 3600.0)
     args = parser.parse_args(argv)
     if args.command == "consume" and not args.start_only:
         if args.await_seconds is None or args.expect is None:
@@ -548,6 +576,186 @@ def features(args: argparse.Namespace) -> dict:
     return out
 
 
+class Events:
+    """The soak's event lines on stdout, one JSON object each, written whole under a lock
+    (the push consumer's listener threads and the checker write too)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __call__(self, ev: str, **fields) -> None:
+        line = json.dumps({"ev": ev, "t": int(time.time() * 1000), **fields})
+        with self._lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short, stable name of a failure: the class, and the RocketMQ code (ClientException)
+    or gRPC status (RpcError) it carries."""
+    code = getattr(exc, "code", None)
+    if callable(code):  # grpc.RpcError.code()
+        try:
+            return f"{type(exc).__name__}:{code().name}"
+        except Exception:
+            return type(exc).__name__
+    return f"{type(exc).__name__}:{code}" if code is not None else type(exc).__name__
+
+
+def soak_seq(body: str) -> int:
+    return int(body.rsplit("-", 1)[1])
+
+
+def soak_view(message) -> dict:
+    """What a received message's record carries: its id, attempt, group and receipt handle
+    (this client drops the queue and offset, which the harness reads from the handle)."""
+    return {
+        "id": message.body.decode("utf-8", "replace") if message.body else "",
+        "msg_id": message.message_id,
+        "attempt": message.delivery_attempt,
+        "group": message.message_group,
+        "queue": None,
+        "offset": None,
+        "handle": message.receipt_handle,
+    }
+
+
+def soak_wait(control: str, name: str, seconds: float) -> bool:
+    """Sleep up to ``seconds``, polling every 200 ms for the control file; True once it is there."""
+    until = time.monotonic() + seconds
+    while True:
+        if os.path.exists(os.path.join(control, name)) or os.path.exists(
+            os.path.join(control, "stop")
+        ):
+            return True
+        left = until - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(0.2, left))
+
+
+def soak_produce(args: argparse.Namespace, emit: Events) -> None:
+    from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
+
+    class Checker(TransactionChecker):
+        # An orphan (seq % 4 == 1) was meant to commit; a lost rollback (seq % 4 == 0) to roll back.
+        def check(self, message: Message) -> TransactionResolution:
+            body = message.body.decode("utf-8", "replace")
+            rollback = soak_seq(body) % 4 == 0
+            emit("checked", id=body, answer="ROLLBACK" if rollback else "COMMIT")
+            return TransactionResolution.ROLLBACK if rollback else TransactionResolution.COMMIT
+
+    tx = args.role == "produce-tx"
+    producer = Producer(
+        client_configuration(args.endpoints),
+        topics=(args.topic,),
+        checker=Checker() if tx else None,
+        tls_enable=tls_enabled(),
+    )
+    producer.startup()
+    emit("ready", role=args.role, lang="python")
+    period = 1.0 / args.rate
+    next_at = time.monotonic()
+    seq = 0
+    try:
+        while not soak_wait(args.control_dir, "stop-producing", next_at - time.monotonic()):
+            next_at = max(next_at + period, time.monotonic())  # never a burst to catch up
+            body = f"{args.prefix}-{seq}"
+            seq += 1
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = body.encode()
+            if args.role == "produce-fifo":
+                msg.message_group = f"g{soak_seq(body) % args.message_groups}"
+            transaction = producer.begin_transaction() if tx else None
+            try:
+                receipt = producer.send(msg, transaction)
+            except Exception as exc:
+                emit("send_error", id=body, kind=error_kind(exc), detail=describe(exc)[:300])
+                continue
+            emit("sent", id=body, msg_id=receipt.message_id)
+            if transaction is not None:
+                outcome = {0: "rollback", 1: "none"}.get(soak_seq(body) % 4, "commit")
+                try:
+                    if outcome != "none":
+                        getattr(transaction, outcome)()
+                except Exception as exc:
+                    emit("tx_end", id=body, outcome=outcome, ok=False, kind=error_kind(exc))
+                else:
+                    emit("tx_end", id=body, outcome=outcome, ok=True)
+        # An orphan's check reaches this producer only while it runs: stay until told to stop.
+        if tx:
+            soak_wait(args.control_dir, "stop", float("inf"))
+    finally:
+        producer.shutdown()
+
+
+def soak_simple(args: argparse.Namespace, emit: Events) -> None:
+    consumer = simple_consumer(args.endpoints, args.group, args.topic, "*", args.await_seconds)
+    emit("ready", role=args.role, lang="python")
+    try:
+        while not soak_wait(args.control_dir, "stop", 0):
+            try:
+                batch = consumer.receive(args.batch, args.invisible_seconds)
+            except Exception as exc:
+                emit("recv_error", kind=error_kind(exc), detail=describe(exc)[:300])
+                soak_wait(args.control_dir, "stop", 1.0)  # a down fleet is not spun on
+                continue
+            for msg in batch:
+                view = soak_view(msg)
+                emit("recv", **view)
+                if msg.corrupted:
+                    emit("corrupt", id=view["id"])
+                try:
+                    consumer.ack(msg)
+                except Exception as exc:
+                    emit("ack_error", id=view["id"], kind=error_kind(exc),
+                         detail=describe(exc)[:300])  # fmt: skip
+                else:
+                    emit("ack", id=view["id"])
+    finally:
+        consumer.shutdown()
+
+
+def soak_push(args: argparse.Namespace, emit: Events) -> None:
+    from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
+
+    class Listener(MessageListener):
+        def consume(self, message) -> ConsumeResult:
+            view = soak_view(message)
+            emit("recv", **view)
+            if message.corrupted:
+                emit("corrupt", id=view["id"])
+            time.sleep(args.consume_ms / 1000)
+            emit("consumed", id=view["id"])
+            return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        client_configuration(args.endpoints),
+        args.group,
+        Listener(),
+        {args.topic: FilterExpression("*")},
+    )
+    consumer.startup()
+    emit("ready", role=args.role, lang="python")
+    try:
+        soak_wait(args.control_dir, "stop", float("inf"))
+    finally:
+        consumer.shutdown()
+
+
+def soak(args: argparse.Namespace) -> None:
+    """One role of the official-client soak; prints its events, then ``done``."""
+    emit = Events()
+    if args.role.startswith("produce"):
+        soak_produce(args, emit)
+    elif args.role == "simple":
+        soak_simple(args, emit)
+    else:
+        soak_push(args, emit)
+    emit("done")
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     arm_watchdog(args.deadline_seconds)
@@ -559,6 +767,7 @@ def main(argv: list[str]) -> int:
             "push": push,
             "lite": lite,
             "features": features,
+            "soak": soak,
         }[args.command]
         result = command(args)
     except Exception as exc:
@@ -569,8 +778,9 @@ def main(argv: list[str]) -> int:
         )
         sys.stderr.flush()
         return 1
-    sys.stdout.write(json.dumps(result) + "\n")
-    sys.stdout.flush()
+    if result is not None:  # soak printed its events as they came
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
     return 0
 
 

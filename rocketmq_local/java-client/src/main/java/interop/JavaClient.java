@@ -42,9 +42,38 @@
  *       checker commits what it is asked about; a message timed D seconds ahead, and another
  *       one recalled at once; then a SimpleConsumer receives (acking) until the committed, the
  *       orphan and the timed one came and two more seconds passed.
+ *   soak --endpoints "H:P;H:P" --role ROLE --topic T --control-dir DIR [--group G] [--prefix PFX]
+ *        [--rate R] [--message-groups N] [--consume-ms MS] [--invisible-seconds I]
+ *        [--await-seconds A] [--batch B]
+ *       -> one JSON event a line, flushed as it happens ({"ev", "t": epoch ms, ...}): ready,
+ *          sent, send_error, tx_end, checked, recv, ack, ack_error, recv_error, consumed,
+ *          corrupt, done (last). One role of the official-client soak (bench/soak_official.py),
+ *          kept alive through every fault: after start-up a client error is an event, never an
+ *          exit. ROLE: produce, produce-fifo (message group "g<seq mod N>", N default 4) or
+ *          produce-tx send R (default 10) messages a second, one at a time, body "<PFX>-<seq>"
+ *          (PFX default "m"); produce-tx sends each in its own transaction and, by seq mod 4,
+ *          rolls it back (0), leaves it open for the broker's check (1) or commits it, and its
+ *          checker answers ROLLBACK for seq mod 4 == 0, else COMMIT. simple: a SimpleConsumer
+ *          of G (batch B default 16, invisible I default 15 s, long polling A default 5 s) that
+ *          acks everything; push: a PushConsumer of G whose listener takes MS (default 0) and
+ *          returns SUCCESS. DIR is polled every 200 ms: DIR/stop-producing stops a producer
+ *          (produce-tx then waits for DIR/stop: late orphans are still checked),
+ *          DIR/stop everyone; the client is closed, done printed, exit 0.
+ *          --endpoints goes to ClientConfiguration as it is: 5.2.0's Endpoints splits it at ';'
+ *          into the addresses of one gRPC channel ("ipv4:H:P,H:P", the first host's form picks
+ *          ipv4 or ipv6 for all; a domain name takes one address only), which grpc-java's default
+ *          pick_first policy connects to in turn. An error's kind is the client exception's
+ *          class with the RocketMQ response code, which 5.2.0 keeps only in the message
+ *          ("[request-id=R, response-code=C] ..."): "TooManyRequestsException:42900"; else a
+ *          gRPC status in the cause chain by its code's name ("UNAVAILABLE"); else the root
+ *          cause's class name. recv's queue is always null (the message's queue id is not kept
+ *          by the client, see received()); offset and handle come from MessageViewImpl. The
+ *          PushConsumer never hands a corrupted message to the listener: push has no corrupt.
+ *          The run's deadline defaults to 6 hours.
  *
- * One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
- * an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds). Errors of single
+ * One JSON line on stdout and exit 0 (soak: a line per event); on failure a message on stderr and
+ * a non-zero exit (1 for an error, for soak only a client that did not start, 2 for bad usage, 3
+ * when the whole run overran --deadline-seconds). Errors of single
  * operations inside the receive loop are reported in "errors" instead. The client logs to
  * ${user.home}/logs/rocketmq/rocketmq-client.log: pass -Duser.home to move it.
  *
@@ -110,6 +139,9 @@ import java.io.Closeable;
 import java.lang.reflect.Method;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -117,13 +149,17 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientException;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
@@ -135,6 +171,7 @@ import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.message.MessageBuilder;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
+import org.apache.rocketmq.client.apis.producer.ProducerBuilder;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
 import org.apache.rocketmq.client.apis.producer.Transaction;
 import org.apache.rocketmq.client.apis.producer.TransactionResolution;
@@ -145,6 +182,8 @@ import org.apache.rocketmq.client.java.impl.consumer.PushSubscriptionSettings;
 import org.apache.rocketmq.client.java.message.MessageViewImpl;
 import org.apache.rocketmq.client.java.route.Address;
 import org.apache.rocketmq.client.java.route.Endpoints;
+import org.apache.rocketmq.shaded.io.grpc.StatusException;
+import org.apache.rocketmq.shaded.io.grpc.StatusRuntimeException;
 
 public final class JavaClient {
     private static final int REQUEST_TIMEOUT_SECONDS = 3; // the client's default, stated
@@ -152,6 +191,23 @@ public final class JavaClient {
     /** The features command's SimpleConsumer: long polls and invisible time. */
     private static final int FEATURES_AWAIT_SECONDS = 5;
     private static final int FEATURES_INVISIBLE_SECONDS = 20;
+    /** The soak command: its roles, defaults, control-file polling and longest run. */
+    private static final Set<String> SOAK_ROLES = new LinkedHashSet<>(
+        List.of("produce", "produce-fifo", "produce-tx", "simple", "push"));
+    private static final int SOAK_MESSAGE_GROUPS = 4;
+    private static final double SOAK_RATE = 10.0;
+    private static final int SOAK_INVISIBLE_SECONDS = 15;
+    private static final int SOAK_AWAIT_SECONDS = 5;
+    private static final long SOAK_CONTROL_POLL_MILLIS = 200;
+    private static final int SOAK_DETAIL_CHARS = 300;
+    private static final double SOAK_DEADLINE_SECONDS = 6 * 3600;
+    /**
+     * A ClientException (BadRequestException, TooManyRequestsException, ...) keeps the response
+     * code only in its message, "[request-id=R, response-code=C] ...": 5.2.0 has no getter. At
+     * the start only: a ClientException wrapping a cause has the cause's text as its message.
+     */
+    private static final Pattern RESPONSE_CODE =
+        Pattern.compile("\\[request-id=[^\\]]*response-code=(\\d+)\\]");
 
     private static final class UsageError extends Exception {
         UsageError(String message) {
@@ -164,12 +220,17 @@ public final class JavaClient {
     private String command;
     /** System.nanoTime() at which the watchdog ends the run. */
     private long deadlineNanos;
+    /** The soak's event lines are printed under this lock; nothing after "done". */
+    private final Object stdout = new Object();
+    private boolean printedDone; // guarded by stdout
 
-    private static final Set<String> COMMANDS = Set.of("produce", "consume", "push", "lite", "features");
+    private static final Set<String> COMMANDS =
+        Set.of("produce", "consume", "push", "lite", "features", "soak");
     private static final Set<String> VALUED = Set.of("endpoint", "topic", "group", "count", "tag",
         "keys", "body-prefix", "message-groups", "priority", "filter", "await-seconds", "expect",
         "max-rounds", "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
-        "delay-seconds", "deadline-seconds", "lite-topics", "other");
+        "delay-seconds", "deadline-seconds", "lite-topics", "other",
+        "endpoints", "role", "control-dir", "prefix", "rate", "consume-ms");
     private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first",
         "push", "over-quota");
 
@@ -195,10 +256,11 @@ public final class JavaClient {
         }
         if (positionals.size() != 1 || !COMMANDS.contains(positionals.get(0))) {
             throw new UsageError(
-                "usage: JavaClient produce|consume|push|lite|features --endpoint HOST:PORT --topic T ...");
+                "usage: JavaClient produce|consume|push|lite|features --endpoint HOST:PORT --topic T ..."
+                    + " | soak --endpoints \"H:P;H:P\" --role ROLE --topic T --control-dir DIR ...");
         }
         command = positionals.get(0);
-        require("endpoint");
+        require("soak".equals(command) ? "endpoints" : "endpoint");
         require("topic");
         switch (command) {
             case "produce":
@@ -229,6 +291,29 @@ public final class JavaClient {
                 require("lite-topics");
                 if (!flags.contains("push")) {
                     throw new UsageError("lite needs --push (5.2.0 has only a LitePushConsumer)");
+                }
+                break;
+            case "soak":
+                require("role");
+                require("control-dir");
+                String role = opts.get("role");
+                if (!SOAK_ROLES.contains(role)) {
+                    throw new UsageError("--role must be one of " + String.join(", ", SOAK_ROLES));
+                }
+                if (!role.startsWith("produce")) {
+                    require("group");
+                }
+                if (integer("message-groups", SOAK_MESSAGE_GROUPS, false) < 1) {
+                    throw new UsageError("--message-groups must be at least 1");
+                }
+                if (!(number("rate", SOAK_RATE) > 0)) {
+                    throw new UsageError("--rate must be above 0");
+                }
+                integer("consume-ms", 0, false);
+                integer("invisible-seconds", SOAK_INVISIBLE_SECONDS, false);
+                integer("await-seconds", SOAK_AWAIT_SECONDS, false);
+                if (integer("batch", MAX_MESSAGES_PER_RECEIVE, false) < 1) {
+                    throw new UsageError("--batch must be at least 1");
                 }
                 break;
             default: // features
@@ -276,7 +361,7 @@ public final class JavaClient {
             }
             return d;
         } catch (NumberFormatException e) {
-            throw new UsageError("--" + name + " must be a number of seconds");
+            throw new UsageError("--" + name + " must be a number (0 or more)");
         }
     }
 
@@ -294,6 +379,8 @@ public final class JavaClient {
                 return 90;
             case "features":
                 return 60;
+            case "soak":
+                return SOAK_DEADLINE_SECONDS;
             default:
                 break;
         }
@@ -312,7 +399,7 @@ public final class JavaClient {
 
     private ClientConfiguration configuration() {
         return ClientConfiguration.newBuilder()
-            .setEndpoints(opts.get("endpoint"))
+            .setEndpoints(opts.get("soak".equals(command) ? "endpoints" : "endpoint"))
             .enableSsl(false)
             .setRequestTimeout(Duration.ofSeconds(REQUEST_TIMEOUT_SECONDS))
             .build();
@@ -765,6 +852,278 @@ public final class JavaClient {
         return Json.value(out);
     }
 
+    /** One role of the official-client soak until a control file says stop: see the usage at the top. */
+    private String soak() throws Exception {
+        String role = opts.get("role");
+        if (role.startsWith("produce")) {
+            soakProduce(role);
+        } else if ("simple".equals(role)) {
+            soakSimple();
+        } else {
+            soakPush();
+        }
+        emit("done");
+        return null; // the events are the output
+    }
+
+    /**
+     * One message a tick (--rate a second), each send waited for; a send that overran its tick
+     * is followed at the next tick, no burst to catch up. produce-tx sends each message in its
+     * own transaction and ends it by its seq (see the usage at the top).
+     */
+    private void soakProduce(String role) throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        boolean tx = "produce-tx".equals(role);
+        boolean fifo = "produce-fifo".equals(role);
+        int groups = integer("message-groups", SOAK_MESSAGE_GROUPS, false);
+        String prefix = opts.getOrDefault("prefix", "m");
+        long period = Math.max((long) (1e9 / number("rate", SOAK_RATE)), 1);
+        ProducerBuilder builder = provider.newProducerBuilder()
+            .setClientConfiguration(configuration())
+            .setTopics(opts.get("topic"));
+        if (tx) {
+            // Asked on a RecoverOrphanedTransaction command: the outcome the seq meant (orphans,
+            // seq % 4 == 1, commit; a lost rollback, seq % 4 == 0, rolls back; a body without a
+            // seq is none of ours and rolls back).
+            builder.setTransactionChecker(view -> {
+                String body = text(view);
+                Long seq = soakSeq(body);
+                boolean commit = seq != null && seq % 4 != 0;
+                emit("checked", "id", body, "answer", commit ? "COMMIT" : "ROLLBACK");
+                return commit ? TransactionResolution.COMMIT : TransactionResolution.ROLLBACK;
+            });
+        }
+        Producer producer = builder.build();
+        emit("ready", "role", role, "lang", "java");
+        CountDownLatch stop = controlFile("stop-producing", "stop");
+        try {
+            long next = System.nanoTime();
+            for (long seq = 0; !stop.await(Math.max(next - System.nanoTime(), 0), TimeUnit.NANOSECONDS);
+                 seq++) {
+                String body = prefix + "-" + seq;
+                Transaction transaction = null;
+                SendReceipt receipt = null;
+                try {
+                    MessageBuilder message = message(provider, body);
+                    if (fifo) {
+                        message.setMessageGroup("g" + seq % groups);
+                    }
+                    if (tx) {
+                        transaction = producer.beginTransaction();
+                        receipt = producer.send(message.build(), transaction);
+                    } else {
+                        receipt = producer.send(message.build());
+                    }
+                } catch (Exception e) { // not retried: the next send takes the next seq
+                    emit("send_error", "id", body, "kind", errorKind(e), "detail", detail(e));
+                }
+                if (receipt != null) {
+                    emit("sent", "id", body, "msg_id", receipt.getMessageId().toString());
+                    if (tx) {
+                        endTransaction(transaction, body, seq);
+                    }
+                }
+                next += period;
+                long now = System.nanoTime();
+                if (next < now) {
+                    next += ((now - next) / period + 1) * period;
+                }
+            }
+            if (tx) { // an orphan's check reaches this producer only while it runs
+                controlFile("stop").await();
+            }
+        } finally {
+            closeWithin(producer, "the Producer");
+        }
+    }
+
+    /** seq % 4 == 0 rolls back, 1 is left open (an orphan for the broker's check), else commits. */
+    private void endTransaction(Transaction transaction, String body, long seq) {
+        String outcome = seq % 4 == 0 ? "rollback" : seq % 4 == 1 ? "none" : "commit";
+        try {
+            if ("commit".equals(outcome)) {
+                transaction.commit();
+            } else if ("rollback".equals(outcome)) {
+                transaction.rollback();
+            }
+            emit("tx_end", "id", body, "outcome", outcome, "ok", true);
+        } catch (Exception e) {
+            emit("tx_end", "id", body, "outcome", outcome, "ok", false, "kind", errorKind(e));
+        }
+    }
+
+    /** Receives (--batch, --invisible-seconds, long polling --await-seconds) and acks everything. */
+    private void soakSimple() throws Exception {
+        SimpleConsumer consumer = simpleConsumer("*", integer("await-seconds", SOAK_AWAIT_SECONDS, false));
+        emit("ready", "role", "simple", "lang", "java");
+        CountDownLatch stop = controlFile("stop");
+        int batchSize = integer("batch", MAX_MESSAGES_PER_RECEIVE, false);
+        Duration invisible = Duration.ofSeconds(integer("invisible-seconds", SOAK_INVISIBLE_SECONDS, false));
+        try {
+            // A stop is seen between receives: the one in flight is finished and acked first.
+            while (stop.getCount() > 0) {
+                List<MessageView> batch;
+                try {
+                    batch = consumer.receive(batchSize, invisible);
+                } catch (Exception e) {
+                    emit("recv_error", "kind", errorKind(e), "detail", detail(e));
+                    stop.await(1, TimeUnit.SECONDS); // a fleet that is down is not spun on
+                    continue;
+                }
+                for (MessageView msg : batch) {
+                    String id = received(msg);
+                    try {
+                        consumer.ack(msg);
+                        emit("ack", "id", id);
+                    } catch (Exception e) {
+                        emit("ack_error", "id", id, "kind", errorKind(e), "detail", detail(e));
+                    }
+                }
+            }
+        } finally {
+            closeWithin(consumer, "the SimpleConsumer");
+        }
+    }
+
+    /** A PushConsumer whose listener takes --consume-ms and answers SUCCESS (the client acks). */
+    private void soakPush() throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        long consumeMillis = integer("consume-ms", 0, false);
+        PushConsumer consumer = provider.newPushConsumerBuilder()
+            .setClientConfiguration(configuration())
+            .setConsumerGroup(opts.get("group"))
+            .setSubscriptionExpressions(Collections.singletonMap(
+                opts.get("topic"), new FilterExpression("*", FilterExpressionType.TAG)))
+            .setMessageListener(message -> {
+                String id = received(message);
+                if (consumeMillis > 0) {
+                    try {
+                        Thread.sleep(consumeMillis);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+                emit("consumed", "id", id); // just before the SUCCESS it returns
+                return ConsumeResult.SUCCESS;
+            })
+            .build();
+        emit("ready", "role", "push", "lang", "java");
+        try {
+            controlFile("stop").await();
+        } finally {
+            closeWithin(consumer, "the PushConsumer");
+        }
+    }
+
+    /**
+     * The recv event of a received message (and corrupt when the client flagged its body digest);
+     * returns its id, the body. MessageViewImpl (the client's only MessageView) gives the queue
+     * offset (getOffset(), the message's system property queue_offset) and the receipt handle
+     * (getReceiptHandle()). The queue stays null: MessageViewImpl.fromProtobuf drops the
+     * message's queue_id, and getMessageQueue() is the queue the ReceiveMessage was sent to (a
+     * route queue for a SimpleConsumer, queue -1 of the assignment for a PushConsumer), not the
+     * message's. The PushConsumer never hands a corrupted message to its listener (it nacks it,
+     * or forwards it to the DLQ when FIFO): corrupt only comes from the SimpleConsumer.
+     */
+    private String received(MessageView msg) {
+        String id = text(msg);
+        MessageViewImpl impl = msg instanceof MessageViewImpl ? (MessageViewImpl) msg : null;
+        emit("recv", "id", id, "msg_id", msg.getMessageId().toString(),
+            "attempt", msg.getDeliveryAttempt(), "group", group(msg), "queue", null,
+            "offset", impl == null ? null : impl.getOffset(),
+            "handle", impl == null ? null : impl.getReceiptHandle());
+        if (impl != null && impl.isCorrupted()) {
+            emit("corrupt", "id", id);
+        }
+        return id;
+    }
+
+    /** The seq of a soak body "<PFX>-<seq>", or null when it has none. */
+    private static Long soakSeq(String body) {
+        try {
+            return Long.parseLong(body.substring(body.lastIndexOf('-') + 1));
+        } catch (NumberFormatException e) {
+            return null;
+        }
+    }
+
+    /**
+     * A latch released once one of the control files exists in --control-dir, which a daemon
+     * thread looks for every 200 ms.
+     */
+    private CountDownLatch controlFile(String... names) {
+        Path dir = Paths.get(opts.get("control-dir"));
+        CountDownLatch there = new CountDownLatch(1);
+        Thread poller = new Thread(() -> {
+            try {
+                while (true) {
+                    for (String name : names) {
+                        if (Files.exists(dir.resolve(name))) {
+                            there.countDown();
+                            return;
+                        }
+                    }
+                    Thread.sleep(SOAK_CONTROL_POLL_MILLIS);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }, "control");
+        poller.setDaemon(true);
+        poller.start();
+        return there;
+    }
+
+    /**
+     * One soak event line on stdout: {"ev", "t" (epoch ms), then the pairs}, written whole and
+     * flushed under a lock (the checker and the listener threads emit too); nothing after done.
+     */
+    private void emit(String ev, Object... pairs) {
+        Map<String, Object> event = new LinkedHashMap<>();
+        event.put("ev", ev);
+        event.put("t", System.currentTimeMillis());
+        event.putAll(Json.map(pairs));
+        String line = Json.value(event);
+        synchronized (stdout) {
+            if (printedDone) {
+                return;
+            }
+            System.out.println(line);
+            System.out.flush();
+            printedDone = "done".equals(ev);
+        }
+    }
+
+    /**
+     * A short, stable name of a failure for the soak to count by: the first exception of the
+     * cause chain that carries a code decides, a client exception with its RocketMQ response
+     * code ("TooManyRequestsException:42900") or a gRPC status by its code's name
+     * ("UNAVAILABLE", "DEADLINE_EXCEEDED"); otherwise the root cause's class name (a plain
+     * ClientException wrapping, say, a TimeoutException gives "TimeoutException").
+     */
+    static String errorKind(Throwable t) {
+        Throwable root = t;
+        for (Throwable c = t; c != null; c = c.getCause() == c ? null : c.getCause()) {
+            if (c instanceof ClientException) {
+                Matcher code = RESPONSE_CODE.matcher(String.valueOf(c.getMessage()));
+                if (code.lookingAt()) {
+                    return c.getClass().getSimpleName() + ":" + code.group(1);
+                }
+            } else if (c instanceof StatusRuntimeException) {
+                return ((StatusRuntimeException) c).getStatus().getCode().name();
+            } else if (c instanceof StatusException) {
+                return ((StatusException) c).getStatus().getCode().name();
+            }
+            root = c;
+        }
+        return root.getClass().getSimpleName();
+    }
+
+    private static String detail(Throwable t) {
+        String text = describe(t);
+        return text.length() <= SOAK_DETAIL_CHARS ? text : text.substring(0, SOAK_DETAIL_CHARS);
+    }
+
     private MessageBuilder message(ClientServiceProvider provider, String body) {
         return provider.newMessageBuilder()
             .setTopic(opts.get("topic"))
@@ -781,6 +1140,8 @@ public final class JavaClient {
                 return push();
             case "lite":
                 return lite();
+            case "soak":
+                return soak();
             default:
                 return features();
         }
@@ -829,8 +1190,10 @@ public final class JavaClient {
             Runtime.getRuntime().halt(1);
             return;
         }
-        System.out.println(result);
-        System.out.flush();
+        if (result != null) { // soak printed its events as they came
+            System.out.println(result);
+            System.out.flush();
+        }
         Runtime.getRuntime().halt(0);
     }
 
