@@ -248,8 +248,8 @@ async def fault_loop(
 
 async def run(
     backend: str, seconds: float, *, seed: int, faults: list[str], roster_kind: str,
-    workdir: Path, proxies: int = 3, lang: str | None = None, rate: float = 2.0, consume_ms: int = 20,
-    interval: float = 60.0, drain_s: float = 120.0, grace_s: float = 30.0,
+    workdir: Path, proxies: int = 3, lang: str | None = None, rate: float = 2.0,
+    consume_ms: int = 20, interval: float = 60.0, drain_s: float = 120.0, grace_s: float = 30.0,
     proxy_args: tuple[str, ...] = (),
 ) -> dict:  # fmt: skip
     """Start the cluster and the clients, run the faults for ``seconds``, stop the
