@@ -7,8 +7,9 @@ through a fleet of proxies while faults strike on a seeded schedule; every messa
 
 Each client is a process of its own: the interop drivers' ``soak`` command (the Python driver
 ``tests/interop/python_client.py`` documents the events), one role each: a producer of normal,
-FIFO or transactional messages, a SimpleConsumer, a PushConsumer. Every client is given every
-proxy's endpoint (``"H:P;H:P;H:P"``), as a user configures a fleet behind no balancer. Each
+FIFO or transactional messages, a SimpleConsumer, a PushConsumer. The Python and Java clients
+are given every proxy's endpoint (``"H:P;H:P;H:P"``), as a user configures a fleet behind no
+balancer; the Node client, which takes one address only, a TCP balancer's (``Balancer``). Each
 writes a JSON line per event (sent, send_error, recv, ack, consumed, tx_end, checked, ...),
 read back at the end; nothing is counted in this process while the run goes on.
 
@@ -36,6 +37,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import datetime
 import itertools
 import json
 import os
@@ -189,19 +191,107 @@ class Client:
             self.proc.send_signal(signal.SIGKILL)
             await self.proc.wait()
 
-    def logged_errors(self) -> list[str]:
-        """ERROR lines of the client's own log (Python, Java: a file under HOME; Node: the
-        driver's stderr)."""
+    def logged_errors(self) -> list[tuple[int | None, str]]:
+        """ERROR lines of the client's own log (Python, Java: a file under HOME; Node: its
+        file under HOME, and the driver's stderr), each with its time (epoch ms) when the
+        line starts with one."""
         paths = {
-            "python": self.dir / "logs" / "rocketmq_python" / "rocketmq_client.log",
-            "java": self.dir / "logs" / "rocketmq" / "rocketmq-client.log",
-            "node": self.dir / "stderr.log",
-        }
-        try:
-            text = paths[self.role.lang].read_text(errors="replace")
-        except FileNotFoundError:
-            return []
-        return [line for line in text.splitlines() if re.search(r"\bERROR\b", line)]
+            "python": [self.dir / "logs" / "rocketmq_python" / "rocketmq_client.log"],
+            "java": [self.dir / "logs" / "rocketmq" / "rocketmq-client.log"],
+            "node": [self.dir / "logs" / "rocketmq" / "rocketmq_client_nodejs.log",
+                     self.dir / "stderr.log"],
+        }  # fmt: skip
+        out = []
+        for path in paths[self.role.lang]:
+            with contextlib.suppress(FileNotFoundError):
+                for line in path.read_text(errors="replace").splitlines():
+                    if re.search(r"\bERROR\b|\"level\":\s*50", line):
+                        out.append((_log_time(line, self.role.lang), line[:400]))
+        return out
+
+
+_LOG_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})[,.](\d{3})")
+
+
+# The Java client's log pattern writes GMT+8 whatever the machine's zone; the Python client
+# logs the machine's local time.
+_LOG_ZONE = {"java": datetime.timezone(datetime.timedelta(hours=8))}
+
+
+def _log_time(line: str, lang: str) -> int | None:
+    """A log line's time, epoch ms."""
+    match = _LOG_TIME.search(line[:60])
+    if match is None:
+        return None
+    day, clock, ms = match.groups()
+    stamp = datetime.datetime.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S")
+    zone = _LOG_ZONE.get(lang)
+    stamp = stamp.replace(tzinfo=zone) if zone else stamp.astimezone()
+    return int(stamp.timestamp() * 1000) + int(ms)
+
+
+class Balancer:
+    """A TCP balancer in front of the fleet, for the Node client: it cannot take several
+    endpoints (grpc-js resolves "a:1,b:2" as one DNS name and fails), so, as in a
+    Kubernetes deployment, it dials one address that spreads connections over the
+    proxies. Each connection goes to the next proxy that accepts it, and closes when
+    that proxy's side closes (a drained proxy's GOAWAY, then its close: the client
+    reconnects, through here, to another one)."""
+
+    def __init__(self, targets: list[str]) -> None:
+        self.targets = targets
+        self._turn = itertools.count()
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{self.port}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        start = next(self._turn)
+        for i in range(len(self.targets)):
+            host, port = self.targets[(start + i) % len(self.targets)].rsplit(":", 1)
+            try:
+                up_reader, up_writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, int(port)), 2
+                )
+            except (OSError, TimeoutError):
+                continue  # that proxy is down: the next one
+            pipes = [
+                asyncio.ensure_future(_pipe(reader, up_writer)),
+                asyncio.ensure_future(_pipe(up_reader, writer)),
+            ]
+            self._pipes.update(pipes)
+            try:
+                # Either side ending ends the connection: the client sees its proxy go.
+                await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in pipes:
+                    task.cancel()
+                await asyncio.gather(*pipes, return_exceptions=True)
+                self._pipes.difference_update(pipes)
+                up_writer.close()
+                writer.close()
+            return
+        writer.close()  # no proxy up: the client sees a refused connection
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._pipes):
+                task.cancel()
+            await asyncio.gather(*self._pipes, return_exceptions=True)
+            await self._server.wait_closed()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -209,10 +299,11 @@ class Client:
 
 async def fault_loop(
     cluster: Cluster, faults: list[str], rng: random.Random, stop: asyncio.Event,
-    interval: float, log: list[dict], grace_s: float,
+    interval: float, log: list[dict], grace_s: float, ordered: bool = False,
 ) -> None:  # fmt: skip
-    """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order."""
-    plan = itertools.cycle(rng.sample(faults, len(faults)))
+    """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order (in the
+    order given, ``ordered``)."""
+    plan = itertools.cycle(faults if ordered else rng.sample(faults, len(faults)))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), interval / 2)
     while not stop.is_set():
@@ -250,7 +341,7 @@ async def run(
     backend: str, seconds: float, *, seed: int, faults: list[str], roster_kind: str,
     workdir: Path, proxies: int = 3, lang: str | None = None, rate: float = 2.0,
     consume_ms: int = 20, interval: float = 60.0, drain_s: float = 120.0, grace_s: float = 30.0,
-    proxy_args: tuple[str, ...] = (),
+    proxy_args: tuple[str, ...] = (), ordered: bool = False,
 ) -> dict:  # fmt: skip
     """Start the cluster and the clients, run the faults for ``seconds``, stop the
     producers, drain until every group has every message (at most ``drain_s``), stop."""
@@ -266,13 +357,17 @@ async def run(
     clients: list[Client] = []
     fault_log: list[dict] = []
     load_before = os.getloadavg()
+    balancer = Balancer([])
     await cluster.start()
     try:
-        endpoints = ";".join(cluster.endpoints())
+        balancer.targets = cluster.endpoints()
+        # Every proxy, for the clients that take several endpoints; the balancer for Node.
+        endpoints = {"python": ";".join(cluster.endpoints()), "java": ";".join(cluster.endpoints()),
+                     "node": await balancer.start()}  # fmt: skip
         roles = roster(roster_kind)
         if lang is not None:  # every role played by one client
             roles = list(dict.fromkeys(Role(lang, r.role, r.group) for r in roles))
-        clients = [Client(r, workdir, control, endpoints, settings) for r in roles]
+        clients = [Client(r, workdir, control, endpoints[r.lang], settings) for r in roles]
         # Consumers first, so that producers' first messages meet them.
         for client in sorted(clients, key=lambda c: c.role.producer):
             await client.start()
@@ -285,7 +380,7 @@ async def run(
         started = time.time()
         stop = asyncio.Event()
         chaos = asyncio.ensure_future(
-            fault_loop(cluster, faults, rng, stop, interval, fault_log, grace_s)
+            fault_loop(cluster, faults, rng, stop, interval, fault_log, grace_s, ordered)
         )
         try:
             await asyncio.sleep(seconds)
@@ -306,8 +401,9 @@ async def run(
     finally:
         for client in clients:
             await client.kill()
+        await balancer.close()
         await cluster.stop()
-    report = account(clients)
+    report = account(clients, fault_log)
     report.update(
         backend=backend, seconds=seconds, seed=seed, roster=roster_kind, proxies=proxies,
         rate_per_producer=rate, faults=fault_log, exits=exits, started=int(started * 1000),
@@ -325,9 +421,26 @@ def seq_of(message_id: str) -> int:
     return int(message_id.rsplit("-", 1)[1])
 
 
-def account(clients: list[Client]) -> dict:
+def during(t: int | None, faults: list[dict]) -> str:
+    """The fault an error belongs to: the last one that started before it ("none" before
+    the first; "unknown" for a log line without a time)."""
+    if t is None:
+        return "unknown"
+    label = "none"
+    for fault in faults:
+        if fault["t"] <= t:
+            label = fault["fault"]
+    return label
+
+
+def account(clients: list[Client], faults: list[dict] | None = None) -> dict:
     """Everything the events say: per group what is lost, duplicated, out of order; the
-    transactions; each client's errors. Re-read from the files each time (the drain polls)."""
+    transactions; each client's errors, also by the fault they came after. Re-read from the
+    files each time (the drain polls)."""
+    faults = faults or []
+    errors_during: dict[str, dict[str, int]] = {}
+    logged_errors: dict[str, list[str]] = {}
+    without_handle = 0
     sent: dict[str, dict[str, dict]] = collections.defaultdict(dict)  # topic -> id -> sent event
     send_failed: dict[str, set[str]] = collections.defaultdict(set)
     tx_outcome: dict[str, str] = {}
@@ -336,6 +449,7 @@ def account(clients: list[Client]) -> dict:
     for index, client in enumerate(clients):
         role = client.role
         kinds: collections.Counter[str] = collections.Counter()
+        by_fault: collections.Counter[str] = collections.Counter()
         for line, ev in enumerate(client.events()):
             kind = ev.get("ev")
             if kind == "sent":
@@ -346,14 +460,19 @@ def account(clients: list[Client]) -> dict:
                 tx_outcome[ev["id"]] = ev["outcome"]
             elif kind == "recv" and role.group:
                 receipts[role.group].append((ev["t"], index * 10**7 + line, ev))
+                # The Node client shows no handle (null) and is not counted.
+                without_handle += role.lang != "node" and not ev.get("handle")
             if kind in ("send_error", "recv_error", "ack_error") or (
                 kind == "tx_end" and not ev.get("ok")
             ):
                 kinds[f"{kind}:{ev.get('kind')}"] += 1
+                by_fault[f"{during(ev['t'], faults)}:{kind}:{ev.get('kind')}"] += 1
         logged = client.logged_errors()
         if logged:
             kinds["logged ERROR lines"] = len(logged)
+            logged_errors[role.name] = [f"{during(t, faults)}: {text}" for t, text in logged]
         errors[role.name] = dict(kinds)
+        errors_during[role.name] = dict(by_fault)
     groups = {}
     for group, topic in GROUP_TOPIC.items():
         if not any(c.role.group == group for c in clients):
@@ -387,7 +506,10 @@ def account(clients: list[Client]) -> dict:
         "send_failed": sum(len(s) for s in send_failed.values()),
         "groups": groups,
         "lost": sum(g["lost"] for g in groups.values()),
+        "receipts_without_handle": without_handle,
         "errors": errors,
+        "errors_during": errors_during,
+        "logged_errors": logged_errors,
         "_receipts": receipts,
     }
 

@@ -12,7 +12,7 @@ from proxy.api.handles import ReceiptHandle, parse_receipt_handle
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.processor.consumer import ConsumerProcessor, Popped
-from proxy.processor.renewal import HandleRenewer
+from proxy.processor.renewal import HandleRenewer, Renewal
 from proxy.remoting.client import RemotingError
 from proxy.remoting.popinfo import PopCheckpointInfo
 
@@ -27,18 +27,20 @@ class AckActivity:
 
     async def _current(
         self, group: str, text: str, now_ms: int | None = None, lite_topic: str | None = None
-    ) -> ReceiptHandle:
+    ) -> tuple[ReceiptHandle, Renewal | None]:
         """The handle to settle: for a message this proxy renews, its current checkpoint
-        (the client's may have expired meanwhile), and the renewal ends; else the client's."""
+        (the client's may have expired meanwhile), and the renewal ends (its entry comes
+        back with it: ``restore`` it if the settling fails); else the client's."""
         try:
             handle = parse_receipt_handle(text, allow_expired=True)
         except ApiError:
             handle = None
         if handle is not None:
-            renewed = await self.renewer.take(group, handle.checkpoint, lite_topic)
-            if renewed is not None:
-                return ReceiptHandle(PopCheckpointInfo.parse(renewed), handle.commit_log_offset)
-        return parse_receipt_handle(text, now_ms=now_ms)
+            renewal = await self.renewer.take(group, handle.checkpoint, lite_topic)
+            if renewal is not None:
+                current = PopCheckpointInfo.parse(renewal.popped.checkpoint)
+                return ReceiptHandle(current, handle.commit_log_offset), renewal
+        return parse_receipt_handle(text, now_ms=now_ms), None
 
     async def ack_message(
         self, request: api.AckMessageRequest, context: Context
@@ -48,24 +50,29 @@ class AckActivity:
         if not request.entries:
             raise ApiError(Code.BAD_REQUEST, "no entry to ack")
         statuses: list[pb.Status | None] = [None] * len(request.entries)
-        parsed: list[tuple[int, PopCheckpointInfo]] = []
+        parsed: list[tuple[int, PopCheckpointInfo, Renewal | None]] = []
         now_ms = int(time.time() * 1000)
         for i, entry in enumerate(request.entries):
             try:
                 lite = _lite_topic(entry)
-                current = await self._current(group, entry.receipt_handle, now_ms, lite)
-                parsed.append((i, current.checkpoint))
+                current, renewal = await self._current(group, entry.receipt_handle, now_ms, lite)
+                parsed.append((i, current.checkpoint, renewal))
             except ApiError as err:
                 statuses[i] = err.status
         errors = await self.consumer.ack(
             group,
             topic,
-            [ck for _, ck in parsed],
-            [_lite_topic(request.entries[i]) for i, _ in parsed],
+            [ck for _, ck, _ in parsed],
+            [_lite_topic(request.entries[i]) for i, _, _ in parsed],
         )
         acked = ok()  # one object for every entry: the response copies it into each
-        for (i, ck), error in zip(parsed, errors, strict=True):
-            statuses[i] = acked if error is None else ack_error(ck.broker_name, error).status
+        for (i, ck, renewal), error in zip(parsed, errors, strict=True):
+            if error is None:
+                statuses[i] = acked
+                continue
+            statuses[i] = ack_error(ck.broker_name, error).status
+            if renewal is not None:
+                self.renewer.restore(renewal)  # the client's retry needs the current handle
         entries = [
             api.AckMessageResultEntry(
                 message_id=e.message_id, receipt_handle=e.receipt_handle, status=status
@@ -87,12 +94,14 @@ class AckActivity:
         topic = check.validate_topic(request.topic.name)
         invisible = check.validate_invisible(check.duration_ms(request.invisible_duration), 0)
         lite = _lite_topic(request)
-        handle = await self._current(group, request.receipt_handle, lite_topic=lite)
+        handle, renewal = await self._current(group, request.receipt_handle, lite_topic=lite)
         try:
             checkpoint = await self.consumer.change_invisible(
                 group, topic, handle.checkpoint, invisible, lite_topic=lite, suspend=request.suspend
             )
         except RemotingError as exc:
+            if renewal is not None:
+                self.renewer.restore(renewal)
             raise ack_error(handle.broker, exc) from None
         return api.ChangeInvisibleDurationResponse(
             status=ok(), receipt_handle=f"{checkpoint} {handle.commit_log_offset}"
@@ -106,7 +115,7 @@ class AckActivity:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
         lite = _lite_topic(request)
-        handle = await self._current(group, request.receipt_handle, lite_topic=lite)
+        handle, renewal = await self._current(group, request.receipt_handle, lite_topic=lite)
         max_attempts = request.max_delivery_attempts or self.max_delivery_attempts
         popped = Popped(
             handle.broker,
@@ -120,6 +129,8 @@ class AckActivity:
         try:
             await self.consumer.dead_letter(popped, max_attempts - 1)
         except RemotingError as exc:
+            if renewal is not None:
+                self.renewer.restore(renewal)
             raise dead_letter_error(handle.broker, exc) from None
         return api.ForwardMessageToDeadLetterQueueResponse(status=ok())
 

@@ -45,7 +45,6 @@ from proxy.remoting.popinfo import PopCheckpointInfo
 
 log = logging.getLogger(__name__)
 
-RENEW_POLICY_MS = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
 # (group, broker, retry flag, queue id, queue offset, lite topic): a message, whatever its
 # handle. Lite messages of one broker all say queue 0 and their own lite queue's offset, so
 # their lite topic ("" for others) tells them apart.
@@ -57,7 +56,9 @@ def handle_key(group: str, ck: PopCheckpointInfo, lite_topic: str | None = None)
 
 
 @dataclass(slots=True, eq=False)
-class _Renewed:
+class Renewal:
+    """One message a push consumer holds: renewed until it is settled."""
+
     client_id: str
     popped: Popped  # checkpoint: the current one
     reconsume_times: int
@@ -96,7 +97,7 @@ class HandleRenewer:
         self.clear_invisible_ms = clear_invisible_ms
         self.max_failures = max_failures
         self.clock_ms = clock_ms
-        self._handles: dict[HandleKey, _Renewed] = {}
+        self._handles: dict[HandleKey, Renewal] = {}
         self._last_seen: dict[str, float] = {}  # client id -> loop time
         self._task: asyncio.Task[None] | None = None
         self.renewed = 0
@@ -125,14 +126,15 @@ class HandleRenewer:
         if key not in self._handles and len(self._handles) >= self.max_handles:
             self.dropped += 1
             return
-        self._handles[key] = _Renewed(client_id, popped, reconsume_times, self.clock_ms())
+        self._handles[key] = Renewal(client_id, popped, reconsume_times, self.clock_ms())
         self._last_seen[client_id] = asyncio.get_running_loop().time()
 
     async def take(
         self, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None = None
-    ) -> str | None:
-        """Stop renewing the message ``checkpoint`` names; its current checkpoint (POP_CK),
-        or None when this proxy does not renew it. Waits for a renewal in flight."""
+    ) -> Renewal | None:
+        """Stop renewing the message ``checkpoint`` names; its renewal (whose ``popped``
+        holds the current checkpoint), or None when this proxy does not renew it. Waits for
+        a renewal in flight."""
         key = handle_key(group, checkpoint, lite_topic)
         entry = self._handles.get(key)
         if entry is None:
@@ -144,7 +146,16 @@ class HandleRenewer:
                 )
         if self._handles.get(key) is entry:
             del self._handles[key]
-        return entry.popped.checkpoint
+        return entry
+
+    def restore(self, entry: Renewal) -> None:
+        """The ack (or change, or forward) made with a taken renewal's checkpoint failed:
+        renew it again. The client retries with the handle it holds, which the renewals
+        replaced on the broker; only this entry knows the current one (apache/rocketmq
+        #11174: the Apache proxy loses it, and the retried ack has no effect)."""
+        popped = entry.popped
+        key = handle_key(popped.group, entry.checkpoint, popped.lite_topic)
+        self._handles.setdefault(key, entry)
 
     def client_gone(self, client_id: str) -> None:
         """The client ended its session: hand back whatever it had not settled."""
@@ -182,7 +193,7 @@ class HandleRenewer:
         if due:
             await asyncio.gather(*(self._renew(k, e, now_ms) for k, e in due))
 
-    async def _renew(self, key: HandleKey, entry: _Renewed, now_ms: int) -> None:
+    async def _renew(self, key: HandleKey, entry: Renewal, now_ms: int) -> None:
         entry.renewing = asyncio.get_running_loop().create_future()
         popped = entry.popped
         try:
@@ -192,8 +203,10 @@ class HandleRenewer:
                 del self._handles[key]
                 await self._change(popped, delay_s * 1000)
                 return
-            invisible = RENEW_POLICY_MS[min(entry.renewals, len(RENEW_POLICY_MS) - 1)]
-            checkpoint = await self._change(popped, invisible)
+            # One slice more, never longer: if this proxy dies, what it renewed comes back
+            # within a slice (the Apache proxy's 1, 3, 5, 10, 30 min then 1 h left a
+            # message consumed for 5 minutes invisible for up to 10 more).
+            checkpoint = await self._change(popped, self.slice_ms)
             entry.popped = Popped(
                 popped.broker,
                 popped.group,

@@ -173,7 +173,8 @@ async def test_stop_drains_polls_and_telemetry_streams_without_an_error(cluster,
         assert (await call.read()).status.code == pb.Code.OK
         streams[name] = call
     poll = asyncio.ensure_future(client.receive("G", "T", await_ms=20_000, batch=1))
-    await wait_until(lambda: sum(app.engine.status()["in_flight"].values()) == 1, timeout=5)
+    in_flight = app.engine.in_flight
+    await wait_until(lambda: sum(in_flight.values()) == 1, timeout=5)
 
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -191,5 +192,5 @@ async def test_stop_drains_polls_and_telemetry_streams_without_an_error(cluster,
                 await asyncio.wait_for(call.read(), 5)
             assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, name
         else:
-            assert await asyncio.wait_for(call.read(), 5) is grpc.aio.EOF, name
+            assert await asyncio.wait_for(call.read(), 5) is grpc.aio.EOF, name  # type: ignore[attr-defined]
             assert await call.code() == grpc.StatusCode.OK, name

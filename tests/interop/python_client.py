@@ -13,7 +13,7 @@ protobuf. Same command line as ``node/client.mjs``::
             [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
             [--no-ack-first] [--start-only] [--batch B]
         -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group",
-                          "priority", "receive", "received_at", "ack_at"}],
+                          "priority", "receive", "handle", "received_at", "ack_at"}],
             "receives": <calls>, "empty_receives": <count>, "errors": [...]}
             (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
     push --endpoint HOST:PORT --group G --topic T --expect N [--fail-first]
@@ -308,6 +308,9 @@ def receive_loop(consumer, args: argparse.Namespace) -> dict:
                     "group": msg.message_group,
                     "priority": msg.priority,
                     "receive": receives,
+                    # The broker, queue and offset of the copy received (issue 23's FIFO
+                    # duplicate: one message given twice, or two stored copies?).
+                    "handle": msg.receipt_handle,
                     "received_at": time.time(),
                     "ack_at": None,
                 }

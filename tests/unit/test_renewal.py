@@ -4,7 +4,7 @@ settle, hand-back when the client goes, the bound on state."""
 from __future__ import annotations
 
 from proxy.processor.consumer import Popped
-from proxy.processor.renewal import RENEW_POLICY_MS, HandleRenewer
+from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.popinfo import PopCheckpointInfo
 
 
@@ -58,10 +58,10 @@ async def test_a_handle_is_renewed_when_due_and_settled_with_its_current_checkpo
     assert consumer.client.changes == []
     NOW[0] = 1_000_000 + 51_000  # within 10 s: due
     await r.renew_due()
-    assert [ms for _, ms in consumer.client.changes] == [RENEW_POLICY_MS[0]]
+    assert [ms for _, ms in consumer.client.changes] == [r.slice_ms]  # one slice more
     current = await r.take("G", PopCheckpointInfo.parse(popped(5).checkpoint))
     assert current is not None
-    assert PopCheckpointInfo.parse(current).pop_time == NOW[0]
+    assert PopCheckpointInfo.parse(current.popped.checkpoint).pop_time == NOW[0]
     assert await r.take("G", PopCheckpointInfo.parse(popped(5).checkpoint)) is None
     assert r.size == 0
 
@@ -94,4 +94,54 @@ async def test_past_the_longest_renewal_a_message_goes_back_with_its_back_off():
     NOW[0] = 1_000_000 + 11_000
     await r.renew_due()
     assert [ms for _, ms in consumer.client.changes] == [10_000]  # 3rd attempt: 10 s
+    assert r.size == 0
+
+
+class _FailingAcks(_Consumer):
+    """Acks fail while ``failing``, as with a broker that does not answer in time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = True
+        self.acked: list[PopCheckpointInfo] = []
+
+    async def ack(self, group, topic, checkpoints, lite_topics):
+        from proxy.remoting.client import RemotingError
+
+        if self.failing:
+            return [RemotingError("broker-a did not answer in time") for _ in checkpoints]
+        self.acked.extend(checkpoints)
+        return [None for _ in checkpoints]
+
+
+async def test_a_failed_ack_of_a_renewed_message_keeps_its_renewal_for_the_retry():
+    """apache/rocketmq#11174: the Apache proxy drops a renewed message's current handle when
+    the ack fails, so the client's retry (with its original, replaced handle) has no effect
+    and the message is consumed again. Here the retry settles the current checkpoint."""
+    from proxy.api.ack import AckActivity
+    from proxy.api.v2 import definition_pb2 as pb
+    from proxy.api.v2 import service_pb2 as api
+
+    consumer = _FailingAcks()
+    r = renewer(consumer)
+    NOW[0] = 1_000_000
+    original = popped(7)
+    r.add("c1", original, 0)
+    NOW[0] = 1_000_000 + 51_000
+    await r.renew_due()  # renewed: the broker now knows only the new checkpoint
+    assert len(consumer.client.changes) == 1
+    activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
+    handle = f"{original.checkpoint} {original.commit_log_offset}"
+    request = api.AckMessageRequest(
+        group=pb.Resource(name="G"),
+        topic=pb.Resource(name="T"),
+        entries=[api.AckMessageEntry(message_id="id7", receipt_handle=handle)],
+    )
+    failed = await activity.ack_message(request, None)  # type: ignore[arg-type]
+    assert failed.status.code != pb.Code.OK
+    assert r.size == 1  # still renewed: the retry needs its current checkpoint
+    consumer.failing = False
+    retried = await activity.ack_message(request, None)  # type: ignore[arg-type]
+    assert retried.status.code == pb.Code.OK
+    assert [ck.pop_time for ck in consumer.acked] == [NOW[0]]  # the renewed checkpoint
     assert r.size == 0

@@ -39,12 +39,30 @@
 //       checker commits what it is asked about; a message timed D seconds ahead, and another
 //       one recalled at once; then a SimpleConsumer receives (acking) until the committed, the
 //       orphan and the timed one came and two more seconds passed.
+//   soak --endpoints "H:P;H:P" --role ROLE --topic T --control-dir DIR [--group G] [--prefix PFX]
+//        [--rate R] [--message-groups N] [--consume-ms MS] [--invisible-seconds I]
+//        [--await-seconds A] [--batch B]
+//       -> one JSON event a line, as it happens, until the harness creates DIR/stop-producing
+//          (producers; produce-tx then waits for DIR/stop, so late orphans are still
+//          checked) or DIR/stop (everyone), looked for every 200 ms: ready, sent,
+//          send_error, tx_end, checked, recv, ack, ack_error, recv_error, consumed, corrupt,
+//          done (one role of the official-client soak, bench/soak_official.py, which
+//          documents the events and their fields). ROLE: produce, produce-fifo (group
+//          "g<seq mod N>", N 4) or produce-tx (seq mod 4 == 0 rolled back, == 1 left an
+//          orphan, else committed; the checker answers ROLLBACK for seq mod 4 == 0, else
+//          COMMIT), R (10) a second, one at a time on a fixed tick, message seq's body
+//          "<PFX>-<seq>" (PFX "m"); simple: a SimpleConsumer of G receiving B (16) at a time,
+//          invisible I s (15), long polls of A s (5), acking each; push: a PushConsumer of G
+//          whose listener takes MS ms (0) and answers SUCCESS. No run deadline; errors after
+//          start-up are events, never an exit; 1.0.8 takes only the first of --endpoints
+//          (see soakAccessPoint). Exit 0 after done, 1 when the client did not start (within
+//          60 s), 2 for bad usage.
 //
-// One JSON line on stdout and exit 0; on failure a message on stderr and a non-zero exit (1 for
-// an error, 2 for bad usage, 3 when the whole run overran --deadline-seconds, naming the phase
-// it was in). Errors of single operations inside the receive loop are reported in "errors"
-// instead. The client's own log goes to stderr (warnings and errors; everything with
-// RMQ_INTEROP_VERBOSE=1).
+// One JSON line on stdout and exit 0 (soak: a line per event); on failure a message on stderr
+// and a non-zero exit (1 for an error, 2 for bad usage, 3 when the whole run overran
+// --deadline-seconds, naming the phase it was in). Errors of single operations inside the
+// receive loop are reported in "errors" instead. The client's own log goes to stderr
+// (warnings and errors; everything with RMQ_INTEROP_VERBOSE=1).
 //
 // What this client (1.0.8) requires of the server, read from its source (src/ and dist/ in the
 // package):
@@ -117,16 +135,19 @@
 // - Metadata: x-mq-client-id, x-mq-protocol=v2, x-mq-language=HTTP, x-mq-date-time,
 //   x-mq-request-id, x-mq-client-version; no authorization header without credentials.
 
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { format, parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import rocketmq from 'rocketmq-client-nodejs';
 // Not re-exported by the package's index: the resolution a transaction checker returns.
 import definition from 'rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb.js';
 
-const { ConsumeResult, LitePushConsumerBuilder, Producer, PushConsumer, SimpleConsumer } = rocketmq;
+const { ClientException, ConsumeResult, LitePushConsumerBuilder, Producer, PushConsumer, SimpleConsumer } = rocketmq;
 const { TransactionResolution } = definition;
 
-const COMMANDS = [ 'produce', 'consume', 'push', 'lite', 'features' ];
+const COMMANDS = [ 'produce', 'consume', 'push', 'lite', 'features', 'soak' ];
+const SOAK_ROLES = [ 'produce', 'produce-fifo', 'produce-tx', 'simple', 'push' ];
 const REQUEST_TIMEOUT_MS = 3000; // the client's default, stated so deadlines can be computed
 const MAX_MESSAGES_PER_RECEIVE = 16;
 const CODE_OK = 20000;
@@ -136,6 +157,11 @@ const PUSH_SHUTDOWN_ALLOWANCE_S = 30;
 // features: the SimpleConsumer's long poll, and how long its receives make invisible.
 const FEATURES_AWAIT_MS = 5000;
 const FEATURES_INVISIBLE_MS = 20000;
+// soak: the control files are looked for every 200 ms; startup and shutdown are bounded.
+const SOAK_POLL_MS = 200;
+const SOAK_STARTUP_S = 60;
+const SOAK_SHUTDOWN_S = PUSH_SHUTDOWN_ALLOWANCE_S;
+const TIMED_OUT = Symbol('timed out');
 
 class UsageError extends Error {}
 
@@ -161,7 +187,7 @@ function parseCli(argv) {
       'await-seconds': { type: 'string' },
       expect: { type: 'string' },
       'max-rounds': { type: 'string', default: '5' },
-      'invisible-seconds': { type: 'string', default: '30' },
+      'invisible-seconds': { type: 'string' }, // consume: 30, soak: 15
       batch: { type: 'string', default: String(MAX_MESSAGES_PER_RECEIVE) },
       ack: { type: 'boolean', default: false },
       'change-invisible-seconds': { type: 'string' },
@@ -175,14 +201,21 @@ function parseCli(argv) {
       other: { type: 'string' },
       push: { type: 'boolean', default: false },
       'over-quota': { type: 'boolean', default: false },
+      endpoints: { type: 'string' },
+      role: { type: 'string' },
+      'control-dir': { type: 'string' },
+      prefix: { type: 'string', default: 'm' },
+      rate: { type: 'string', default: '10' },
+      'consume-ms': { type: 'string', default: '0' },
     },
   });
   const command = positionals[0];
   if (positionals.length !== 1 || !COMMANDS.includes(command)) {
-    throw new UsageError(`usage: client.mjs ${COMMANDS.join('|')} --endpoint HOST:PORT --topic T ...`);
+    throw new UsageError(`usage: client.mjs ${COMMANDS.join('|')} --endpoint HOST:PORT --topic T ... `
+      + '(soak: --endpoints "H:P;H:P" --role ROLE --topic T --control-dir DIR ...)');
   }
-  const int = (name, required) => {
-    const raw = values[name];
+  const int = (name, required, fallback) => {
+    const raw = values[name] ?? fallback;
     if (raw === undefined) {
       if (required) throw new UsageError(`${command} needs --${name}`);
       return undefined;
@@ -191,12 +224,13 @@ function parseCli(argv) {
     if (!Number.isInteger(n) || n < 0) throw new UsageError(`--${name} must be a whole number`);
     return n;
   };
-  for (const name of [ 'endpoint', 'topic' ]) {
+  const soak = command === 'soak';
+  for (const name of soak ? [ 'endpoints', 'role', 'topic', 'control-dir' ] : [ 'endpoint', 'topic' ]) {
     if (!values[name]) throw new UsageError(`${command} needs --${name}`);
   }
   const args = {
     command,
-    endpoint: values.endpoint,
+    endpoint: soak ? soakAccessPoint(values.endpoints) : values.endpoint,
     topic: values.topic,
     tag: values.tag,
     keys: values.keys,
@@ -206,8 +240,9 @@ function parseCli(argv) {
     noAckFirst: values['no-ack-first'],
     startOnly: values['start-only'],
   };
-  if (command !== 'produce') {
-    if (!values.group) throw new UsageError(`${command} needs --group`);
+  if (soak && !SOAK_ROLES.includes(values.role)) throw new UsageError(`--role must be one of ${SOAK_ROLES.join('|')}`);
+  if (command !== 'produce' && !(soak && values.role.startsWith('produce'))) {
+    if (!values.group) throw new UsageError(`${command} ${soak ? `${values.role} ` : ''}needs --group`);
     args.group = values.group;
   }
   if (command === 'produce') {
@@ -219,7 +254,7 @@ function parseCli(argv) {
     args.awaitSeconds = int('await-seconds', !args.startOnly);
     args.expect = int('expect', !args.startOnly);
     args.maxRounds = int('max-rounds', true);
-    args.invisibleSeconds = int('invisible-seconds', true);
+    args.invisibleSeconds = int('invisible-seconds', true, 30);
     args.batch = int('batch', true);
     if (args.batch === 0) throw new UsageError('--batch must be positive');
     args.changeInvisibleSeconds = int('change-invisible-seconds', false);
@@ -235,18 +270,51 @@ function parseCli(argv) {
     args.liteTopics = values['lite-topics'].split(',').filter(t => t);
     args.other = values.other;
     args.overQuota = values['over-quota'];
+  } else if (command === 'soak') {
+    args.role = values.role;
+    args.controlDir = values['control-dir'];
+    args.prefix = values.prefix;
+    args.rate = Number(values.rate);
+    if (!(args.rate > 0)) throw new UsageError('--rate must be a number > 0');
+    args.messageGroups = int('message-groups', true, 4);
+    if (args.messageGroups === 0) throw new UsageError('--message-groups must be positive');
+    args.consumeMs = int('consume-ms', true);
+    args.invisibleSeconds = int('invisible-seconds', true, 15);
+    args.awaitSeconds = int('await-seconds', true, 5);
+    args.batch = int('batch', true);
+    if (args.batch === 0) throw new UsageError('--batch must be positive');
   } else {
     args.delaySeconds = int('delay-seconds', true);
   }
   const deadline = values['deadline-seconds'];
   args.deadlineSeconds = deadline === undefined ? defaultDeadline(args) : Number(deadline);
-  if (!(args.deadlineSeconds > 0)) throw new UsageError('--deadline-seconds must be positive');
+  if (args.deadlineSeconds !== null && !(args.deadlineSeconds > 0)) {
+    throw new UsageError('--deadline-seconds must be positive');
+  }
   return args;
+}
+
+// soak's --endpoints: every proxy of the fleet, "H:P;H:P". 1.0.8 cannot use more than one:
+// its Endpoints splits the string on ';' but joins the addresses into ONE gRPC target,
+// "H1:P1,H2:P2" (Endpoints.facade, RpcClient), which grpc-js 1.14 takes for a single DNS
+// name: every QueryRoute fails with UNAVAILABLE "Name resolution failed for target
+// dns:H1:P1,H2:P2" and startup gives up after its 3 attempts. (The Java client writes such a
+// list as "ipv4:H1:P1,H2:P2", which grpc-js resolves to both addresses; 1.0.8 has no scheme
+// prefix.) So the client gets the FIRST endpoint, the one form it accepts, unchanged when
+// there is only one: that proxy is its access point for good (QueryRoute at startup and
+// every 30 s). Everything else follows the route, whose broker endpoints are the address
+// the answering proxy advertises (itself), so a Node role stays on the first proxy: while
+// that proxy is down its calls fail, and it carries on once the proxy is back on its port.
+function soakAccessPoint(endpoints) {
+  const first = endpoints.split(';').map(e => e.trim()).find(e => e);
+  if (!first) throw new UsageError('--endpoints names no endpoint');
+  return first;
 }
 
 // Start-up and shut-down allowance plus, for consume, every round at its gRPC deadline.
 function defaultDeadline(args) {
   const timeout = REQUEST_TIMEOUT_MS / 1000;
+  if (args.command === 'soak') return null; // runs until its control file says stop
   if (args.command === 'produce') return 20 + args.count * 3 * timeout;
   if (args.command === 'push') return 120;
   if (args.command === 'lite') return 90;
@@ -296,6 +364,18 @@ function newSimpleConsumer(args, logger, awaitMs) {
     consumerGroup: args.group,
     subscriptions: new Map([[ args.topic, args.filter ]]),
     awaitDuration: awaitMs,
+    requestTimeout: REQUEST_TIMEOUT_MS,
+    logger,
+  });
+}
+
+function newPushConsumer(args, logger, messageListener) {
+  return new PushConsumer({
+    endpoints: args.endpoint,
+    namespace: '',
+    consumerGroup: args.group,
+    subscriptions: new Map([[ args.topic, '*' ]]),
+    messageListener,
     requestTimeout: REQUEST_TIMEOUT_MS,
     logger,
   });
@@ -443,15 +523,7 @@ async function push(args, logger, startedMs) {
       return result;
     },
   };
-  const consumer = new PushConsumer({
-    endpoints: args.endpoint,
-    namespace: '',
-    consumerGroup: args.group,
-    subscriptions: new Map([[ args.topic, '*' ]]),
-    messageListener,
-    requestTimeout: REQUEST_TIMEOUT_MS,
-    logger,
-  });
+  const consumer = newPushConsumer(args, logger, messageListener);
   phase = 'push consumer startup';
   await consumer.startup();
   try {
@@ -595,6 +667,237 @@ async function features(args, logger, startedMs) {
   return out;
 }
 
+// soak: one role of the official-client soak, see the usage at the top.
+
+// One event, one line, written whole (a single write; the listener and the checker run on
+// the same thread as the loops). exit() lets the writes drain before the process ends.
+function emit(ev, fields = {}) {
+  process.stdout.write(JSON.stringify({ ev, t: Date.now(), ...fields }) + '\n');
+}
+
+// gRPC status names by code, as grpc-js's ServiceError carries them (err.code, a number).
+const GRPC_STATUS = [ 'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND',
+  'ALREADY_EXISTS', 'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED',
+  'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS', 'UNAUTHENTICATED' ];
+
+// A failure's short, stable kind: the client's exceptions (ClientException and its
+// subclasses, thrown by StatusChecker for a non-OK RocketMQ status) -> "<class>:<code>", e.g.
+// "TooManyRequestsException:42900"; a gRPC error (the RPC itself failed) -> its status name,
+// e.g. "UNAVAILABLE", "DEADLINE_EXCEEDED"; anything else (the client's own Error/TypeError,
+// e.g. "Producer is not running now", an AssertionError) -> its class name.
+function errorKind(err) {
+  if (err instanceof ClientException) return `${err.name}:${err.code}`;
+  if (Number.isInteger(err?.code) && err?.metadata !== undefined && GRPC_STATUS[err.code]) {
+    return GRPC_STATUS[err.code];
+  }
+  return err?.name ?? 'Error';
+}
+
+function errorFields(err) {
+  return { kind: errorKind(err), detail: describe(err).slice(0, 300) };
+}
+
+// The seq of a body "<PFX>-<seq>"; null for any other body.
+function soakSeq(body) {
+  const match = /-(\d+)$/.exec(body);
+  return match ? Number(match[1]) : null;
+}
+
+// What a recv event says of a MessageView. 1.0.8's MessageView has `offset` (the message's
+// system_properties.queue_offset; read with a default, so 0 if a server left it unset) and
+// `receiptHandle`; it keeps neither the broker name nor the queue id (it reads no queue_id,
+// and of the MessageQueue received from only its broker endpoints, i.e. the proxy's
+// address), so "queue" is null; this proxy's receipt handle names both (e.g. "... broker-a 3
+// 0 ..." for queue 3 of broker-a at offset 0). A MessageView's deliveryAttempt and
+// messageGroup read 0 / "" when unset: null here.
+function soakView(message) {
+  return {
+    id: message.body.toString('utf8'),
+    msg_id: message.messageId,
+    attempt: message.deliveryAttempt || null,
+    group: message.messageGroup || null,
+    queue: null,
+    offset: message.offset ?? null,
+    handle: message.receiptHandle || null,
+  };
+}
+
+// Sleeps up to ms (Infinity: for good), looking for any of the control files every 200 ms;
+// true as soon as one is there.
+async function soakWait(args, names, ms) {
+  const until = Date.now() + ms;
+  for (;;) {
+    if (names.some(name => existsSync(join(args.controlDir, name)))) return true;
+    const left = until - Date.now();
+    if (left <= 0) return false;
+    await sleep(Math.min(SOAK_POLL_MS, left));
+  }
+}
+
+// Resolves as the promise does, or to TIMED_OUT after seconds.
+async function within(promise, seconds) {
+  let timer;
+  const timeout = new Promise(resolve => { timer = setTimeout(resolve, seconds * 1000, TIMED_OUT); });
+  try {
+    return await Promise.race([ promise, timeout ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// A PushConsumer discards a corrupted message without calling the listener, so `corrupt`
+// comes from where every received batch is decoded, for both consumer roles: the client's
+// receiveMessage (protected in TypeScript, a plain method at run time; SimpleConsumer.receive
+// and the PushConsumer's ProcessQueue both call it), whose MessageViews carry `corrupted`.
+function reportCorrupted(consumer) {
+  const receiveMessage = consumer.receiveMessage;
+  consumer.receiveMessage = async function (...params) {
+    const views = await receiveMessage.apply(this, params);
+    for (const view of views) {
+      if (view.corrupted) emit('corrupt', { id: view.body.toString('utf8') });
+    }
+    return views;
+  };
+}
+
+async function soakProduce(args, logger) {
+  const tx = args.role === 'produce-tx';
+  // The broker checks an orphan (seq % 4 == 1, meant to commit) and any transaction whose
+  // end was lost: seq % 4 == 0 was meant to roll back, everything else to commit.
+  const checker = {
+    async check(messageView) {
+      const id = messageView.body.toString('utf8');
+      const seq = soakSeq(id);
+      const answer = seq === null || seq % 4 === 0 ? 'ROLLBACK' : 'COMMIT';
+      emit('checked', { id, answer });
+      return TransactionResolution[answer];
+    },
+  };
+  const producer = newProducer(args, logger, tx ? checker : undefined);
+  await soakStart(args, producer);
+  const periodMs = 1000 / args.rate;
+  const startMs = Date.now();
+  let dueMs = startMs;
+  for (let seq = 0; !await soakWait(args, [ 'stop-producing', 'stop' ], dueMs - Date.now()); seq++) {
+    phase = `sending message ${seq}`;
+    const id = `${args.prefix}-${seq}`;
+    try {
+      const transaction = tx ? producer.beginTransaction() : undefined;
+      const message = {
+        topic: args.topic,
+        body: Buffer.from(id),
+        messageGroup: args.role === 'produce-fifo' ? `g${seq % args.messageGroups}` : undefined,
+      };
+      const receipt = await producer.send(message, transaction);
+      emit('sent', { id, msg_id: receipt.messageId });
+      if (tx) await soakEndTransaction(transaction, id, seq);
+    } catch (err) { // the send failed (the client retried inside it); the next seq goes on
+      emit('send_error', { id, ...errorFields(err) });
+    }
+    // The next tick, startMs + k * period, after this send: a missed one is skipped.
+    dueMs = startMs + (Math.floor((Date.now() - startMs) / periodMs) + 1) * periodMs;
+  }
+  // An orphan's check reaches this producer only while it runs: stay until told to stop.
+  if (tx) await soakWait(args, [ 'stop' ], Infinity);
+  await soakShutdown(producer);
+}
+
+// A sent transactional message's intended end: rollback, none (an orphan), or commit.
+async function soakEndTransaction(transaction, id, seq) {
+  const outcome = { 0: 'rollback', 1: 'none' }[seq % 4] ?? 'commit';
+  phase = `transaction ${outcome} of ${id}`;
+  try {
+    if (outcome !== 'none') await transaction[outcome]();
+  } catch (err) {
+    emit('tx_end', { id, outcome, ok: false, kind: errorKind(err) });
+    return;
+  }
+  emit('tx_end', { id, outcome, ok: true });
+}
+
+async function soakSimple(args, logger) {
+  const consumer = newSimpleConsumer(args, logger, args.awaitSeconds * 1000);
+  reportCorrupted(consumer);
+  await soakStart(args, consumer);
+  // A receive in flight (up to its long poll + the request timeout) and its acks finish first.
+  while (!await soakWait(args, [ 'stop' ], 0)) {
+    phase = 'receiving';
+    let batch;
+    try {
+      batch = await consumer.receive(args.batch, args.invisibleSeconds * 1000);
+    } catch (err) {
+      emit('recv_error', errorFields(err));
+      await soakWait(args, [ 'stop' ], 1000); // a down fleet is not spun on
+      continue;
+    }
+    for (const message of batch) {
+      const view = soakView(message);
+      emit('recv', view);
+      phase = `acking ${view.id}`;
+      try {
+        await consumer.ack(message);
+      } catch (err) {
+        emit('ack_error', { id: view.id, ...errorFields(err) });
+        continue;
+      }
+      emit('ack', { id: view.id });
+    }
+  }
+  await soakShutdown(consumer);
+}
+
+async function soakPush(args, logger) {
+  const messageListener = {
+    async consume(message) {
+      const view = soakView(message);
+      emit('recv', view);
+      if (args.consumeMs > 0) await sleep(args.consumeMs);
+      emit('consumed', { id: view.id }); // the client acks it once SUCCESS is returned
+      return ConsumeResult.SUCCESS;
+    },
+  };
+  const consumer = newPushConsumer(args, logger, messageListener);
+  reportCorrupted(consumer);
+  await soakStart(args, consumer);
+  phase = 'consuming';
+  await soakWait(args, [ 'stop' ], Infinity);
+  await soakShutdown(consumer);
+}
+
+// Startup is the one failure that ends the run (exit 1). It waits for the Telemetry
+// settings answer without a timeout of its own: bounded here.
+async function soakStart(args, client) {
+  phase = `${args.role} startup`;
+  if (await within(client.startup(), SOAK_STARTUP_S) === TIMED_OUT) {
+    throw new Error(`startup did not finish within ${SOAK_STARTUP_S}s`);
+  }
+  emit('ready', { role: args.role, lang: 'node' });
+}
+
+// The client's own shutdown, bounded (a PushConsumer's waits for its in-flight receives and
+// cached messages; NotifyClientTermination throws when a proxy is down). A shutdown that
+// failed or overran is said on stderr; the run ends with `done` either way.
+async function soakShutdown(client) {
+  phase = 'shutdown';
+  try {
+    if (await within(client.shutdown(), SOAK_SHUTDOWN_S) === TIMED_OUT) {
+      process.stderr.write(`client.mjs soak: shutdown did not finish within ${SOAK_SHUTDOWN_S}s\n`);
+    }
+  } catch (err) {
+    process.stderr.write(`client.mjs soak: shutdown failed: ${describe(err)}\n`);
+  }
+  emit('done');
+}
+
+async function soak(args, logger) {
+  // Errors after startup are events, never an exit: an error the client raises where nobody
+  // awaits it (a timer, a stream handler) goes to its log on stderr instead of ending Node.
+  process.on('unhandledRejection', err => logger.error('unhandled rejection: %s', describe(err)));
+  process.on('uncaughtException', err => logger.error('uncaught exception: %s', describe(err)));
+  const role = args.role.startsWith('produce') ? soakProduce : { simple: soakSimple, push: soakPush }[args.role];
+  await role(args, logger);
+}
+
 function exit(code) {
   // Explicit exit: the client keeps timers and gRPC channels; the output is flushed first.
   process.stdout.write('', () => process.stderr.write('', () => process.exit(code)));
@@ -609,13 +912,15 @@ async function main() {
     return exit(2);
   }
   // Bound the whole run: startup waits for the Telemetry answer without a timeout.
-  setTimeout(() => {
-    process.stderr.write(`client.mjs ${args.command}: deadline of ${args.deadlineSeconds}s exceeded during ${phase}, giving up\n`);
-    process.exit(3);
-  }, args.deadlineSeconds * 1000);
+  if (args.deadlineSeconds !== null) {
+    setTimeout(() => {
+      process.stderr.write(`client.mjs ${args.command}: deadline of ${args.deadlineSeconds}s exceeded during ${phase}, giving up\n`);
+      process.exit(3);
+    }, args.deadlineSeconds * 1000);
+  }
   const started = Date.now();
   const logger = makeLogger();
-  const command = { produce, consume, push, lite, features }[args.command];
+  const command = { produce, consume, push, lite, features, soak }[args.command];
   let result;
   try {
     result = await command(args, logger, started);
@@ -626,7 +931,7 @@ async function main() {
     process.stderr.write(`client.mjs ${args.command} failed after ${elapsed}s during ${phase}: ${describe(err)}${cause}\n`);
     return exit(1);
   }
-  process.stdout.write(JSON.stringify(result) + '\n');
+  if (result !== undefined) process.stdout.write(JSON.stringify(result) + '\n'); // soak printed its events
   return exit(0);
 }
 

@@ -1,0 +1,52 @@
+"""The official-client soak, short (about three minutes), in the test suite: the official
+Python, Java and Node clients (producers of normal, FIFO and transactional messages,
+SimpleConsumers and PushConsumers, FIFO and not) through three proxies on broker stubs,
+while every proxy is restarted in turn (SIGTERM: the drain), twice, then one is SIGKILLed.
+The 30-minute version on real brokers is ``make soak SOAK_CLIENTS=official``
+(docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.soak_official import run
+
+pytestmark = pytest.mark.slow
+
+# Logged at ERROR by a client whatever the server does (docs/reliability.md): the Python
+# PushConsumer 5.1.2 reads a settings answer with metrics off through a meter provider it
+# never made, once at start.
+KNOWN_CLIENT_ERRORS = ("'NoneType' object has no attribute 'get_meter'",)
+
+
+@pytest.mark.timeout(600)
+async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
+    report = await run(
+        "stub", 80, seed=3, faults=["rolling", "rolling", "proxy"], ordered=True,
+        roster_kind="short", workdir=tmp_path / "soak", proxies=3, rate=4, interval=20,
+        drain_s=120,
+    )  # fmt: skip
+    print(json.dumps(report, indent=1))  # shown whole when an assertion below fails
+    kinds = [f["fault"] for f in report["faults"]]
+    assert kinds.count("rolling") >= 2 and "proxy" in kinds, kinds
+    assert report["sent"] > 500, report["sent"]
+    for name, group in report["groups"].items():
+        assert group["expected"] > 100, (name, group)
+        assert group["lost"] == 0, (name, group)
+        assert group["attempt1_duplicates"] == [], (name, group)
+        assert group.get("fifo_violations", []) == [], (name, group)
+        assert group.get("resolved_wrongly", 0) == 0, (name, group)
+    # Every message the clients expose a receipt handle for came with one (#10784).
+    assert report["receipts_without_handle"] == 0, report["receipts_without_handle"]
+    # The drains cost no client an error. The SIGKILL may: calls in flight on the killed
+    # proxy fail, and each client retries them or moves on; those are reported, not failed.
+    rolling = [f for f in report["faults"] if f["fault"] == "rolling"]
+    for client, errors in report["errors_during"].items():
+        during_rolling = {k: v for k, v in errors.items() if k.startswith("rolling")}
+        assert not during_rolling, (client, errors, rolling)
+    for client, lines in report["logged_errors"].items():
+        unexplained = [ln for ln in lines if not any(k in ln for k in KNOWN_CLIENT_ERRORS)]
+        assert not unexplained, (client, unexplained[:5])
+    assert all(code == 0 for code in report["exits"].values()), report["exits"]
