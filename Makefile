@@ -28,6 +28,7 @@ help:
 	@echo "                  and build the Java client driver (rocketmq_local/java-client)"
 	@echo "make fuzz         the fuzzers of tests/fuzz with a long budget (FUZZ_EXAMPLES=3000, random)"
 	@echo "make soak         the chaos soak, 10 minutes on 3 real brokers, then on stubs (results/soak)"
+	@echo "                  (SOAK_CLIENTS=official: the official clients, 30 minutes, results/soak-official)"
 	@echo "make clean        remove the virtualenv and caches"
 
 # Everything editable: the proxy with its development tools, the broker stub (make run's
@@ -79,10 +80,17 @@ fuzz: $(STAMP)
 
 # The chaos soak (docs/reliability.md): real brokers, then stubs (whose killed broker loses
 # its messages, reported); SOAK_ARGS adds flags, e.g. SOAK_ARGS="--minutes 30 --seed 2".
-SOAK_MINUTES ?= 10
-soak: $(STAMP) rocketmq
+# SOAK_CLIENTS=official: the official Python, Java and Node clients instead (bench/soak_official.py),
+# 30 minutes on real brokers through three proxies.
+SOAK_CLIENTS ?= lean
+SOAK_MINUTES ?= $(if $(filter official,$(SOAK_CLIENTS)),30,10)
+soak: $(STAMP) rocketmq $(if $(filter official,$(SOAK_CLIENTS)),interop-deps)
+ifeq ($(SOAK_CLIENTS),official)
+	$(BIN)/python -m bench.soak_official --backend real --minutes $(SOAK_MINUTES) --workdir results/soak-official/run --out results/soak-official/real.json $(SOAK_ARGS)
+else
 	$(BIN)/python -m bench.soak --backend real --minutes $(SOAK_MINUTES) --out results/soak/real.json $(SOAK_ARGS)
 	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out results/soak/stub.json $(SOAK_ARGS)
+endif
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)

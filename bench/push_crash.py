@@ -105,6 +105,8 @@ async def run(
         "redelivery_s_min": delays[0] if delays else None,
         "redelivery_s_p50": delays[len(delays) // 2] if delays else None,
         "redelivery_s_max": delays[-1] if delays else None,
+        # Reached the listener again (a second consumption), and finished twice.
+        "delivered_twice": sum(1 for times in recvs.values() if len(times) > 1),
         "consumed_twice": sum(1 for n in consumed.values() if n > 1),
         "never_consumed": len(sent - set(consumed)),
     }

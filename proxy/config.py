@@ -100,10 +100,11 @@ class ReceiveConfig:
     # the same broker requests per message either way, a lower p99 when any of a
     # consumer's polls may take a message from any broker (False).
     push_named_broker_only: bool = False
-    # Push consumers: the invisible time of a pop, renewed while the client consumes
-    # (the Apache proxy's renewSliceTimeMillis); and how long a client may stay silent
-    # before its messages are handed back.
-    renew_slice_ms: int = 60_000
+    # Push consumers: the invisible time of a pop and of each renewal while the client
+    # consumes (a crashed proxy's messages come back within it; the Apache proxy's
+    # renewSliceTimeMillis is 60 s, then renewals of minutes); and how long a client may
+    # stay silent before its messages are handed back.
+    renew_slice_ms: int = 30_000
     push_client_idle_s: float = 60.0
 
     def __post_init__(self) -> None:

@@ -29,14 +29,14 @@ class AckActivity:
         self, group: str, text: str, now_ms: int | None = None, lite_topic: str | None = None
     ) -> tuple[ReceiptHandle, Renewal | None]:
         """The handle to settle: for a message this proxy renews, its current checkpoint
-        (the client's may have expired meanwhile), and the renewal ends (its entry comes
-        back with it: ``restore`` it if the settling fails); else the client's."""
+        (the client's may have expired meanwhile) and its renewal, which the caller ends
+        (``end_settle``) with the outcome; else the client's, and None."""
         try:
             handle = parse_receipt_handle(text, allow_expired=True)
         except ApiError:
             handle = None
         if handle is not None:
-            renewal = await self.renewer.take(group, handle.checkpoint, lite_topic)
+            renewal = await self.renewer.begin_settle(group, handle.checkpoint, lite_topic)
             if renewal is not None:
                 current = PopCheckpointInfo.parse(renewal.popped.checkpoint)
                 return ReceiptHandle(current, handle.commit_log_offset), renewal
@@ -67,12 +67,9 @@ class AckActivity:
         )
         acked = ok()  # one object for every entry: the response copies it into each
         for (i, ck, renewal), error in zip(parsed, errors, strict=True):
-            if error is None:
-                statuses[i] = acked
-                continue
-            statuses[i] = ack_error(ck.broker_name, error).status
+            statuses[i] = acked if error is None else ack_error(ck.broker_name, error).status
             if renewal is not None:
-                self.renewer.restore(renewal)  # the client's retry needs the current handle
+                self.renewer.end_settle(renewal, settled=error is None)
         entries = [
             api.AckMessageResultEntry(
                 message_id=e.message_id, receipt_handle=e.receipt_handle, status=status
@@ -95,14 +92,17 @@ class AckActivity:
         invisible = check.validate_invisible(check.duration_ms(request.invisible_duration), 0)
         lite = _lite_topic(request)
         handle, renewal = await self._current(group, request.receipt_handle, lite_topic=lite)
+        changed = False
         try:
             checkpoint = await self.consumer.change_invisible(
                 group, topic, handle.checkpoint, invisible, lite_topic=lite, suspend=request.suspend
             )
+            changed = True  # the client holds the new handle now: no more renewal
         except RemotingError as exc:
-            if renewal is not None:
-                self.renewer.restore(renewal)
             raise ack_error(handle.broker, exc) from None
+        finally:
+            if renewal is not None:
+                self.renewer.end_settle(renewal, settled=changed)
         return api.ChangeInvisibleDurationResponse(
             status=ok(), receipt_handle=f"{checkpoint} {handle.commit_log_offset}"
         )
@@ -126,12 +126,15 @@ class AckActivity:
             request.message_id,
             lite,
         )
+        forwarded = False
         try:
             await self.consumer.dead_letter(popped, max_attempts - 1)
+            forwarded = True
         except RemotingError as exc:
-            if renewal is not None:
-                self.renewer.restore(renewal)
             raise dead_letter_error(handle.broker, exc) from None
+        finally:
+            if renewal is not None:
+                self.renewer.end_settle(renewal, settled=forwarded)
         return api.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 

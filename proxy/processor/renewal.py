@@ -5,11 +5,14 @@ official clients (Java, Python, Node) never renew a message themselves while the
 consumes it; they rely on the proxy, as the Apache proxy does it
 (``ReceiveMessageActivity`` with ``enableProxyAutoRenew``, ``DefaultReceiptHandleManager``):
 
-- the message is popped with a *slice* of invisible time (``renewSliceTimeMillis``, 60 s);
-- every ``period_s`` (5 s) each handle due within ``ahead_ms`` (10 s) of visibility gets a
-  new invisible time (CHANGE_MESSAGE_INVISIBLETIME) of 1, 3, 5, 10, 30 min, then 1 h per
-  renewal (``RenewStrategyPolicy``), for at most ``max_time_ms`` (3 h) from delivery, then
-  it is handed back with the retry back-off of its attempt;
+- the message is popped with a *slice* of invisible time (``renew_slice_ms``, 30 s);
+- every ``period_s`` (5 s) each handle due within ``ahead_ms`` (10 s) of visibility gets
+  one slice more (CHANGE_MESSAGE_INVISIBLETIME), for at most ``max_time_ms`` (3 h) from
+  delivery, then it is handed back with the retry back-off of its attempt. The Apache
+  proxy renews by 1, 3, 5, 10, 30 min then 1 h (``RenewStrategyPolicy``), fewer requests
+  for a long consumption, but a message it renewed stays invisible for up to that long
+  once the proxy is gone; one slice at a time bounds that to a slice (measured:
+  docs/reliability.md, "Push consumers across a proxy crash");
 - an ack, a change of invisible time or a forward to the dead-letter queue through this
   proxy ends the renewal and is made with the handle's *current* checkpoint (the client
   still holds the one it received, which the renewals have replaced on the broker);
@@ -18,14 +21,13 @@ consumes it; they rely on the proxy, as the Apache proxy does it
 
 The state: one entry per message delivered to a push consumer and not yet settled, at most
 ``max_handles`` (past that a message simply keeps its slice and is redelivered after it if
-its consumer is slower). If this proxy dies the renewals stop: each message comes back
-when its current invisible time ends (at most one renewal, 1 h, after the last one; 60 s
-for a message in its first minute) and is delivered again with the attempt counted up:
-at-least-once, as with any lost consumer. The client's later ack with its original handle
-then finds a checkpoint the renewals replaced: the message is delivered again. A push
-consumer's requests must therefore reach the proxy that delivered to it: one gRPC channel
-per endpoint does this with any L4 balancer; an L7 balancer must pin a client
-(``x-mq-client-id``) to one proxy.
+its consumer is slower). If this proxy dies the renewals stop: each message comes back when
+its current slice ends and is delivered again with the attempt counted up: at-least-once,
+as with any lost consumer. The client's later ack with its original handle then finds a
+checkpoint the renewals replaced: the message is consumed twice. A push consumer's requests
+must therefore reach the proxy that delivered to it: one gRPC channel per endpoint (one
+connection at a time, gRPC's pick_first) does this, through any L4 balancer too; an L7
+balancer must pin a client (``x-mq-client-id``) to one proxy.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Renewal:
     renewals: int = 0
     failures: int = 0
     renewing: asyncio.Future[None] | None = None
+    settling: int = 0  # acks (changes, forwards) in flight with its checkpoint: not renewed
 
     @property
     def checkpoint(self) -> PopCheckpointInfo:
@@ -77,7 +80,7 @@ class HandleRenewer:
         self,
         consumer: ConsumerProcessor,
         *,
-        slice_ms: int = 60_000,
+        slice_ms: int = 30_000,
         ahead_ms: int = 10_000,
         period_s: float = 5.0,
         max_time_ms: int = 3 * 3600 * 1000,
@@ -129,12 +132,14 @@ class HandleRenewer:
         self._handles[key] = Renewal(client_id, popped, reconsume_times, self.clock_ms())
         self._last_seen[client_id] = asyncio.get_running_loop().time()
 
-    async def take(
+    async def begin_settle(
         self, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None = None
     ) -> Renewal | None:
-        """Stop renewing the message ``checkpoint`` names; its renewal (whose ``popped``
-        holds the current checkpoint), or None when this proxy does not renew it. Waits for
-        a renewal in flight."""
+        """An ack (change, forward) of the message ``checkpoint`` names is about to be
+        made: its renewal, whose ``popped`` holds the current checkpoint to make it with,
+        or None when this proxy does not renew it. Waits for a renewal in flight; no
+        renewal starts until ``end_settle``. A retry that arrives while the first try is
+        still in flight (the client gave up waiting) gets the same checkpoint."""
         key = handle_key(group, checkpoint, lite_topic)
         entry = self._handles.get(key)
         if entry is None:
@@ -144,18 +149,22 @@ class HandleRenewer:
                 await asyncio.wait_for(
                     asyncio.shield(entry.renewing), self.consumer.broker_timeout_s + 1
                 )
-        if self._handles.get(key) is entry:
-            del self._handles[key]
+        entry.settling += 1
         return entry
 
-    def restore(self, entry: Renewal) -> None:
-        """The ack (or change, or forward) made with a taken renewal's checkpoint failed:
-        renew it again. The client retries with the handle it holds, which the renewals
-        replaced on the broker; only this entry knows the current one (apache/rocketmq
-        #11174: the Apache proxy loses it, and the retried ack has no effect)."""
+    def end_settle(self, entry: Renewal, settled: bool) -> None:
+        """The ack (change, forward) made with ``entry``'s checkpoint is done: ``settled``,
+        the renewal ends; else it goes on, and the client's retry, made with the handle
+        it holds (which the renewals replaced on the broker), still finds the current one.
+        The Apache proxy drops it when the ack fails, so the retry settles nothing and the
+        message comes back (apache/rocketmq#11174)."""
+        entry.settling -= 1
+        if not settled:
+            return
         popped = entry.popped
         key = handle_key(popped.group, entry.checkpoint, popped.lite_topic)
-        self._handles.setdefault(key, entry)
+        if self._handles.get(key) is entry:
+            del self._handles[key]
 
     def client_gone(self, client_id: str) -> None:
         """The client ended its session: hand back whatever it had not settled."""
@@ -188,7 +197,9 @@ class HandleRenewer:
         due = [
             (k, e)
             for k, e in self._handles.items()
-            if e.renewing is None and e.checkpoint.next_visible_time - now_ms <= self.ahead_ms
+            if e.renewing is None
+            and not e.settling
+            and e.checkpoint.next_visible_time - now_ms <= self.ahead_ms
         ]
         if due:
             await asyncio.gather(*(self._renew(k, e, now_ms) for k, e in due))

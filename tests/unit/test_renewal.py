@@ -59,10 +59,11 @@ async def test_a_handle_is_renewed_when_due_and_settled_with_its_current_checkpo
     NOW[0] = 1_000_000 + 51_000  # within 10 s: due
     await r.renew_due()
     assert [ms for _, ms in consumer.client.changes] == [r.slice_ms]  # one slice more
-    current = await r.take("G", PopCheckpointInfo.parse(popped(5).checkpoint))
+    current = await r.begin_settle("G", PopCheckpointInfo.parse(popped(5).checkpoint))
     assert current is not None
     assert PopCheckpointInfo.parse(current.popped.checkpoint).pop_time == NOW[0]
-    assert await r.take("G", PopCheckpointInfo.parse(popped(5).checkpoint)) is None
+    r.end_settle(current, settled=True)
+    assert await r.begin_settle("G", PopCheckpointInfo.parse(popped(5).checkpoint)) is None
     assert r.size == 0
 
 
@@ -144,4 +145,30 @@ async def test_a_failed_ack_of_a_renewed_message_keeps_its_renewal_for_the_retry
     retried = await activity.ack_message(request, None)  # type: ignore[arg-type]
     assert retried.status.code == pb.Code.OK
     assert [ck.pop_time for ck in consumer.acked] == [NOW[0]]  # the renewed checkpoint
+    assert r.size == 0
+
+
+async def test_a_retry_while_the_first_ack_is_in_flight_gets_the_current_checkpoint_too():
+    """The client's deadline (3 s) can end before the proxy's ack to a slow broker does;
+    the client retries at once, with its original handle, while the first ack is still in
+    flight. The retry must still get the current checkpoint (it used to find the renewal
+    taken by the first try, and answer that the handle had expired: the Python client then
+    gives up, and the message comes back), and no renewal may change the checkpoint under
+    the ack in flight."""
+    consumer = _Consumer()
+    r = renewer(consumer)
+    NOW[0] = 1_000_000
+    original = popped(9)
+    r.add("c1", original, 0)
+    NOW[0] = 1_000_000 + 51_000
+    await r.renew_due()
+    ck = PopCheckpointInfo.parse(original.checkpoint)
+    first = await r.begin_settle("G", ck)  # the first ack, in flight
+    NOW[0] += 25_000
+    await r.renew_due()  # due again, but its ack is in flight: not renewed
+    assert len(consumer.client.changes) == 1
+    retry = await r.begin_settle("G", ck)
+    assert first is not None and retry is first
+    r.end_settle(first, settled=False)  # the first try timed out
+    r.end_settle(retry, settled=True)
     assert r.size == 0
