@@ -929,6 +929,7 @@ async function main() {
     let cause = '';
     for (let c = err?.cause; c; c = c.cause) cause += ` <- ${describe(c)}`;
     process.stderr.write(`client.mjs ${args.command} failed after ${elapsed}s during ${phase}: ${describe(err)}${cause}\n`);
+    if (err?.stack) process.stderr.write(`${err.stack}\n`);
     return exit(1);
   }
   if (result !== undefined) process.stdout.write(JSON.stringify(result) + '\n'); // soak printed its events
