@@ -115,6 +115,19 @@ class _FailingAcks(_Consumer):
         return [None for _ in checkpoints]
 
 
+async def renewed_once(consumer: _Consumer, offset: int) -> tuple[HandleRenewer, Popped]:
+    """A renewer holding the message at ``offset``, renewed once: the broker now knows only
+    its new checkpoint. The message as delivered (the client's handle) comes back too."""
+    r = renewer(consumer)
+    NOW[0] = 1_000_000
+    original = popped(offset)
+    r.add("c1", original, 0)
+    NOW[0] = 1_000_000 + 51_000
+    await r.renew_due()
+    assert len(consumer.client.changes) == 1
+    return r, original
+
+
 async def test_a_failed_ack_of_a_renewed_message_keeps_its_renewal_for_the_retry():
     """apache/rocketmq#11174: the Apache proxy drops a renewed message's current handle when
     the ack fails, so the client's retry (with its original, replaced handle) has no effect
@@ -124,13 +137,7 @@ async def test_a_failed_ack_of_a_renewed_message_keeps_its_renewal_for_the_retry
     from proxy.api.v2 import service_pb2 as api
 
     consumer = _FailingAcks()
-    r = renewer(consumer)
-    NOW[0] = 1_000_000
-    original = popped(7)
-    r.add("c1", original, 0)
-    NOW[0] = 1_000_000 + 51_000
-    await r.renew_due()  # renewed: the broker now knows only the new checkpoint
-    assert len(consumer.client.changes) == 1
+    r, original = await renewed_once(consumer, 7)
     activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
     handle = f"{original.checkpoint} {original.commit_log_offset}"
     request = api.AckMessageRequest(
@@ -156,12 +163,7 @@ async def test_a_retry_while_the_first_ack_is_in_flight_gets_the_current_checkpo
     gives up, and the message comes back), and no renewal may change the checkpoint under
     the ack in flight."""
     consumer = _Consumer()
-    r = renewer(consumer)
-    NOW[0] = 1_000_000
-    original = popped(9)
-    r.add("c1", original, 0)
-    NOW[0] = 1_000_000 + 51_000
-    await r.renew_due()
+    r, original = await renewed_once(consumer, 9)
     ck = PopCheckpointInfo.parse(original.checkpoint)
     first = await r.begin_settle("G", ck)  # the first ack, in flight
     NOW[0] += 25_000

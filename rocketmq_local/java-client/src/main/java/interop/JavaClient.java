@@ -165,6 +165,7 @@ import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
 import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
 import org.apache.rocketmq.client.apis.consumer.LitePushConsumer;
+import org.apache.rocketmq.client.apis.consumer.MessageListener;
 import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
@@ -592,12 +593,7 @@ public final class JavaClient {
         Set<String> succeeded = new HashSet<>();
         CountDownLatch done = new CountDownLatch(1);
         Object lock = new Object();
-        PushConsumer consumer = provider.newPushConsumerBuilder()
-            .setClientConfiguration(configuration())
-            .setConsumerGroup(opts.get("group"))
-            .setSubscriptionExpressions(Collections.singletonMap(
-                opts.get("topic"), new FilterExpression("*", FilterExpressionType.TAG)))
-            .setMessageListener(message -> {
+        PushConsumer consumer = pushConsumer(provider, message -> {
                 double started = now();
                 // Until the wall clock the record uses has passed (sleep keeps another clock).
                 double until = started + consumeMillis / 1000.0;
@@ -631,8 +627,7 @@ public final class JavaClient {
                     }
                     return result;
                 }
-            })
-            .build();
+            });
         try {
             // build() returned after QueryRoute and the Telemetry settings answer: the
             // settings' fifo has picked the consume service.
@@ -985,16 +980,23 @@ public final class JavaClient {
         }
     }
 
-    /** A PushConsumer whose listener takes --consume-ms and answers SUCCESS (the client acks). */
-    private void soakPush() throws Exception {
-        ClientServiceProvider provider = ClientServiceProvider.loadService();
-        long consumeMillis = integer("consume-ms", 0, false);
-        PushConsumer consumer = provider.newPushConsumerBuilder()
+    /** A started PushConsumer of --group on --topic (every tag) with this listener. */
+    private PushConsumer pushConsumer(ClientServiceProvider provider, MessageListener listener)
+            throws ClientException {
+        return provider.newPushConsumerBuilder()
             .setClientConfiguration(configuration())
             .setConsumerGroup(opts.get("group"))
             .setSubscriptionExpressions(Collections.singletonMap(
                 opts.get("topic"), new FilterExpression("*", FilterExpressionType.TAG)))
-            .setMessageListener(message -> {
+            .setMessageListener(listener)
+            .build();
+    }
+
+    /** A PushConsumer whose listener takes --consume-ms and answers SUCCESS (the client acks). */
+    private void soakPush() throws Exception {
+        ClientServiceProvider provider = ClientServiceProvider.loadService();
+        long consumeMillis = integer("consume-ms", 0, false);
+        PushConsumer consumer = pushConsumer(provider, message -> {
                 String id = received(message);
                 if (consumeMillis > 0) {
                     try {
@@ -1005,8 +1007,7 @@ public final class JavaClient {
                 }
                 emit("consumed", "id", id); // just before the SUCCESS it returns
                 return ConsumeResult.SUCCESS;
-            })
-            .build();
+            });
         emit("ready", "role", "push", "lang", "java");
         try {
             controlFile("stop").await();
