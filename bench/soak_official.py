@@ -139,7 +139,7 @@ class Client:
 
     def __init__(self, role: Role, workdir: Path, control: Path, endpoints: str, args) -> None:
         self.role = role
-        self.dir = workdir / role.name
+        self.dir = (workdir / role.name).resolve()  # HOME: a relative one breaks Node's logger
         self.control = control
         self.endpoints = endpoints
         self.args = args
