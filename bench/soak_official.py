@@ -394,9 +394,8 @@ async def run(
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all(c.ready() for c in clients):
             for client in clients:
-                # A client that failed to start (the Node PushConsumer 1.0.8, once in three
-                # full runs on a loaded machine: a TypeError inside its startup) is counted
-                # and started again, at most twice.
+                # A client that failed to start (its first calls timed out on a loaded
+                # machine, say) is counted and started again, at most twice.
                 if client.failed_start() and client.start_failures < 2:
                     client.start_failures += 1
                     await client.start()
