@@ -151,6 +151,8 @@ class BrokerPool:
         self._timeout = timeout_s
         self._observer = observer
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        # When the name server last listed each (topic, broker) (``_with_unregistered``).
+        self._listed: dict[tuple[str, str], float] = {}
         self._lookups: dict[str, asyncio.Future[TopicRoute]] = {}
         self._brokers: dict[str, BrokerClient] = {}
         self._retired: list[BrokerClient] = []
@@ -188,14 +190,49 @@ class BrokerPool:
             raise TopicNotFound(topic)
         if response.code != ResponseCode.SUCCESS:
             raise RemotingError(f"route of {topic}: name server answered {response.code}")
-        route = parse_route(topic, response.body)
+        listed = parse_route(topic, response.body)
+        route = self._with_unregistered(listed)
         if not route.brokers:
             raise TopicNotFound(topic)
+        now = time.monotonic()
+        for broker in listed.brokers:
+            self._listed[(topic, broker.name)] = now
         for broker in route.brokers:
             self._client_for(broker)
         route = replace(route, message_type=await self._message_type(route))
         self._routes[topic] = (time.monotonic(), route)
         return route
+
+    def _with_unregistered(self, route: TopicRoute) -> TopicRoute:
+        """``route`` with the brokers the name server listed for the topic within TTL +
+        grace and lists no more, while our connection to each is up. A restarted name server
+        learns the brokers one by one as they register again (a real broker every 30 s), so
+        for a while it answers with some of them: dropping the others would move every
+        message group hashed among the queues to another queue, and a FIFO group's next
+        message could be consumed before the last ones sent to its old queue (found by the
+        official-client soak, docs/reliability.md). A broker that is really gone closes its
+        connection, and one the operator took the topic off leaves after the grace."""
+        listed = {b.name for b in route.brokers}
+        cached = self._routes.get(route.topic)
+        if cached is None:
+            return route
+        horizon = time.monotonic() - (self._ttl + self._grace)
+        kept = [
+            b
+            for b in cached[1].brokers
+            if b.name not in listed
+            and self._listed.get((route.topic, b.name), horizon) > horizon
+            and (client := self._brokers.get(b.name)) is not None
+            and client.remoting.connected
+        ]
+        if not kept:
+            return route
+        log.warning(
+            "name server lists %s without %s, still connected: kept in its route",
+            route.topic,
+            ", ".join(b.name for b in kept),
+        )
+        return replace(route, brokers=tuple(sorted([*route.brokers, *kept], key=lambda b: b.name)))
 
     async def _message_type(self, route: TopicRoute) -> MessageType:
         """The topic's ``message.type`` from the topic config of one of its brokers, as the

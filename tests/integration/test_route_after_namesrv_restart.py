@@ -7,6 +7,7 @@ server) and then, "restarted", TOPIC_NOT_EXIST: no race with the brokers' regist
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from broker_stub import BrokerConfig, StubCluster
@@ -74,3 +75,46 @@ async def test_past_the_grace_a_topic_the_name_server_does_not_know_is_not_found
                 await pool.route(T)
         finally:
             await pool.close()
+
+
+def _without(body: bytes, broker: str) -> bytes:
+    """The route body as a name server that has not heard from ``broker`` yet answers it."""
+    data = orjson.loads(body)
+    data["brokerDatas"] = [b for b in data["brokerDatas"] if b["brokerName"] != broker]
+    data["queueDatas"] = [q for q in data["queueDatas"] if q["brokerName"] != broker]
+    return orjson.dumps(data)
+
+
+@pytest.mark.parametrize("grace_s", [60.0, 0.0])
+async def test_a_broker_not_registered_again_yet_stays_in_the_route_while_connected(grace_s):
+    """After a restart the name server lists the brokers as they register, one by one. A
+    broker it lists no more, lately listed and still connected, stays in the route: else a
+    message group's queue (its crc32 among the writable queues) moves, and a FIFO group is
+    consumed out of order (the official-client soak saw it). Past the grace it goes."""
+    async with StubCluster(2, template=BrokerConfig(topics=[T])) as cluster:
+        client = RemotingClient(cluster.namesrv_address)
+        try:
+            full = (
+                await client.invoke(
+                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": T}), 3.0
+                )
+            ).body
+        finally:
+            await client.close()
+        fake = ForgetfulNamesrv(full)
+        async with fake as address:
+            pool = BrokerPool([address], route_ttl_s=0.0, not_found_grace_s=grace_s)
+            try:
+                before = await pool.route(T)
+                for broker in before.brokers:  # both connected, as by sends and pops
+                    broker_client = pool.broker(broker.name)
+                    assert broker_client is not None
+                    await broker_client.topic_config(T, 3.0)
+                fake.route = _without(full, "broker-b")
+                after = await pool.route(T)
+                if grace_s:
+                    assert after.brokers == before.brokers
+                else:
+                    assert [b.name for b in after.brokers] == ["broker-a"]
+            finally:
+                await pool.close()
