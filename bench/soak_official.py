@@ -155,7 +155,7 @@ class Client:
         role = self.role
         argv = [
             "soak", "--endpoints", self.endpoints, "--role", role.role, "--topic", role.topic,
-            "--control-dir", str(self.control), "--prefix", role.name,
+            "--control-dir", str(self.control.resolve()), "--prefix", role.name,
             "--rate", str(self.args.rate), "--consume-ms", str(self.args.consume_ms),
         ]  # fmt: skip
         if role.group:
@@ -423,7 +423,8 @@ async def run(
                 break
             await asyncio.sleep(2)
         (control / "stop").touch()
-        exits = {c.role.name: await c.wait_exit(EXIT_TIMEOUT_S) for c in clients}
+        codes = await asyncio.gather(*(c.wait_exit(EXIT_TIMEOUT_S) for c in clients))
+        exits = {c.role.name: code for c, code in zip(clients, codes, strict=True)}
     finally:
         for client in clients:
             await client.kill()
