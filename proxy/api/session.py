@@ -120,7 +120,7 @@ class SessionActivity:
         if task is None or self.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy is draining")
             return
-        self._streams[task] = _language(context) == "PYTHON"
+        self._streams[task] = check.metadata_value(context, "x-mq-language") == "PYTHON"
         try:
             async for out in self._serve(commands, client_id):
                 yield out
@@ -228,13 +228,6 @@ class SessionActivity:
             # means the writer is gone too; it is cancelled with the stream.
             with contextlib.suppress(asyncio.QueueFull):
                 outbox.put_nowait(None)
-
-
-def _language(context: Context) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-language" and isinstance(value, str):
-            return value
-    return ""
 
 
 async def _end_for_drain(context: Context) -> None:

@@ -82,12 +82,20 @@ RESERVED_PROPERTIES = {
 }
 
 
+def metadata_value(context: Context, name: str) -> str | None:
+    """The first non-blank text value of the request metadata ``name``, else None."""
+    for key, value in context.invocation_metadata() or ():
+        if key == name and isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
 def require_client_id(context: Context) -> str:
     """Every RPC names its client in the metadata; the clients always send it."""
-    for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_ID_HEADER and isinstance(value, str) and value.strip():
-            return value
-    raise ApiError(Code.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID_HEADER} is required")
+    value = metadata_value(context, CLIENT_ID_HEADER)
+    if value is None:
+        raise ApiError(Code.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID_HEADER} is required")
+    return value
 
 
 def has_control_chars(text: str) -> bool:

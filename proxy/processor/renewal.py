@@ -65,7 +65,6 @@ class Renewal:
     popped: Popped  # checkpoint: the current one
     reconsume_times: int
     delivered_ms: int
-    renewals: int = 0
     failures: int = 0
     renewing: asyncio.Future[None] | None = None
     settling: int = 0  # acks (changes, forwards) in flight with its checkpoint: not renewed
@@ -227,7 +226,6 @@ class HandleRenewer:
                 popped.msg_id,
                 popped.lite_topic,
             )
-            entry.renewals += 1
             entry.failures = 0
             self.renewed += 1
         except RemotingError as exc:
