@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 K = TypeVar("K")
@@ -43,7 +43,7 @@ async def stop_background(task: asyncio.Task[Any] | None) -> None:
 
 def shared_lookup(
     in_flight: dict[K, asyncio.Future[V]], key: K, start: Callable[[], Coroutine[Any, Any, V]]
-) -> Awaitable[V]:
+) -> asyncio.Future[V]:
     """The look-up of ``key`` in ``in_flight``, started with ``start()`` if none is: callers
     asking at the same time share one request. Shielded, so a caller that gives up
     (cancelled) does not cancel the look-up the others wait on."""

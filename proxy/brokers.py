@@ -1,7 +1,8 @@
 """The brokers behind the proxy: topic routes from the name server and one client per broker.
 
-Routes are cached for ``route_ttl_s``; concurrent look-ups of one topic share a request, and
-when the name server cannot be reached a stale route keeps serving.
+Routes are cached for ``route_ttl_s`` and then refreshed in the background while the old one
+keeps serving; concurrent look-ups of one topic share a request, and when the name server
+cannot be reached a stale route keeps serving.
 """
 
 from __future__ import annotations
@@ -161,26 +162,45 @@ class BrokerPool:
         self._served: dict[int, Callable[[str, RemotingCommand], RemotingCommand | None]] = {}
 
     async def route(self, topic: str) -> TopicRoute:
-        """The route of ``topic``; raises TopicNotFound, or RemotingError with no route known."""
+        """The route of ``topic``; raises TopicNotFound, or RemotingError with no route known.
+
+        A route past its TTL is still answered at once while a look-up refreshes it in the
+        background (``_refresh``): a request never waits on the name server for a topic it
+        has a route of. When the name server was down, every poll and send past the TTL
+        waited out the look-up's timeout first, and the clients' own deadlines ran out
+        (Node receives in the official-client soak, docs/reliability.md)."""
         cached = self._routes.get(topic)
-        if cached is not None and time.monotonic() - cached[0] < self._ttl:
-            return cached[1]
-        try:
+        if cached is None:
             return await shared_lookup(self._lookups, topic, lambda: self._fetch(topic))
-        except RemotingError:
-            if cached is not None:
-                log.warning("name server unreachable; using the stale route of %s", topic)
-                return cached[1]
-            raise
-        except TopicNotFound:
+        if time.monotonic() - cached[0] >= self._ttl:
+            self._refresh(topic)
+        return cached[1]
+
+    def _refresh(self, topic: str) -> None:
+        """Look ``topic``'s route up again without waiting; ``_refreshed`` sees the end. The
+        look-up is shared with callers that have no route, and ``close`` cancels it."""
+        lookup = shared_lookup(self._lookups, topic, lambda: self._fetch(topic))
+        lookup.add_done_callback(functools.partial(self._refreshed, topic))
+
+    def _refreshed(self, topic: str, lookup: asyncio.Future[TopicRoute]) -> None:
+        if lookup.cancelled():
+            return
+        exc = lookup.exception()
+        if isinstance(exc, RemotingError):
+            log.warning("name server unreachable; using the stale route of %s: %s", topic, exc)
+        elif isinstance(exc, TopicNotFound):
             # A name server just restarted knows no topic until the brokers register again
             # (a real broker every 30 s): keep a route seen lately rather than fail every
             # client with TOPIC_NOT_FOUND meanwhile (found by the soak, docs/reliability.md).
-            if cached is not None and time.monotonic() - cached[0] < self._ttl + self._grace:
+            # Past the grace the topic is taken as gone: the next request looks it up.
+            cached = self._routes.get(topic)
+            if cached is not None and time.monotonic() - cached[0] >= self._ttl + self._grace:
+                log.warning("name server does not know %s: its route is dropped", topic)
+                del self._routes[topic]
+            else:
                 log.warning("name server does not know %s; using its stale route", topic)
-                return cached[1]
-            self._routes.pop(topic, None)
-            raise
+        elif exc is not None:
+            log.error("route of %s: %r", topic, exc, exc_info=exc)
 
     async def _fetch(self, topic: str) -> TopicRoute:
         client = self._namesrvs[next(self._namesrv_turn)]

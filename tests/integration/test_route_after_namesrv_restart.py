@@ -1,11 +1,15 @@
 """A name server that restarts knows no topic until the brokers register again (a real
 broker every 30 s). The chaos soak saw every client call answered TOPIC_NOT_FOUND in that
-gap; a proxy now keeps a route it saw lately (``BrokerPool(not_found_grace_s=...)``).
+gap; a proxy now keeps a route it saw lately (``BrokerPool(not_found_grace_s=...)``). A route
+past its TTL is answered at once and refreshed in the background, so ``settled_route`` asks
+twice: the second answer is the one the refresh left.
 
 The name server here is a fake that answers with a real route (taken from a stub name
 server) and then, "restarted", TOPIC_NOT_EXIST: no race with the brokers' registration."""
 
 from __future__ import annotations
+
+import asyncio
 
 import orjson
 import pytest
@@ -22,17 +26,33 @@ T = "TopicRestart"
 
 class ForgetfulNamesrv(ScriptedServer):
     """Answers GET_ROUTEINFO_BY_TOPIC with ``route`` for ``T`` until ``knows`` is cleared,
-    then TOPIC_NOT_EXIST for everything, as a freshly restarted name server does."""
+    then TOPIC_NOT_EXIST for everything, as a freshly restarted name server does; while
+    ``hung`` it answers nothing, as a name server that stopped does."""
 
     def __init__(self, route: bytes) -> None:
         super().__init__(self._route)
         self.route = route
         self.knows = True
+        self.hung = False
 
-    def _route(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _route(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        if self.hung:
+            return None
         if self.knows and cmd.fields.get("topic") == T:
             return cmd.make_response(ResponseCode.SUCCESS, body=self.route)
         return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, remark="no")
+
+
+async def settled_route(pool: BrokerPool, topic: str):
+    """The route once the refresh that a first ask starts has ended (bounded wait)."""
+    await pool.route(topic)
+    for _ in range(100):
+        if not pool._lookups:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError(f"the route refresh of {topic} never ended")
+    return await pool.route(topic)
 
 
 @pytest.fixture
@@ -57,7 +77,7 @@ async def test_a_route_seen_lately_survives_a_name_server_restart(route_body):
             before = await pool.route(T)
             assert {b.name for b in before.brokers} == {"broker-a", "broker-b"}
             fake.knows = False  # restarted: nobody registered yet
-            assert await pool.route(T) == before
+            assert await settled_route(pool, T) == before
             with pytest.raises(TopicNotFound):  # a topic never seen is still not found
                 await pool.route("NeverSeen")
         finally:
@@ -72,7 +92,7 @@ async def test_past_the_grace_a_topic_the_name_server_does_not_know_is_not_found
             await pool.route(T)
             fake.knows = False
             with pytest.raises(TopicNotFound):
-                await pool.route(T)
+                await settled_route(pool, T)
         finally:
             await pool.close()
 
@@ -111,10 +131,28 @@ async def test_a_broker_not_registered_again_yet_stays_in_the_route_while_connec
                     assert broker_client is not None
                     await broker_client.topic_config(T, 3.0)
                 fake.route = _without(full, "broker-b")
-                after = await pool.route(T)
+                after = await settled_route(pool, T)
                 if grace_s:
                     assert after.brokers == before.brokers
                 else:
                     assert [b.name for b in after.brokers] == ["broker-a"]
             finally:
                 await pool.close()
+
+
+async def test_a_stale_route_is_answered_without_waiting_for_a_hung_name_server(route_body):
+    """A name server that stopped answering must not hold up requests for a topic with a
+    route: the official-client soak saw Node receives run past their deadline while each
+    waited out the route look-up's timeout. The look-up timeout here is 60 s; the route
+    must come back well inside it, and a refresh must still be tried."""
+    fake = ForgetfulNamesrv(route_body)
+    async with fake as address:
+        pool = BrokerPool([address], route_ttl_s=0.0, timeout_s=60.0)
+        try:
+            before = await pool.route(T)
+            fake.hung = True
+            assert await asyncio.wait_for(pool.route(T), 5.0) == before
+            assert T in pool._lookups  # the refresh waits on the name server meanwhile
+            assert await asyncio.wait_for(pool.route(T), 5.0) == before
+        finally:
+            await pool.close()

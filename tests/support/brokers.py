@@ -29,9 +29,10 @@ async def send_to(app, broker_name: str, body: bytes, topic: str = "T") -> None:
 
 class ScriptedServer:
     """A remoting server on a free loopback port that answers every request with
-    ``answer(request)``; ``async with`` yields its address and closes it after."""
+    ``answer(request)``, or not at all when that is None (a hung peer); ``async with``
+    yields its address and closes it after."""
 
-    def __init__(self, answer: Callable[[RemotingCommand], RemotingCommand]) -> None:
+    def __init__(self, answer: Callable[[RemotingCommand], RemotingCommand | None]) -> None:
         self.answer = answer
 
     async def __aenter__(self) -> str:
@@ -47,5 +48,6 @@ class ScriptedServer:
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             while data := await reader.read(65536):
                 for cmd in decoder.feed(data):
-                    writer.write(encode(self.answer(cmd)))
+                    if (response := self.answer(cmd)) is not None:
+                        writer.write(encode(response))
         writer.close()
