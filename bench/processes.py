@@ -110,9 +110,12 @@ class Process:
         return total
 
 
-async def _spawn(name: str, module: str, func: str, *args: str, stderr=None) -> Process:
+async def _spawn(
+    name: str, module: str, func: str, *args: str, stderr=None, group: int | None = None
+) -> Process:
     """Start ``module.func()`` with ``args``; ``stderr``: a file for its log (default
-    inherited)."""
+    inherited); ``group``: the group id it runs under (``bench/netfault.py`` tells its
+    packets by it)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -120,6 +123,7 @@ async def _spawn(name: str, module: str, func: str, *args: str, stderr=None) -> 
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
+        group=group,
     )
     try:
         assert proc.stdout is not None  # PIPE

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from bench import netfault
 from bench.lean_client import LeanClient
 from bench.processes import Process, _spawn, kill, terminate
 from proxy.api.v2 import definition_pb2 as pb
@@ -216,13 +217,18 @@ class Cluster:
             str(http_port), "--proxy-id", name, "--workers", "1", "--log-level", "error",
             *self.proxy_args,
         ]  # fmt: skip
+        # In the run's own network, each proxy under a group of its own (``disturb``).
+        group = self.proxy_gid(name) if netfault.in_own_network() else None
         if self.log_dir is None:
-            proc = await _spawn(name, "proxy.cli", "main", *args)
+            proc = await _spawn(name, "proxy.cli", "main", *args, group=group)
         else:
             os.makedirs(self.log_dir, exist_ok=True)
             with (Path(self.log_dir) / f"{name}.log").open("ab") as log:
-                proc = await _spawn(name, "proxy.cli", "main", *args, stderr=log)
+                proc = await _spawn(name, "proxy.cli", "main", *args, stderr=log, group=group)
         self.proxies[name] = ((grpc_port, http_port), proc)
+
+    def proxy_gid(self, name: str) -> int:
+        return netfault.proxy_gid(list(self.proxies).index(name))
 
     def endpoints(self) -> list[str]:
         return [f"127.0.0.1:{ports[0]}" for ports, _ in self.proxies.values()]
@@ -280,6 +286,19 @@ class Cluster:
             await asyncio.sleep(seconds)
         finally:
             os.kill(pid, signal.SIGCONT)
+
+    async def disturb(self, proxy: str, broker: str, percent: int, seconds: float) -> None:
+        """Drop ``percent`` % of what ``proxy`` sends to ``broker`` for ``seconds`` (100: the
+        broker is unreachable from that proxy alone); needs the run's own network."""
+        if self.real is not None:
+            port = self.real.broker(broker).port
+        else:
+            port = self.stub_brokers[broker][0]
+        await netfault.drop(self.proxy_gid(proxy), port, percent)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await netfault.heal()
 
     async def kill_namesrv(self) -> None:
         if self.real is not None:

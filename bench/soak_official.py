@@ -18,7 +18,10 @@ seconds, 0.5x to 1.5x): ``proxy`` SIGKILL of a proxy and a restart on its ports;
 a graceful restart of every proxy in turn (SIGTERM, the drain, a restart, the next one once
 it serves); ``broker`` SIGKILL of a broker and a restart (a stub broker comes back empty:
 its messages are lost, reported, not failed); ``stop`` SIGSTOP of a broker for 3-8 s;
-``namesrv`` the name server killed and restarted.
+``namesrv`` the name server killed and restarted; ``cut`` one broker unreachable from one
+proxy for 10-20 s (every packet that proxy sends it dropped), ``loss`` 30 % of them dropped
+for 20-40 s (a slow link: TCP resends after its timeout). The last two run in a network
+namespace of the run's own, with nftables (``bench/netfault.py``; root needed).
 
 Accounting, per consumer group (each topic has one or two groups, and every group must get
 every message of its topic): ``lost`` confirmed and never received by the group when the
@@ -52,6 +55,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import netfault
 from bench.soak import Cluster, Resources
 from tests.interop._harness import driver_command
 
@@ -75,7 +79,8 @@ GROUP_TOPIC = {
     "soak-tx": "SoakTx",
 }
 PRODUCER_TOPIC = {"produce": "SoakNormal", "produce-fifo": "SoakFifo", "produce-tx": "SoakTx"}
-FAULTS = ("proxy", "rolling", "broker", "stop", "namesrv")
+FAULTS = ("proxy", "rolling", "broker", "stop", "namesrv", "cut", "loss")
+NETWORK_FAULTS = {"cut": (100, 10.0, 20.0), "loss": (30, 20.0, 40.0)}  # %, seconds from, to
 LANGS = ("python", "java", "node")
 READY_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
@@ -347,6 +352,13 @@ async def fault_loop(
             record.update(target=name, seconds=round(seconds, 1))
         elif fault == "namesrv":
             await cluster.kill_namesrv()
+        elif fault in NETWORK_FAULTS:
+            percent, shortest, longest = NETWORK_FAULTS[fault]
+            proxy = rng.choice(sorted(cluster.proxies))
+            broker = rng.choice(cluster.broker_names())
+            seconds = rng.uniform(shortest, longest)
+            record.update(target=f"{proxy}->{broker}", percent=percent, seconds=round(seconds, 1))
+            await cluster.disturb(proxy, broker, percent, seconds)
         record["took_s"] = round(time.time() - at, 1)
         log.append(record)
         print(f"fault {fault} {record}", file=sys.stderr, flush=True)
@@ -362,6 +374,8 @@ async def run(
 ) -> dict:  # fmt: skip
     """Start the cluster and the clients, run the faults for ``seconds``, stop the
     producers, drain until every group has every message (at most ``drain_s``), stop."""
+    if set(faults) & set(NETWORK_FAULTS) and not netfault.in_own_network():
+        raise RuntimeError("the cut and loss faults need the run's own network: run main()")
     rng = random.Random(seed)
     shutil.rmtree(workdir, ignore_errors=True)
     control = workdir / "control"
@@ -632,18 +646,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=2.0, help="messages/s per producer")
     p.add_argument("--interval", type=float, default=60, help="mean seconds between faults")
     p.add_argument("--drain", type=float, default=180)
+    p.add_argument("--ordered", action="store_true", help="faults in the order given")
     p.add_argument("--workdir", default="results/soak-official/run")
     p.add_argument("--out", help="write the report here (JSON)")
     args = p.parse_args(argv)
     faults = [f for f in args.faults.split(",") if f]
     if unknown := set(faults) - set(FAULTS):
         p.error(f"unknown faults: {sorted(unknown)}")
+    if set(faults) & set(NETWORK_FAULTS):
+        netfault.enter_own_network()  # before any thread: everything started inherits it
     report = asyncio.run(
         run(
             args.backend, args.minutes * 60, seed=args.seed, faults=faults,
             roster_kind=args.roster, workdir=Path(args.workdir), proxies=args.proxies,
             lang=args.lang,
-            rate=args.rate, interval=args.interval, drain_s=args.drain,
+            rate=args.rate, interval=args.interval, drain_s=args.drain, ordered=args.ordered,
         )
     )  # fmt: skip
     text = json.dumps(report, indent=2)

@@ -2,7 +2,8 @@
 # Debian packages the test suite runs for real: Prometheus and promtool, the Pushgateway,
 # docker-compose (only to parse the compose file; no engine is needed), a JDK (for PySpark,
 # real RocketMQ and the official Java client's driver) and Maven (to fetch RocketMQ's jars
-# from Maven Central). Idempotent: it installs only what is missing, so repeated `make test` runs
+# from Maven Central), nftables (the soak's faults between one proxy and one broker, in a
+# network namespace of its own). Idempotent: it installs only what is missing, so repeated `make test` runs
 # do not touch apt.
 set -euo pipefail
 
@@ -14,6 +15,7 @@ declare -A want=(
   [java]=default-jdk-headless
   [javac]=default-jdk-headless
   [mvn]=maven
+  [nft]=nftables
 )
 
 missing=()

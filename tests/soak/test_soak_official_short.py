@@ -1,13 +1,16 @@
 """The official-client soak, short (about three minutes), in the test suite: the official
 Python, Java and Node clients (producers of normal, FIFO and transactional messages,
 SimpleConsumers and PushConsumers, FIFO and not) through three proxies on broker stubs,
-while every proxy is restarted in turn (SIGTERM: the drain), twice, then one is SIGKILLed.
+while every proxy is restarted in turn (SIGTERM: the drain), twice, then one is SIGKILLed;
+then, in a run of its own, while one proxy loses a broker that the others still reach.
 The 30-minute version on real brokers is ``make soak SOAK_CLIENTS=official``
 (docs/reliability.md)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -50,6 +53,44 @@ async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
         unexplained = [
             line for line in lines
             if not line.startswith("proxy:") and not any(k in line for k in KNOWN_CLIENT_ERRORS)
+        ]  # fmt: skip
+        assert not unexplained, (client, unexplained[:5])
+    assert all(code == 0 for code in report["exits"].values()), report["exits"]
+
+
+@pytest.mark.timeout(600)
+def test_official_clients_while_one_proxy_loses_a_broker(tmp_path):
+    """One broker unreachable from one proxy (every packet that proxy sends it dropped),
+    then a lossy link between another pair (30 % dropped): nftables rules in a network
+    namespace the run makes for itself (``bench/netfault.py``), so the soak runs as a
+    process of its own. The other proxies reach every broker throughout. Nothing may be
+    lost or misordered; what the clients of the cut proxy saw is reported."""
+    out = tmp_path / "report.json"
+    subprocess.run(
+        [
+            sys.executable, "-m", "bench.soak_official", "--backend", "stub", "--minutes", "1.2",
+            "--faults", "cut,loss", "--ordered", "--roster", "short", "--rate", "4",
+            "--interval", "15", "--drain", "120", "--workdir", str(tmp_path / "soak"),
+            "--out", str(out),
+        ],
+        check=False, timeout=540, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    print(json.dumps(report, indent=1))  # shown whole when an assertion below fails
+    kinds = [f["fault"] for f in report["faults"]]
+    assert "cut" in kinds and "loss" in kinds, kinds
+    assert report["sent"] > 300, report["sent"]
+    for name, group in report["groups"].items():
+        assert group["expected"] > 50, (name, group)
+        assert group["lost"] == 0, (name, group)
+        assert group["attempt1_duplicates"] == [], (name, group)
+        assert group.get("fifo_violations", []) == [], (name, group)
+        assert group.get("resolved_wrongly", 0) == 0, (name, group)
+    assert report["receipts_without_handle"] == 0, report["receipts_without_handle"]
+    for client, lines in report["logged_errors"].items():
+        unexplained = [
+            line for line in lines
+            if line.startswith("none:") and not any(k in line for k in KNOWN_CLIENT_ERRORS)
         ]  # fmt: skip
         assert not unexplained, (client, unexplained[:5])
     assert all(code == 0 for code in report["exits"].values()), report["exits"]
