@@ -258,9 +258,8 @@ class ProxyApp:
         grace; what the polls popped and did not deliver is handed back."""
         if self.grpc_server is None:
             return
-        stopping = asyncio.ensure_future(
-            self.grpc_server.stop(grace=min(self.config.shutdown_grace_s, 10.0))
-        )
+        grace = min(self.config.shutdown_grace_s, 10.0)
+        stopping = asyncio.ensure_future(self.grpc_server.stop(grace=grace))
         try:
             # The GOAWAY leaves before the answers below, else a client would send its
             # next poll, or reopen its stream, on the connection being drained.
@@ -270,6 +269,12 @@ class ProxyApp:
             streams = self.session.drain()
             log.info("proxy %s draining: %d telemetry streams ended", self.config.proxy_id,
                      streams)  # fmt: skip
+            # Just before the grace ends, name what gRPC is about to cancel: each is an
+            # error a client sees (CANCELLED), and the line says which calls held the drain.
+            _, late = await asyncio.wait({stopping}, timeout=max(grace - 0.2, 0.0))
+            if late and (open_calls := +self.service.open_calls):
+                log.error("proxy %s: the drain's %.1f s grace ran out; cancelling %s",
+                          self.config.proxy_id, grace, dict(open_calls))  # fmt: skip
         finally:
             await stopping
 

@@ -18,8 +18,10 @@ Telemetry are streams: ``_guard`` checks them here, the activities do the rest.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Protocol, TypeVar
 
 from proxy.api import validation as check
@@ -73,6 +75,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.ack = ack
         self.transaction = transaction
         self.metrics = metrics
+        # Calls being served, by RPC: what a drain that runs out of its grace cancels, named
+        # in its log line (``ProxyApp._stop_grpc``).
+        self.open_calls: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def _open(self, rpc: str) -> Iterator[None]:
+        self.open_calls[rpc] += 1
+        try:
+            yield
+        finally:
+            self.open_calls[rpc] -= 1
 
     async def _unary(
         self,
@@ -85,7 +98,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             self._guard(rpc, request, context)
             check.require_client_id(context)
-            response = await handler(request, context)
+            with self._open(rpc):
+                response = await handler(request, context)
         except ApiError as err:
             response = getattr(api, f"{rpc}Response")(status=err.status)
         self._observe(rpc, response.status.code, time.perf_counter() - start)
@@ -135,8 +149,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ApiError as err:
             yield api.TelemetryCommand(status=err.status)
             return
-        async for command in self.session.telemetry(request_iterator, context):
-            yield command
+        with self._open("Telemetry"):
+            async for command in self.session.telemetry(request_iterator, context):
+                yield command
 
     # -- messages -------------------------------------------------------------------------
 
@@ -152,7 +167,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._observe("ReceiveMessage", err.code, 0.0)
             await context.write(api.ReceiveMessageResponse(status=err.status))
             return
-        await self.receive.receive_message(request, context)
+        with self._open("ReceiveMessage"):
+            await self.receive.receive_message(request, context)
 
     async def AckMessage(
         self, request: api.AckMessageRequest, context: Context
