@@ -160,6 +160,7 @@ class BrokerPool:
         # Requests brokers send us (a transaction check, a lite unsubscribe), by request
         # code; each handler gets the broker's name (``serve``).
         self._served: dict[int, Callable[[str, RemotingCommand], RemotingCommand | None]] = {}
+        self._connect_listeners: list[Callable[[str], None]] = []
 
     async def route(self, topic: str) -> TopicRoute:
         """The route of ``topic``; raises TopicNotFound, or RemotingError with no route known.
@@ -282,6 +283,7 @@ class BrokerPool:
                 observer=self._observer,
                 request_hook=self._request_hook,
                 server_handler=functools.partial(self._on_server_request, broker.name),
+                on_connect=functools.partial(self._on_connect, broker.name),
             )
             self._brokers[broker.name] = client
         return client
@@ -291,6 +293,15 @@ class BrokerPool:
     ) -> None:
         """Hand requests of ``code`` that brokers send on our connections to ``handler``."""
         self._served[code] = handler
+
+    def on_connect(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(broker name)`` each time a connection to a broker is made: the
+        first, and each after a loss (a broker restarted knows nothing of us)."""
+        self._connect_listeners.append(listener)
+
+    def _on_connect(self, broker: str) -> None:
+        for listener in self._connect_listeners:
+            listener(broker)
 
     def _on_server_request(self, broker: str, cmd: RemotingCommand) -> RemotingCommand | None:
         handler = self._served.get(cmd.code)

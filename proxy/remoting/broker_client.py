@@ -182,11 +182,15 @@ class BrokerClient:
         observer: CallObserver | None = None,
         request_hook: RequestHook | None = None,
         server_handler: ServerHandler | None = None,
+        on_connect: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.address = address
         self.remoting = client or RemotingClient(
-            address, request_hook=request_hook, server_handler=server_handler
+            address,
+            request_hook=request_hook,
+            server_handler=server_handler,
+            on_connect=on_connect,
         )
         self.observer = observer
         # Cleared when the broker answers BATCH_ACK_MESSAGE with "not supported".

@@ -72,10 +72,15 @@ class RemotingClient:
         max_frame: int = DEFAULT_MAX_FRAME,
         request_hook: RequestHook | None = None,
         server_handler: ServerHandler | None = None,
+        on_connect: Callable[[], None] | None = None,
     ) -> None:
+        """``on_connect`` is called each time a connection is made, the first and every
+        one after a loss: what a peer knows of us per connection (a broker's producer
+        channels) must be told again on the new one."""
         self.address = address
         self.request_hook = request_hook
         self.server_handler = server_handler
+        self.on_connect = on_connect
         self._host, self._port = split_address(address)
         self._connect_timeout = connect_timeout
         self._backoff_initial = backoff_initial
@@ -181,6 +186,11 @@ class RemotingClient:
             self._connecting = None
         self._backoff = self._backoff_initial
         self._conn = conn
+        if self.on_connect is not None:
+            try:
+                self.on_connect()
+            except Exception:  # a listener's bug must not fail the call that connected
+                log.exception("on_connect of %s failed", self.address)
         return conn
 
     def _on_command(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:

@@ -34,6 +34,12 @@ class ScriptedServer:
 
     def __init__(self, answer: Callable[[RemotingCommand], RemotingCommand | None]) -> None:
         self.answer = answer
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def drop_connections(self) -> None:
+        """Close every connection, as a peer that restarted has."""
+        for writer in self._writers:
+            writer.close()
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -45,9 +51,11 @@ class ScriptedServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = FrameDecoder()
+        self._writers.add(writer)
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
             while data := await reader.read(65536):
                 for cmd in decoder.feed(data):
                     if (response := self.answer(cmd)) is not None:
                         writer.write(encode(response))
+        self._writers.discard(writer)
         writer.close()

@@ -1,0 +1,80 @@
+"""A broker that restarted knows no producer group until a HEART_BEAT names it again, and
+it counts each check it could not send against the half message's ``transactionCheckMax``.
+The proxy therefore names its producer groups on every new broker connection at once, not
+at its next round (``heartbeat_s``, set to an hour here so that only the reconnection can
+send the second HEART_BEAT)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import orjson
+
+from proxy.brokers import BrokerPool
+from proxy.processor.transaction import TransactionProcessor
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from tests.support.brokers import ScriptedServer
+
+TOPIC = "TxTopic"
+
+
+class HeartbeatCounter(ScriptedServer):
+    """A broker that counts the HEART_BEATs naming ``TOPIC`` and answers anything else
+    with an error (the topic config then stays unknown, which a route allows)."""
+
+    def __init__(self) -> None:
+        super().__init__(self._answer)
+        self.heartbeats = 0
+
+    def _answer(self, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.code == RequestCode.HEART_BEAT:
+            groups = [p["groupName"] for p in orjson.loads(cmd.body).get("producerDataSet", [])]
+            self.heartbeats += TOPIC in groups
+            return cmd.make_response(ResponseCode.SUCCESS)
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark="not here")
+
+
+def route_namesrv(broker_address: str) -> ScriptedServer:
+    body = orjson.dumps(
+        {
+            "brokerDatas": [{"brokerName": "b", "brokerAddrs": {"0": broker_address}}],
+            "queueDatas": [
+                {"brokerName": "b", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}
+            ],
+        }
+    )
+    return ScriptedServer(lambda cmd: cmd.make_response(ResponseCode.SUCCESS, body=body))
+
+
+async def until(condition, what: str, timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} within {timeout_s} s")
+
+
+async def test_producer_groups_are_named_again_on_a_new_broker_connection():
+    broker = HeartbeatCounter()
+    async with broker as broker_address, route_namesrv(broker_address) as namesrv:
+        pool = BrokerPool([namesrv])
+        processor = TransactionProcessor(pool, "proxy-test", heartbeat_s=3600.0)
+        processor.start()
+        try:
+            processor.register([TOPIC], lambda _check: True)
+            await until(lambda: broker.heartbeats >= 1, "the first HEART_BEAT")
+            await asyncio.sleep(0.5)  # the first connection's own round, if not yet done
+            before = broker.heartbeats
+            broker.drop_connections()  # the broker restarted
+            client = pool.broker("b")
+            assert client is not None
+            await until(lambda: not client.remoting.connected, "the connection's loss seen")
+            with contextlib.suppress(RemotingError):  # any call reconnects (a probe, a pop)
+                await client.topic_config(TOPIC, 3.0)
+            await until(lambda: broker.heartbeats > before, "a HEART_BEAT on the new connection")
+        finally:
+            await processor.close()
+            await pool.close()
