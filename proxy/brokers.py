@@ -255,6 +255,13 @@ class BrokerPool:
         )
         return replace(route, brokers=tuple(sorted([*route.brokers, *kept], key=lambda b: b.name)))
 
+    def recent_brokers(self, topic: str) -> list[str]:
+        """The brokers the name server listed for ``topic`` within TTL + grace, whether it
+        lists them now or not: a broker that was SIGKILLed leaves the route at once, and
+        when it comes back the route lists it again only at its next refresh."""
+        horizon = time.monotonic() - (self._ttl + self._grace)
+        return sorted(b for (t, b), seen in self._listed.items() if t == topic and seen > horizon)
+
     async def _message_type(self, route: TopicRoute) -> MessageType:
         """The topic's ``message.type`` from the topic config of one of its brokers, as the
         Apache proxy learns it (ClusterMetadataService: GET_TOPIC_CONFIG of one broker; it

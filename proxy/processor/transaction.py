@@ -136,15 +136,19 @@ class TransactionProcessor:
                 log.exception("producer heartbeat round failed")
 
     async def heartbeat_once(self) -> None:
-        """Name every group with a live producer here to the brokers of its topic."""
+        """Name every group with a live producer here to the brokers of its topic, and to
+        those that served it lately (``BrokerPool.recent_brokers``): a broker back from a
+        crash checks its half messages as soon as it runs, and counts each check that
+        finds no producer, while the route lists it again only at its next refresh."""
         per_broker: dict[str, list[str]] = {}
         for group in self.groups:
             try:
                 route = await self.pool.route(group)
             except (TopicNotFound, RemotingError):
                 continue
-            for broker in route.brokers:
-                per_broker.setdefault(broker.name, []).append(group)
+            names = {b.name for b in route.brokers} | set(self.pool.recent_brokers(group))
+            for name in sorted(names):
+                per_broker.setdefault(name, []).append(group)
         for name, groups in per_broker.items():
             client = self.pool.broker(name)
             if client is None:

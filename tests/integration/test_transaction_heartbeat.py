@@ -37,16 +37,32 @@ class HeartbeatCounter(ScriptedServer):
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark="not here")
 
 
-def route_namesrv(broker_address: str) -> ScriptedServer:
-    body = orjson.dumps(
+def route_body(brokers: dict[str, str]) -> bytes:
+    """A route of ``TOPIC`` on ``brokers`` (name -> address), one queue each."""
+    return orjson.dumps(
         {
-            "brokerDatas": [{"brokerName": "b", "brokerAddrs": {"0": broker_address}}],
+            "brokerDatas": [
+                {"brokerName": name, "brokerAddrs": {"0": address}}
+                for name, address in brokers.items()
+            ],
             "queueDatas": [
-                {"brokerName": "b", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}
+                {"brokerName": name, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}
+                for name in brokers
             ],
         }
     )
-    return ScriptedServer(lambda cmd: cmd.make_response(ResponseCode.SUCCESS, body=body))
+
+
+class RouteNamesrv(ScriptedServer):
+    """Answers every route request with ``body``, which a test changes."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(lambda cmd: cmd.make_response(ResponseCode.SUCCESS, body=self.body))
+        self.body = body
+
+
+def route_namesrv(broker_address: str) -> ScriptedServer:
+    return RouteNamesrv(route_body({"b": broker_address}))
 
 
 async def until(condition, what: str, timeout_s: float = 5.0) -> None:
@@ -78,3 +94,30 @@ async def test_producer_groups_are_named_again_on_a_new_broker_connection():
         finally:
             await processor.close()
             await pool.close()
+
+
+async def test_a_broker_that_left_the_route_is_still_told_of_the_producers():
+    """A broker SIGKILLed leaves the name server's route at once; back, it is listed again
+    only when the route is refreshed, and checks its half messages meanwhile. The proxy's
+    rounds keep naming the groups to a broker that served the topic within TTL + grace."""
+    gone, stays = HeartbeatCounter(), HeartbeatCounter()
+    async with gone as gone_address, stays as stays_address:
+        namesrv = RouteNamesrv(route_body({"b": gone_address, "c": stays_address}))
+        async with namesrv as namesrv_address:
+            pool = BrokerPool([namesrv_address], route_ttl_s=0.0, not_found_grace_s=60.0)
+            processor = TransactionProcessor(pool, "proxy-test", heartbeat_s=0.2)
+            processor.start()
+            try:
+                processor.register([TOPIC], lambda _check: True)
+                await until(lambda: gone.heartbeats >= 1, "the first HEART_BEAT to b")
+                namesrv.body = route_body({"c": stays_address})  # b died: unlisted
+                gone.drop_connections()
+                await until(
+                    lambda: [b.name for b in pool._routes[TOPIC][1].brokers] == ["c"],
+                    "the route without b",
+                )
+                before = gone.heartbeats
+                await until(lambda: gone.heartbeats > before, "a HEART_BEAT to b, unlisted")
+            finally:
+                await processor.close()
+                await pool.close()
