@@ -214,7 +214,7 @@ class Cluster:
         (grpc_port, http_port), _ = self.proxies[name]
         args = [
             "--namesrv", self.namesrv, "--grpc-port", str(grpc_port), "--http-port",
-            str(http_port), "--proxy-id", name, "--workers", "1", "--log-level", "error",
+            str(http_port), "--proxy-id", name, "--workers", "1", "--log-level", "warning",
             *self.proxy_args,
         ]  # fmt: skip
         # In the run's own network, each proxy under a group of its own (``disturb``).

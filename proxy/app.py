@@ -55,6 +55,10 @@ class Step:
     stop: Callable[[], Awaitable[None]]
 
 
+# A part whose stop takes longer than this is logged (``ProxyApp._timed_stop``).
+SLOW_STOP_S = 2.0
+
+
 async def _nothing() -> None:
     """A step with nothing to start (its part needs only stopping) or nothing to stop."""
 
@@ -204,7 +208,7 @@ class ProxyApp:
         try:
             for step in self._steps():
                 await step.start()
-                self._undo.push_async_callback(step.stop)
+                self._undo.push_async_callback(self._timed_stop, step)
         except BaseException:
             log.error("proxy %s did not start; stopping what did", self.config.proxy_id)
             self.stopped = True
@@ -221,6 +225,16 @@ class ProxyApp:
             self.config.http_host,
             self.http_port,
         )
+
+    async def _timed_stop(self, step: Step) -> None:
+        """Stop ``step``; one that takes long is named (a stop that takes seconds holds a
+        rolling restart, and the operator needs to know which part held it)."""
+        started = time.monotonic()
+        await step.stop()
+        took = time.monotonic() - started
+        if took > SLOW_STOP_S:
+            log.warning("proxy %s: stopping the %s took %.1f s", self.config.proxy_id,
+                        step.name, took)  # fmt: skip
 
     async def _start_grpc(self) -> None:
         config = self.config
