@@ -220,9 +220,18 @@ class Client:
         out = []
         for path in paths[self.role.lang]:
             with contextlib.suppress(FileNotFoundError):
-                for line in path.read_text(errors="replace").splitlines():
+                lines = path.read_text(errors="replace").splitlines()
+                for i, line in enumerate(lines):
                     if re.search(r"\bERROR\b|\"level\":\s*50", line):
-                        out.append((_log_time(line, self.role.lang), line[:400]))
+                        # The Python client logs a gRPC error over several lines; its
+                        # status (the third) is what tells one error from another.
+                        status = next(
+                            (m.group(1) for later in lines[i + 1 : i + 4]
+                             if (m := re.search(r"status = StatusCode\.(\w+)", later))),
+                            None,
+                        )  # fmt: skip
+                        text = line[:400] + (f" [{status}]" if status else "")
+                        out.append((_log_time(line, self.role.lang), text))
         return out
 
 
