@@ -1,5 +1,6 @@
-"""deploy/spark/run-on-cluster.sh runs the job through spark-submit unchanged (here with a
-local master: no cluster can run on this machine; the submit path is the same)."""
+"""deploy/spark/run-on-cluster.sh runs the job through spark-submit unchanged, here with a
+local master (one JVM). test_cluster.py submits it to a standalone cluster of separate JVMs
+on this machine."""
 
 from __future__ import annotations
 
