@@ -22,6 +22,7 @@ help:
 	@echo "make bench-cold   the reported case cold, 20 times per mode: the first message (results/bench-cold)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
+	@echo "make bench-hostile slow and hostile clients against one proxy: its memory, the others' p99 (results/hostile)"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
 	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
 	@echo "make rocketmq     fetch the real RocketMQ jars (rocketmq_local/pom.xml) into .cache/rocketmq"
@@ -128,6 +129,15 @@ bench-analytics: $(STAMP)
 # sparse workload through a notify proxy, both side by side (results/bench/calibration.json).
 bench-calibrate: $(BENCH_STAMP) interop-deps
 	$(BIN)/python -m bench.calibrate_client --out results/bench
+
+# Slow and hostile clients (bench/hostile.py; about 3 minutes): one proxy on broker stubs,
+# well-behaved producers and consumers through it, and in turn a client holding Telemetry
+# streams it never reads, a Heartbeat flood, a Telemetry flood, then all three at once: the
+# proxy's RSS and CPU, the good clients' p50/p99 and errors per phase. BENCH_ARGS passes
+# flags, e.g. BENCH_ARGS="--seconds 60 --hoard-streams 5000".
+.PHONY: bench-hostile
+bench-hostile: $(STAMP)
+	$(BIN)/python -m bench.hostile --out results/hostile $(BENCH_ARGS)
 
 clean: clean-interop
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info $(RMQ_CACHE)

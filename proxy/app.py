@@ -328,6 +328,8 @@ class ProxyApp:
                 for name, c in self.pool.brokers.items()
             },
             "receive": self.engine.status(),
+            # Open Telemetry streams, and the streams their limits refused or ended.
+            "telemetry": self.session.status(),
             # Every task on the loop: a leak shows as a count that keeps growing.
             "tasks": len(asyncio.all_tasks()),
             "event_log": self.events.stats() if self.events is not None else None,

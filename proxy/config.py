@@ -146,6 +146,11 @@ class ProxyConfig:
     # The longest lite topic name (UTF-8 bytes) a client may use; told to lite consumers in
     # their settings (the Apache proxy's maxLiteTopicSize default).
     max_lite_topic_size: int = 64
+    # Telemetry streams held open at once (a client holds one per proxy; each costs about
+    # 30 kB): past it a new stream is answered TOO_MANY_REQUESTS, as a poll past
+    # receive.max_in_flight is, so clients that open streams with ever new client ids cost
+    # bounded memory. One client id holds at most proxy.api.session.STREAMS_PER_CLIENT.
+    max_telemetry_streams: int = 20_000
     event_log_dir: str | None = None
     shutdown_grace_s: float = 25.0
     # Seconds between full collections of Python's garbage collector, which otherwise runs
@@ -176,6 +181,8 @@ class ProxyConfig:
             raise ValueError("gc_full_collection_s must not be negative (0 = CPython's own)")
         if self.max_lite_topic_size < 1:
             raise ValueError("max_lite_topic_size must be positive")
+        if self.max_telemetry_streams < 1:
+            raise ValueError("max_telemetry_streams must be positive")
 
     def worker_count(self) -> int:
         """The number of worker processes to run: ``workers``, or the default for 0."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -23,7 +24,7 @@ import grpc
 from proxy.api import validation as check
 from proxy.api.context import Context
 from proxy.api.convert import half_message_to_api
-from proxy.api.errors import ApiError, ok
+from proxy.api.errors import ApiError, Code, ok
 from proxy.api.settings import answer_settings
 from proxy.api.transaction import encode_transaction_id
 from proxy.api.v2 import definition_pb2 as pb
@@ -37,6 +38,44 @@ from proxy.processor.transaction import TransactionCheck, TransactionProcessor
 # Commands queued for one Telemetry stream; a check that does not fit is dropped (the
 # broker asks again), so a client that does not read costs bounded memory.
 OUTBOX_LIMIT = 256
+
+# Telemetry streams one client id may hold open on this proxy. An official client holds
+# one per proxy (two for a moment when it reopens it); each open stream costs the proxy
+# about 30 kB (bench/hostile.py). Past the cap a stream is answered TOO_MANY_REQUESTS and
+# ended, so a client that leaks streams, or opens them on purpose, costs bounded memory
+# (and all clients together at most ``max_telemetry_streams``).
+STREAMS_PER_CLIENT = 8
+
+# Commands one stream may send at once, then per second. The official clients send their
+# settings when they open the stream and again every few minutes, and answer the server's
+# commands (this proxy sends none that ask for an answer). A stream past its rate is
+# answered TOO_MANY_REQUESTS and ended, where a flood would otherwise take the proxy's CPU
+# from every other client. Not slowed down instead: a stream whose commands are read late
+# lets its client fill gRPC's receive window, which grows to megabytes per stream
+# (bench/hostile.py measured 5 MB each), in the proxy's memory.
+COMMAND_BURST = 20
+COMMANDS_PER_S = 1.0
+
+
+class CommandPace:
+    """A token bucket for the commands of one Telemetry stream: ``burst`` at once, then
+    ``per_s`` a second."""
+
+    def __init__(self, burst: int, per_s: float) -> None:
+        self.burst = burst
+        self.per_s = per_s
+        self.tokens = float(burst)
+        self.at = time.monotonic()
+
+    def take(self) -> bool:
+        """Take a token; False when there is none (the stream is past its pace)."""
+        now = time.monotonic()
+        self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.per_s)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 class SessionActivity:
@@ -56,7 +95,26 @@ class SessionActivity:
         # The task serving each open Telemetry stream, and whether its client is the Python
         # one (see _end_for_drain): ``drain`` ends them all.
         self._streams: dict[asyncio.Task[object], bool] = {}
+        # Open streams per client id, and the limits (STREAMS_PER_CLIENT, the pace of
+        # each stream's commands) with what they did.
+        self._per_client: dict[str, int] = {}
+        self.streams_per_client = STREAMS_PER_CLIENT
+        self.command_burst = COMMAND_BURST
+        self.commands_per_s = COMMANDS_PER_S
+        self.streams_refused = 0
+        self.streams_too_fast = 0
         self.draining = False
+
+    def status(self) -> dict[str, int]:
+        """The open Telemetry streams, the clients holding them, and how often the limits
+        acted: streams refused (a client past STREAMS_PER_CLIENT, or the proxy at
+        ``max_telemetry_streams``), streams ended past their pace (COMMANDS_PER_S)."""
+        return {
+            "streams": len(self._streams),
+            "clients": len(self._per_client),
+            "streams_refused": self.streams_refused,
+            "streams_too_fast": self.streams_too_fast,
+        }
 
     def drain(self) -> int:
         """End every open Telemetry stream (the proxy stops; its gRPC server has already
@@ -120,7 +178,14 @@ class SessionActivity:
         if task is None or self.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy is draining")
             return
+        held = self._per_client.get(client_id, 0)
+        refused = self._refusal(client_id, held)
+        if refused is not None:
+            self.streams_refused += 1
+            yield api.TelemetryCommand(status=refused.status)
+            return
         self._streams[task] = check.metadata_value(context, "x-mq-language") == "PYTHON"
+        self._per_client[client_id] = held + 1
         try:
             async for out in self._serve(commands, client_id):
                 yield out
@@ -135,23 +200,58 @@ class SessionActivity:
                 await _end_for_drain(context)
         finally:
             self._streams.pop(task, None)
+            left = self._per_client.pop(client_id, 1) - 1
+            if left:
+                self._per_client[client_id] = left
+
+    def _refusal(self, client_id: str, held: int) -> ApiError | None:
+        """Why a new stream of ``client_id`` (which holds ``held``) is refused, if it is:
+        the client holds its most (STREAMS_PER_CLIENT), or the proxy does
+        (``max_telemetry_streams``)."""
+        if held >= self.streams_per_client:
+            return ApiError(
+                Code.TOO_MANY_REQUESTS,
+                f"client {client_id} already holds {held} telemetry streams on this proxy",
+            )
+        if len(self._streams) >= self.config.max_telemetry_streams:
+            return ApiError(
+                Code.TOO_MANY_REQUESTS,
+                f"this proxy holds {len(self._streams)} telemetry streams, its most",
+            )
+        return None
+
+    def _too_fast(self, pace: CommandPace) -> api.TelemetryCommand | None:
+        """Before a stream's next command is served: None if it is within its pace
+        (``CommandPace``), else the answer that ends the stream."""
+        if pace.take():
+            return None
+        self.streams_too_fast += 1
+        refused = ApiError(
+            Code.TOO_MANY_REQUESTS,
+            f"more than {pace.burst} telemetry commands at once or {pace.per_s:g} a second",
+        )
+        return api.TelemetryCommand(status=refused.status)
 
     async def _serve(
         self, commands: AsyncIterator[api.TelemetryCommand], client_id: str
     ) -> AsyncIterator[api.TelemetryCommand]:
+        pace = CommandPace(self.command_burst, self.commands_per_s)
         async for command in commands:
+            if (refused := self._too_fast(pace)) is not None:
+                yield refused
+                return
             answer, topics = await self._answer(command)
             if answer is None:
                 continue
             if topics and self.transactions is not None:
                 register = functools.partial(self._register_producer, topics)
-                async for out in self._stream(commands, answer, register):
+                async for out in self._stream(commands, answer, register, pace):
                     yield out
                 return
             lite_group = _lite_group(command)
             if lite_group is not None and self.lite is not None:
                 register = functools.partial(self._register_lite, lite_group, client_id)
-                async for out in self._stream(commands, answer, register):
+                async for out in self._stream(commands, answer, register, pace):
                     yield out
                 return
             yield answer
@@ -196,6 +296,7 @@ class SessionActivity:
         commands: AsyncIterator[api.TelemetryCommand],
         first: api.TelemetryCommand,
         register: Callable[[asyncio.Queue[api.TelemetryCommand | None]], Callable[[], None]],
+        pace: CommandPace,
     ) -> AsyncIterator[api.TelemetryCommand]:
         """The rest of a stream that also carries the server's commands (a producer's
         transaction checks, a lite consumer's lost lite topics): the answer ``first``, then
@@ -203,7 +304,7 @@ class SessionActivity:
         outbox: asyncio.Queue[api.TelemetryCommand | None] = asyncio.Queue(OUTBOX_LIMIT)
         outbox.put_nowait(first)
         forget = register(outbox)
-        reader = asyncio.get_running_loop().create_task(self._read(commands, outbox))
+        reader = asyncio.get_running_loop().create_task(self._read(commands, outbox, pace))
         try:
             while (command := await outbox.get()) is not None:
                 yield command
@@ -217,9 +318,13 @@ class SessionActivity:
         self,
         commands: AsyncIterator[api.TelemetryCommand],
         outbox: asyncio.Queue[api.TelemetryCommand | None],
+        pace: CommandPace,
     ) -> None:
         try:
             async for command in commands:
+                if (refused := self._too_fast(pace)) is not None:
+                    _end_with(outbox, refused)
+                    return
                 answer, _ = await self._answer(command)
                 if answer is not None:
                     await outbox.put(answer)
@@ -250,6 +355,17 @@ def _lite_group(command: api.TelemetryCommand) -> str | None:
     if settings.client_type not in _LITE_CONSUMERS or not settings.subscription.group.name:
         return None
     return settings.subscription.group.name
+
+
+def _end_with(
+    outbox: asyncio.Queue[api.TelemetryCommand | None], last: api.TelemetryCommand
+) -> None:
+    """End a stream with ``last`` as soon as what is being written is: what is still
+    queued is dropped (a transaction check the broker asks again)."""
+    while not outbox.empty():
+        outbox.get_nowait()
+    outbox.put_nowait(last)
+    outbox.put_nowait(None)
 
 
 def _offer(

@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import pytest
 
 from bench.lean_client import LeanClient, receive_request
+from proxy.api import session
 from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
 from tests.support.waits import wait_until
 
 Code = pb.Code
@@ -114,3 +117,141 @@ async def test_a_request_over_the_size_limit_is_refused_with_resource_exhausted(
         assert (await client.send(T, b"small")).status.code == Code.OK
     finally:
         await client.close()
+
+
+def _settings(group: str = G) -> api.TelemetryCommand:
+    return api.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=pb.ClientType.SIMPLE_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name=group)),
+        )
+    )
+
+
+async def _first_answer(call) -> api.TelemetryCommand | None:
+    """The stream's first command, or None when it ended without one."""
+    answer = await asyncio.wait_for(call.read(), 20)
+    return answer if isinstance(answer, api.TelemetryCommand) else None
+
+
+async def test_a_client_past_its_telemetry_streams_is_refused_too_many_requests(start_proxy):
+    """One client id holds at most STREAMS_PER_CLIENT Telemetry streams: the next one is
+    answered TOO_MANY_REQUESTS and ended; other clients are served; once one of its
+    streams ends, the client may open another."""
+    app = await start_proxy(mode="notify", brokers=1)
+    cap = session.STREAMS_PER_CLIENT
+    client = LeanClient(f"127.0.0.1:{app.grpc_port}", "leaky")
+    other = LeanClient(f"127.0.0.1:{app.grpc_port}", "other")
+    try:
+        held = []
+        for _ in range(cap):
+            call = client.stub.Telemetry(metadata=client.metadata)
+            await call.write(_settings())
+            answer = await _first_answer(call)
+            assert answer is not None and answer.status.code == Code.OK
+            held.append(call)
+        refused = client.stub.Telemetry(metadata=client.metadata)
+        await refused.write(_settings())
+        answer = await _first_answer(refused)
+        assert answer is not None and answer.status.code == Code.TOO_MANY_REQUESTS
+        assert await _first_answer(refused) is None  # then its end
+        assert await asyncio.wait_for(refused.code(), 20) == grpc.StatusCode.OK
+        # Another client is not counted against this one.
+        call = other.stub.Telemetry(metadata=other.metadata)
+        await call.write(_settings())
+        answer = await _first_answer(call)
+        assert answer is not None and answer.status.code == Code.OK
+        await call.done_writing()
+        assert app.session.status()["streams_refused"] == 1
+        # One of its streams ends: the client may open another.
+        await held[0].done_writing()
+        await asyncio.wait_for(held[0].code(), 20)
+        await wait_until(lambda: app.session.status()["streams"] == cap - 1, timeout=20)
+        again = client.stub.Telemetry(metadata=client.metadata)
+        await again.write(_settings())
+        answer = await _first_answer(again)
+        assert answer is not None and answer.status.code == Code.OK
+        for call in [*held[1:], again]:
+            await call.done_writing()
+        await wait_until(lambda: app.session.status()["clients"] == 0, timeout=20)
+    finally:
+        await client.close()
+        await other.close()
+
+
+@pytest.mark.parametrize("client_type", ["consumer", "producer"])
+async def test_a_telemetry_stream_past_its_pace_is_answered_too_many_requests_and_ended(
+    start_proxy, client_type
+):
+    """A stream that sends more commands than its pace allows (here 3, and no more for
+    1,000 s) gets its first ones answered, then TOO_MANY_REQUESTS and its end; another
+    stream of the same client is served. A consumer's stream is served inline, a
+    producer's by a reader task and an outbox: both paths."""
+    app = await start_proxy(mode="notify", brokers=1)
+    app.session.command_burst, app.session.commands_per_s = 3, 0.001
+    client = LeanClient(f"127.0.0.1:{app.grpc_port}", "chatty")
+    if client_type == "consumer":
+        settings = _settings()
+    else:
+        settings = api.TelemetryCommand(
+            settings=pb.Settings(
+                client_type=pb.ClientType.PRODUCER,
+                publishing=pb.Publishing(topics=[pb.Resource(name=T)]),
+            )
+        )
+    try:
+        call = client.stub.Telemetry(metadata=client.metadata)
+        for _ in range(3):
+            await call.write(settings)
+            answer = await _first_answer(call)
+            assert answer is not None and answer.status.code == Code.OK
+        await call.write(settings)
+        answer = await _first_answer(call)
+        assert answer is not None and answer.status.code == Code.TOO_MANY_REQUESTS
+        assert await _first_answer(call) is None  # then its end
+        assert await asyncio.wait_for(call.code(), 20) == grpc.StatusCode.OK
+        assert app.session.status()["streams_too_fast"] == 1
+        again = client.stub.Telemetry(metadata=client.metadata)
+        await again.write(settings)
+        answer = await _first_answer(again)
+        assert answer is not None and answer.status.code == Code.OK
+        await again.done_writing()
+        await wait_until(lambda: app.session.status()["streams"] == 0, timeout=20)
+    finally:
+        await client.close()
+
+
+async def test_past_max_telemetry_streams_new_streams_are_refused_too_many_requests(
+    start_proxy,
+):
+    """Clients with ever new ids: past ``max_telemetry_streams`` open at once, a new stream
+    is answered TOO_MANY_REQUESTS and ended; once one ends, another is served."""
+    app = await start_proxy(mode="notify", brokers=1)
+    app.config.max_telemetry_streams = 2
+    endpoint = f"127.0.0.1:{app.grpc_port}"
+    clients = [LeanClient(endpoint, f"client-{i}") for i in range(4)]
+    try:
+        held = []
+        for client in clients[:2]:
+            call = client.stub.Telemetry(metadata=client.metadata)
+            await call.write(_settings())
+            answer = await _first_answer(call)
+            assert answer is not None and answer.status.code == Code.OK
+            held.append(call)
+        refused = clients[2].stub.Telemetry(metadata=clients[2].metadata)
+        await refused.write(_settings())
+        answer = await _first_answer(refused)
+        assert answer is not None and answer.status.code == Code.TOO_MANY_REQUESTS
+        assert await asyncio.wait_for(refused.code(), 20) == grpc.StatusCode.OK
+        await held[0].done_writing()
+        await asyncio.wait_for(held[0].code(), 20)
+        await wait_until(lambda: app.session.status()["streams"] == 1, timeout=20)
+        call = clients[3].stub.Telemetry(metadata=clients[3].metadata)
+        await call.write(_settings())
+        answer = await _first_answer(call)
+        assert answer is not None and answer.status.code == Code.OK
+        for open_call in (held[1], call):
+            await open_call.done_writing()
+    finally:
+        for client in clients:
+            await client.close()
