@@ -37,6 +37,34 @@ def assert_every_message_accounted(report: dict, at_least: int) -> None:
     assert report["receipts_without_handle"] == 0, report["receipts_without_handle"]
 
 
+def assert_drains_cost_at_most_cancelled_calls(report: dict) -> None:
+    """After a rolling restart, no client error but CANCELLED, at most one per drain; no
+    ERROR line at all but those and the known ones (``KNOWN_CLIENT_ERRORS``). A CANCELLED
+    is counted once per client whether it was reported as an event, logged, or both (a
+    Python PushConsumer's ack is only logged)."""
+    rolling = [f for f in report["faults"] if f["fault"] == "rolling"]
+    drains = sum(len(f["exit_s"]) for f in rolling)
+    cancelled = 0
+    clients = set(report["errors_during"]) | set(report["logged_errors"])
+    for client in clients:
+        errors = report["errors_during"].get(client, {})
+        during_rolling = {k: v for k, v in errors.items() if k.startswith("rolling")}
+        others = {k: v for k, v in during_rolling.items() if not k.endswith("CANCELLED")}
+        assert not others, (client, errors, rolling)
+        reported = sum(v for k, v in during_rolling.items() if k.endswith("CANCELLED"))
+        unexplained = [  # "<fault before it>: <line>"
+            line for line in report["logged_errors"].get(client, [])
+            if not line.startswith("proxy:") and not any(k in line for k in KNOWN_CLIENT_ERRORS)
+        ]  # fmt: skip
+        logged = [
+            line for line in unexplained if line.startswith("rolling:") and "CANCELLED" in line
+        ]
+        unexplained = [line for line in unexplained if line not in logged]
+        assert not unexplained, (client, unexplained[:5])
+        cancelled += max(reported, len(logged))
+    assert cancelled <= drains, (cancelled, drains, report["errors_during"])
+
+
 @pytest.mark.timeout(600)
 async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
     report = await run(
@@ -51,33 +79,12 @@ async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
     assert_every_message_accounted(report, at_least=100)
     # The drains cost no client an error but one gRPC itself makes: a call that reaches a
     # proxy as its server stops is cancelled by gRPC's core before the proxy sees it
-    # (docs/reliability.md, "Drain"); the client reports CANCELLED. On a quiet machine none
-    # occurs; under load a few may, so at most one per drain is let through, and nothing
-    # else. The SIGKILL may cost errors: calls in flight on the killed proxy fail, and each
-    # client retries them or moves on; those are reported, not failed.
-    rolling = [f for f in report["faults"] if f["fault"] == "rolling"]
-    drains = sum(len(f["exit_s"]) for f in rolling)
-    cancelled = 0
-    for client, errors in report["errors_during"].items():
-        during_rolling = {k: v for k, v in errors.items() if k.startswith("rolling")}
-        cancelled += sum(v for k, v in during_rolling.items() if k.endswith("CANCELLED"))
-        others = {k: v for k, v in during_rolling.items() if not k.endswith("CANCELLED")}
-        assert not others, (client, errors, rolling)
-    for client, lines in report["logged_errors"].items():  # "<fault before it>: <line>"
-        unexplained = [
-            line for line in lines
-            if not line.startswith("proxy:") and not any(k in line for k in KNOWN_CLIENT_ERRORS)
-        ]  # fmt: skip
-        # A Python client logs the CANCELLED it reports (or, for a push consumer's ack,
-        # only logs it): counted once, with the events' above.
-        logged_cancelled = [
-            line for line in unexplained
-            if line.startswith("rolling:") and line.endswith("[CANCELLED]")
-        ]  # fmt: skip
-        cancelled += sum(1 for line in logged_cancelled if "ack or nack" in line)
-        unexplained = [line for line in unexplained if line not in logged_cancelled]
-        assert not unexplained, (client, unexplained[:5])
-    assert cancelled <= drains, (cancelled, drains, report["errors_during"])
+    # (docs/reliability.md, "Drain"); the client reports CANCELLED, and may log it. It
+    # comes under load, seldom (one in the 6 drains of a CI run): at most one per drain is
+    # let through, and nothing else. The SIGKILL may cost errors: calls in flight on the
+    # killed proxy fail, and each client retries them or moves on; those are reported,
+    # not failed.
+    assert_drains_cost_at_most_cancelled_calls(report)
     assert all(code == 0 for code in report["exits"].values()), report["exits"]
 
 
