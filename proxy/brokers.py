@@ -237,12 +237,12 @@ class BrokerPool:
         cached = self._routes.get(route.topic)
         if cached is None:
             return route
-        horizon = time.monotonic() - (self._ttl + self._grace)
+        recent = set(self.recent_brokers(route.topic))
         kept = [
             b
             for b in cached[1].brokers
             if b.name not in listed
-            and self._listed.get((route.topic, b.name), horizon) > horizon
+            and b.name in recent
             and (client := self._brokers.get(b.name)) is not None
             and client.remoting.connected
         ]
