@@ -20,6 +20,7 @@ from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from tests.support.brokers import ScriptedServer
+from tests.support.waits import wait_until
 
 T = "TopicRestart"
 
@@ -46,12 +47,7 @@ class ForgetfulNamesrv(ScriptedServer):
 async def settled_route(pool: BrokerPool, topic: str):
     """The route once the refresh that a first ask starts has ended (bounded wait)."""
     await pool.route(topic)
-    for _ in range(100):
-        if not pool._lookups:
-            break
-        await asyncio.sleep(0.02)
-    else:
-        raise AssertionError(f"the route refresh of {topic} never ended")
+    await wait_until(lambda: not pool._lookups, timeout=2.0)
     return await pool.route(topic)
 
 

@@ -17,6 +17,7 @@ from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from tests.support.brokers import ScriptedServer
+from tests.support.waits import wait_until
 
 TOPIC = "TxTopic"
 
@@ -65,14 +66,6 @@ def route_namesrv(broker_address: str) -> ScriptedServer:
     return RouteNamesrv(route_body({"b": broker_address}))
 
 
-async def until(condition, what: str, timeout_s: float = 5.0) -> None:
-    for _ in range(int(timeout_s / 0.05)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} within {timeout_s} s")
-
-
 async def test_producer_groups_are_named_again_on_a_new_broker_connection():
     broker = HeartbeatCounter()
     async with broker as broker_address, route_namesrv(broker_address) as namesrv:
@@ -81,16 +74,16 @@ async def test_producer_groups_are_named_again_on_a_new_broker_connection():
         processor.start()
         try:
             processor.register([TOPIC], lambda _check: True)
-            await until(lambda: broker.heartbeats >= 1, "the first HEART_BEAT")
+            await wait_until(lambda: broker.heartbeats >= 1, timeout=5.0)
             await asyncio.sleep(0.5)  # the first connection's own round, if not yet done
             before = broker.heartbeats
             broker.drop_connections()  # the broker restarted
             client = pool.broker("b")
             assert client is not None
-            await until(lambda: not client.remoting.connected, "the connection's loss seen")
+            await wait_until(lambda: not client.remoting.connected, timeout=5.0)
             with contextlib.suppress(RemotingError):  # any call reconnects (a probe, a pop)
                 await client.topic_config(TOPIC, 3.0)
-            await until(lambda: broker.heartbeats > before, "a HEART_BEAT on the new connection")
+            await wait_until(lambda: broker.heartbeats > before, timeout=5.0)
         finally:
             await processor.close()
             await pool.close()
@@ -109,15 +102,14 @@ async def test_a_broker_that_left_the_route_is_still_told_of_the_producers():
             processor.start()
             try:
                 processor.register([TOPIC], lambda _check: True)
-                await until(lambda: gone.heartbeats >= 1, "the first HEART_BEAT to b")
+                await wait_until(lambda: gone.heartbeats >= 1, timeout=5.0)
                 namesrv.body = route_body({"c": stays_address})  # b died: unlisted
                 gone.drop_connections()
-                await until(
-                    lambda: [b.name for b in pool._routes[TOPIC][1].brokers] == ["c"],
-                    "the route without b",
+                await wait_until(
+                    lambda: [b.name for b in pool._routes[TOPIC][1].brokers] == ["c"], timeout=5.0
                 )
                 before = gone.heartbeats
-                await until(lambda: gone.heartbeats > before, "a HEART_BEAT to b, unlisted")
+                await wait_until(lambda: gone.heartbeats > before, timeout=5.0)
             finally:
                 await processor.close()
                 await pool.close()
