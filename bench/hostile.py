@@ -48,8 +48,10 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import grpc
@@ -351,6 +353,21 @@ class Good:
         if len(self.errors) <= 5 or len(self.errors) % 100 == 0:
             print(f"  good client error #{len(self.errors)}: {kind}: {what}", flush=True)
 
+    async def _timed(self, kind: str, call: Awaitable[Any]) -> Any | None:
+        """Await ``call`` (a unary RPC), recording its latency under ``kind``, or its
+        error (an exception, or a status other than OK); the response, None on an error."""
+        t0 = time.perf_counter()
+        try:
+            response = await call
+        except Exception as exc:
+            self._error(t0, kind, _describe(exc))
+            return None
+        if response.status.code != OK:
+            self._error(t0, kind, pb.Code.Name(response.status.code))
+            return None
+        self.latencies.append((t0, kind, time.perf_counter() - t0))
+        return response
+
     def start(self) -> None:
         for i in range(self.producers):
             self.tasks.append(asyncio.ensure_future(self._produce(i)))
@@ -374,19 +391,10 @@ class Good:
 
         async def send_one() -> None:
             message_id = f"GOOD{i:04d}{next(ids):024d}"
-            t0 = time.perf_counter()
-            self.sent_at[message_id] = t0
-            try:
-                response = await client.send(TOPIC, b"x" * 128, message_id=message_id)
-            except Exception as exc:
+            self.sent_at[message_id] = time.perf_counter()
+            sent = client.send(TOPIC, b"x" * 128, message_id=message_id)
+            if await self._timed("send", sent) is None:
                 self.sent_at.pop(message_id, None)
-                self._error(t0, "send", _describe(exc))
-                return
-            if response.status.code != OK:
-                self.sent_at.pop(message_id, None)
-                self._error(t0, "send", pb.Code.Name(response.status.code))
-                return
-            self.latencies.append((t0, "send", time.perf_counter() - t0))
 
         next_at = time.perf_counter()
         while True:
@@ -419,16 +427,7 @@ class Good:
                     self.latencies.append((sent, "e2e", now - sent))
             if not got.messages:
                 continue
-            t1 = time.perf_counter()
-            try:
-                acked = await client.ack(GROUP, TOPIC, got.messages)
-            except Exception as exc:
-                self._error(t1, "ack", _describe(exc))
-                continue
-            if acked.status.code != OK:
-                self._error(t1, "ack", pb.Code.Name(acked.status.code))
-            else:
-                self.latencies.append((t1, "ack", time.perf_counter() - t1))
+            await self._timed("ack", client.ack(GROUP, TOPIC, got.messages))
 
     async def _heartbeats(self) -> None:
         client = self._client("good-heartbeat")
@@ -437,18 +436,8 @@ class Good:
         )
         while True:
             await asyncio.sleep(0.5)
-            t0 = time.perf_counter()
-            try:
-                response = await client.stub.Heartbeat(
-                    request, metadata=client.metadata, timeout=10
-                )
-            except Exception as exc:
-                self._error(t0, "heartbeat", _describe(exc))
-                continue
-            if response.status.code != OK:
-                self._error(t0, "heartbeat", pb.Code.Name(response.status.code))
-            else:
-                self.latencies.append((t0, "heartbeat", time.perf_counter() - t0))
+            beat = client.stub.Heartbeat(request, metadata=client.metadata, timeout=10)
+            await self._timed("heartbeat", beat)
 
     async def _settings(self) -> None:
         """A client starting up, once a second: its Telemetry stream, its settings, the
