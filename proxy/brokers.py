@@ -232,28 +232,40 @@ class BrokerPool:
         message group hashed among the queues to another queue, and a FIFO group's next
         message could be consumed before the last ones sent to its old queue (found by the
         official-client soak, docs/reliability.md). A broker that is really gone closes its
-        connection, and one the operator took the topic off leaves after the grace."""
+        connection, and one the operator took the topic off leaves after the grace.
+
+        A FIFO topic keeps such a broker even when its connection is down: a broker that
+        crashed leaves the name server's route at once, and its message groups would move to
+        other queues and be consumed before what they left on it (the soak saw it after
+        broker SIGKILLs). Kept, their sends fail until it is back, or until the grace ends
+        and they move: order first for a short outage, as RocketMQ's order topic
+        configuration (``orderTopicConf``) does for good."""
         listed = {b.name for b in route.brokers}
         cached = self._routes.get(route.topic)
         if cached is None:
             return route
         recent = set(self.recent_brokers(route.topic))
+        ordered = cached[1].message_type is MessageType.FIFO
         kept = [
             b
             for b in cached[1].brokers
             if b.name not in listed
             and b.name in recent
-            and (client := self._brokers.get(b.name)) is not None
-            and client.remoting.connected
+            and (ordered or self._connected(b.name))
         ]
         if not kept:
             return route
         log.warning(
-            "name server lists %s without %s, still connected: kept in its route",
+            "name server lists %s without %s (%s): kept in its route",
             route.topic,
             ", ".join(b.name for b in kept),
+            "a FIFO topic" if ordered else "still connected",
         )
         return replace(route, brokers=tuple(sorted([*route.brokers, *kept], key=lambda b: b.name)))
+
+    def _connected(self, broker: str) -> bool:
+        client = self._brokers.get(broker)
+        return client is not None and client.remoting.connected
 
     def recent_brokers(self, topic: str) -> list[str]:
         """The brokers the name server listed for ``topic`` within TTL + grace, whether it
@@ -267,15 +279,20 @@ class BrokerPool:
         Apache proxy learns it (ClusterMetadataService: GET_TOPIC_CONFIG of one broker; it
         caches it for 20 s, we for as long as the route). A broker that cannot answer leaves
         it UNKNOWN until the next refresh rather than fail the route: what a topic accepts
-        only narrows what clients may send, and the broker itself checks no type."""
-        broker = (route.writable or list(route.brokers))[0]
+        only narrows what clients may send, and the broker itself checks no type. A broker
+        that is connected is asked first, and the type known before stands while none
+        answers: a FIFO topic keeps a crashed broker in its route (``_with_unregistered``)
+        only while its type is known."""
+        candidates = route.writable or list(route.brokers)
+        broker = next((b for b in candidates if self._connected(b.name)), candidates[0])
         try:
             config = await self._client_for(broker).topic_config(
                 route.topic, min(self._timeout, TOPIC_CONFIG_TIMEOUT_S)
             )
         except RemotingError as exc:
             log.warning("topic config of %s from %s: %s", route.topic, broker.name, exc)
-            return MessageType.UNKNOWN
+            cached = self._routes.get(route.topic)
+            return MessageType.UNKNOWN if cached is None else cached[1].message_type
         return topic_message_type(config)
 
     def _client_for(self, broker: BrokerRoute) -> BrokerClient:

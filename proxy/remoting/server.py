@@ -32,25 +32,30 @@ class RemotingServer:
         self._max_frame = max_frame
         self._server: asyncio.Server | None = None
         self._pending: dict[RemotingConnection, set[asyncio.Future[RemotingCommand | None]]] = {}
+        # Every open connection: stop closes them all, as a process that exits does (the
+        # asyncio server's close leaves accepted connections open).
+        self._connections: set[RemotingConnection] = set()
         self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen; returns the bound port (pass 0 for a free one)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: RemotingConnection(self._on_command, self._on_lost, self._max_frame),
-            host,
-            port,
-        )
+        self._server = await loop.create_server(self._accept, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
+
+    def _accept(self) -> RemotingConnection:
+        conn = RemotingConnection(self._on_command, self._on_lost, self._max_frame)
+        self._connections.add(conn)
+        return conn
 
     async def stop(self) -> None:
         if self._server is None:
             return
         self._server.close()
-        for conn in list(self._pending):
+        for conn in list(self._connections):
             conn.close()
+        self._connections.clear()
         for futures in self._pending.values():
             for future in futures:
                 future.cancel()
@@ -109,5 +114,6 @@ class RemotingServer:
         conn.send(reply)
 
     def _on_lost(self, conn: RemotingConnection, exc: Exception | None) -> None:
+        self._connections.discard(conn)
         for future in self._pending.pop(conn, ()):
             future.cancel()

@@ -152,3 +152,47 @@ async def test_a_stale_route_is_answered_without_waiting_for_a_hung_name_server(
             assert await asyncio.wait_for(pool.route(T), 5.0) == before
         finally:
             await pool.close()
+
+
+@pytest.mark.parametrize("message_type", ["FIFO", "NORMAL"])
+async def test_a_fifo_topic_keeps_a_crashed_broker_in_its_route(message_type):
+    """A broker that crashes leaves the name server's route at once. A FIFO topic keeps it
+    (within the grace), so its message groups do not move to other queues and get consumed
+    before what they left on it (the official-client soak saw it after broker SIGKILLs);
+    any other topic drops it, and its sends go to the brokers that are up."""
+    async with StubCluster(2) as cluster:
+        for broker in cluster.brokers:
+            broker.topics.create(T, attributes={"message.type": message_type})
+        await asyncio.gather(*(broker.register() for broker in cluster.brokers))
+        client = RemotingClient(cluster.namesrv_address)
+        try:
+            full = (
+                await client.invoke(
+                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": T}), 3.0
+                )
+            ).body
+        finally:
+            await client.close()
+        fake = ForgetfulNamesrv(full)
+        async with fake as address:
+            pool = BrokerPool([address], route_ttl_s=0.0, not_found_grace_s=60.0)
+            try:
+                before = await pool.route(T)
+                assert before.message_type.value == message_type
+                assert [b.name for b in before.brokers] == ["broker-a", "broker-b"]
+                # broker-a is the one a route asks for the topic's type: the crash of the
+                # first broker must not cost the route its type.
+                await cluster.broker("broker-a").stop()
+                crashed = pool.broker("broker-a")
+                assert crashed is not None
+                await wait_until(lambda: not crashed.remoting.connected, timeout=5.0)
+                fake.route = _without(full, "broker-a")
+                after = await settled_route(pool, T)
+                assert after.message_type == before.message_type
+                if message_type == "FIFO":
+                    assert after.brokers == before.brokers
+                    assert after.queues == before.queues
+                else:
+                    assert [b.name for b in after.brokers] == ["broker-b"]
+            finally:
+                await pool.close()
