@@ -51,18 +51,23 @@ async def settled_route(pool: BrokerPool, topic: str):
     return await pool.route(topic)
 
 
+async def route_body_of(cluster: StubCluster) -> bytes:
+    """``T``'s route as ``cluster``'s name server answers it."""
+    client = RemotingClient(cluster.namesrv_address)
+    try:
+        response = await client.invoke(
+            RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": T}), 3.0
+        )
+    finally:
+        await client.close()
+    assert response.code == ResponseCode.SUCCESS
+    return response.body
+
+
 @pytest.fixture
 async def route_body():
     async with StubCluster(2, template=BrokerConfig(topics=[T])) as cluster:
-        client = RemotingClient(cluster.namesrv_address)
-        try:
-            response = await client.invoke(
-                RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": T}), 3.0
-            )
-        finally:
-            await client.close()
-    assert response.code == ResponseCode.SUCCESS
-    return response.body
+        return await route_body_of(cluster)
 
 
 async def test_a_route_seen_lately_survives_a_name_server_restart(route_body):
@@ -108,15 +113,7 @@ async def test_a_broker_not_registered_again_yet_stays_in_the_route_while_connec
     message group's queue (its crc32 among the writable queues) moves, and a FIFO group is
     consumed out of order (the official-client soak saw it). Past the grace it goes."""
     async with StubCluster(2, template=BrokerConfig(topics=[T])) as cluster:
-        client = RemotingClient(cluster.namesrv_address)
-        try:
-            full = (
-                await client.invoke(
-                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": T}), 3.0
-                )
-            ).body
-        finally:
-            await client.close()
+        full = await route_body_of(cluster)
         fake = ForgetfulNamesrv(full)
         async with fake as address:
             pool = BrokerPool([address], route_ttl_s=0.0, not_found_grace_s=grace_s)
@@ -164,15 +161,7 @@ async def test_a_fifo_topic_keeps_a_crashed_broker_in_its_route(message_type):
         for broker in cluster.brokers:
             broker.topics.create(T, attributes={"message.type": message_type})
         await asyncio.gather(*(broker.register() for broker in cluster.brokers))
-        client = RemotingClient(cluster.namesrv_address)
-        try:
-            full = (
-                await client.invoke(
-                    RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": T}), 3.0
-                )
-            ).body
-        finally:
-            await client.close()
+        full = await route_body_of(cluster)
         fake = ForgetfulNamesrv(full)
         async with fake as address:
             pool = BrokerPool([address], route_ttl_s=0.0, not_found_grace_s=60.0)
