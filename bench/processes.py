@@ -213,7 +213,8 @@ class System:
         if self.log_dir is None:
             return await _spawn(f"proxy-{label}", "proxy.cli", "main", *args)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with (self.log_dir / f"proxy-{label}.log").open("wb") as log:  # the child keeps its copy
+        # Appended to: a restarted proxy keeps the lines of the one before (its drain).
+        with (self.log_dir / f"proxy-{label}.log").open("ab") as log:  # the child keeps a copy
             return await _spawn(f"proxy-{label}", "proxy.cli", "main", *args, stderr=log)
 
     async def _start_stubs(self) -> str:

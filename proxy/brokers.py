@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 # The Apache proxy's bound on its topic-config look-up (ClusterTopicConfigCacheLoader).
 TOPIC_CONFIG_TIMEOUT_S = 3.0
+# After a failed refresh of a stale route, seconds before the next look-up (at most the TTL).
+REFRESH_RETRY_S = 2.0
 
 PERM_WRITE = 2
 PERM_READ = 4
@@ -155,6 +157,8 @@ class BrokerPool:
         # When the name server last listed each (topic, broker) (``_with_unregistered``).
         self._listed: dict[tuple[str, str], float] = {}
         self._lookups: dict[str, asyncio.Future[TopicRoute]] = {}
+        # When a topic's stale route may be looked up again after a failed refresh.
+        self._retry_at: dict[str, float] = {}
         self._brokers: dict[str, BrokerClient] = {}
         self._retired: list[BrokerClient] = []
         # Requests brokers send us (a transaction check, a lite unsubscribe), by request
@@ -173,7 +177,8 @@ class BrokerPool:
         cached = self._routes.get(topic)
         if cached is None:
             return await shared_lookup(self._lookups, topic, lambda: self._fetch(topic))
-        if time.monotonic() - cached[0] >= self._ttl:
+        now = time.monotonic()
+        if now - cached[0] >= self._ttl and now >= self._retry_at.get(topic, 0.0):
             self._refresh(topic)
         return cached[1]
 
@@ -187,6 +192,13 @@ class BrokerPool:
         if lookup.cancelled():
             return
         exc = lookup.exception()
+        if exc is None:
+            self._retry_at.pop(topic, None)
+            return
+        # The stale route stands; the next look-up waits a little, else every request of
+        # the topic started one while the name server was down or had forgotten the topic
+        # (a thousand look-ups, and as many log lines, per name-server restart in the soak).
+        self._retry_at[topic] = time.monotonic() + min(self._ttl, REFRESH_RETRY_S)
         if isinstance(exc, RemotingError):
             log.warning("name server unreachable; using the stale route of %s: %s", topic, exc)
         elif isinstance(exc, TopicNotFound):
@@ -200,7 +212,7 @@ class BrokerPool:
                 del self._routes[topic]
             else:
                 log.warning("name server does not know %s; using its stale route", topic)
-        elif exc is not None:
+        else:
             log.error("route of %s: %r", topic, exc, exc_info=exc)
 
     async def _fetch(self, topic: str) -> TopicRoute:

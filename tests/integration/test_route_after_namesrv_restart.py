@@ -10,6 +10,7 @@ server) and then, "restarted", TOPIC_NOT_EXIST: no race with the brokers' regist
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 import pytest
@@ -35,8 +36,10 @@ class ForgetfulNamesrv(ScriptedServer):
         self.route = route
         self.knows = True
         self.hung = False
+        self.asked = 0
 
     def _route(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        self.asked += 1
         if self.hung:
             return None
         if self.knows and cmd.fields.get("topic") == T:
@@ -185,3 +188,26 @@ async def test_a_fifo_topic_keeps_a_crashed_broker_in_its_route(message_type):
                     assert [b.name for b in after.brokers] == ["broker-b"]
             finally:
                 await pool.close()
+
+
+async def test_a_failed_refresh_is_not_retried_by_every_request(route_body):
+    """While the name server has forgotten a topic, a stale route is served and looked up
+    again at most every REFRESH_RETRY_S: the soak saw a look-up (and a log line) per request
+    through each name-server restart."""
+    fake = ForgetfulNamesrv(route_body)
+    async with fake as address:
+        ttl = 0.3  # the retry waits min(TTL, REFRESH_RETRY_S): here the TTL
+        pool = BrokerPool([address], route_ttl_s=ttl, not_found_grace_s=60.0)
+        try:
+            before = await pool.route(T)
+            fake.knows = False
+            await asyncio.sleep(ttl)  # stale now
+            asked, started = fake.asked, time.monotonic()
+            for _ in range(50):
+                assert await pool.route(T) == before
+                await asyncio.sleep(0.005)
+            retries = int((time.monotonic() - started) / ttl)
+            # The first request's refresh, and one per retry interval: not one per request.
+            assert 1 <= fake.asked - asked <= 1 + retries < 50
+        finally:
+            await pool.close()
