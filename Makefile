@@ -23,7 +23,7 @@ help:
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
 	@echo "make bench-hostile slow and hostile clients against one proxy: its memory, the others' p99 (results/hostile)"
-	@echo "make bench-analytics the Spark job's records/s on 10 million records (local[2])"
+	@echo "make bench-analytics the Spark job's records/s on 10 million records, local[2] and a standalone cluster, beside a reference"
 	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
 	@echo "make rocketmq     fetch the real RocketMQ jars (rocketmq_local/pom.xml) into .cache/rocketmq"
 	@echo "                  and build the Java client driver (rocketmq_local/java-client)"

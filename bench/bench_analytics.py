@@ -1,12 +1,22 @@
-"""Polling-analytics benchmark: records per second of ``rmq-polling-report`` on local[2].
+"""Polling-analytics benchmark: records per second of ``rmq-polling-report``, on local[2]
+and on a standalone cluster, each beside a same-run reference.
 
-    .venv/bin/python -m bench.bench_analytics [--records 10000000] [--runs 2]
+    .venv/bin/python -m bench.bench_analytics [--records 10000000] [--runs 3] [--no-cluster]
 
 Generates an event log of ``--records`` lines in the proxies' layout
 (``proxy=<id>/date=<day>/part-*``) with Spark itself (fast, and no Python loop per record),
-once, into ``--data`` (reused while the parameters match), then times the batch job on it:
-read with the explicit schema, count malformed lines, aggregate, write Parquet, summarise.
-Not part of the test run. Goal: at least 500,000 records/s.
+once, into ``--data`` (reused while the parameters match). Then, for each place it runs:
+
+- **the job**: ``run_batch`` (read with the explicit schema, count malformed lines,
+  aggregate, write Parquet, summarise);
+- **the reference**: Spark reading the same files as JSON with a trivial schema (``ts``
+  alone) and counting the lines that have one: the least any JSON job over them costs.
+
+Job and reference alternate run by run, so the machine's load falls on both alike. The
+places: ``local[2]`` (one JVM, two cores), then a standalone cluster of a master and two
+workers of 1 core each (tests/analytics/_cluster.py) with one executor on each. Not part of
+the test run. Goals: at least 500,000 records/s on local[2]; the job within 2x of the
+reference.
 """
 
 from __future__ import annotations
@@ -19,13 +29,14 @@ import platform
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from polling_report.job import JobOptions, run_batch
-from polling_report.session import get_session
+from polling_report.session import REQUIRED_SQL_CONF, get_session
 
 PROXIES = 8
 GROUP_TOPICS = 20  # (group, topic) pairs
@@ -93,45 +104,127 @@ def ensure_data(spark: SparkSession, records: int, data: Path) -> Path:
     return data / "events"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=10_000_000)
-    p.add_argument("--runs", type=int, default=2)
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "rmq-bench-analytics"))
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+@dataclass
+class Place:
+    """Where the job ran, and its runs: (records, job seconds, reference seconds)."""
 
-    session = get_session(args.master)
-    spark = session.spark
-    data = Path(args.data)
-    events = ensure_data(spark, args.records, data / f"n{args.records}")
-    size_mb = sum(f.stat().st_size for f in events.rglob("*") if f.is_file()) / 1e6
-    results = []
-    for run in range(1, args.runs + 1):
+    name: str
+    runs: list[tuple[int, float, float]] = field(default_factory=list)
+
+    def best(self) -> tuple[float, float]:
+        """Records per second of the fastest job run and of the fastest reference run."""
+        records = self.runs[0][0]
+        return records / min(r[1] for r in self.runs), records / min(r[2] for r in self.runs)
+
+
+def reference(spark: SparkSession, events: Path) -> tuple[int, float]:
+    """The same files read as JSON with one field, the lines that have it counted."""
+    started = time.perf_counter()
+    n = spark.read.schema("ts LONG").json(str(events)).where(F.col("ts").isNotNull()).count()
+    return n, time.perf_counter() - started
+
+
+def measure(spark: SparkSession, place: Place, events: Path, data: Path, runs: int) -> None:
+    for run in range(1, runs + 1):
         out = data / f"out-{run}"
         shutil.rmtree(out, ignore_errors=True)
         started = time.perf_counter()
         summary = run_batch(spark, JobOptions(events=str(events), out=str(out)))
         seconds = time.perf_counter() - started
-        results.append((run, summary.lines, summary.malformed, seconds))
+        counted, ref_seconds = reference(spark, events)
+        assert counted == summary.records, (counted, summary.records)
+        place.runs.append((summary.lines, seconds, ref_seconds))
         print(
-            f"run {run}: {summary.lines:,} lines ({summary.malformed:,} malformed) in "
-            f"{seconds:.1f} s = {summary.lines / seconds:,.0f} records/s",
+            f"{place.name} run {run}: {summary.lines:,} lines ({summary.malformed:,} malformed):"
+            f" job {seconds:.1f} s = {summary.lines / seconds:,.0f} records/s; reference"
+            f" {ref_seconds:.1f} s = {summary.lines / ref_seconds:,.0f} records/s;"
+            f" ratio {seconds / ref_seconds:.2f}",
             flush=True,
         )
+
+
+def cluster_session(master: str) -> SparkSession:
+    """A session of this process on the standalone cluster: one executor of 1 core on each
+    worker, the driver here (our packages are installed where its executors run: this
+    machine)."""
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("rmq-polling-report-bench")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.executor.cores", "1")
+        .config("spark.executor.memory", CLUSTER_EXECUTOR_MEMORY)
+        .config("spark.cores.max", "2")
+        .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.executor.defaultJavaOptions", "-XX:+UseParallelGC -XX:NewRatio=1")
+    )
+    for key, value in REQUIRED_SQL_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+# Each worker offers this to its executor: what local[2]'s driver has, split in two.
+CLUSTER_WORKER_MEMORY = "1200m"
+CLUSTER_EXECUTOR_MEMORY = "1g"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=10_000_000)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--no-cluster", action="store_true", help="local runs only")
+    p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "rmq-bench-analytics"))
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+    session = get_session(args.master)
+    data = Path(args.data)
+    events = ensure_data(session.spark, args.records, data / f"n{args.records}")
+    size_mb = sum(f.stat().st_size for f in events.rglob("*") if f.is_file()) / 1e6
+    places = [Place(args.master)]
+    measure(session.spark, places[0], events, data, args.runs)
     session.spark.stop()
-    best = min(r[3] for r in results)
+    if not args.no_cluster:
+        from tests.analytics._cluster import standalone_cluster
+
+        root = Path(tempfile.mkdtemp(prefix="rmq-bench-cluster-"))
+        try:
+            with standalone_cluster(root, workers=2, worker_memory=CLUSTER_WORKER_MEMORY) as c:
+                spark = cluster_session(c.url)
+                places.append(Place("standalone, 2 workers x 1 core"))
+                try:
+                    measure(spark, places[-1], events, data, args.runs)
+                finally:
+                    spark.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
     print()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     )
-    print(f"input: {args.records:,} records, {size_mb:,.0f} MB of JSON lines, master {args.master}")
-    print("| run | records | seconds | records/s |")
-    print("|---|---|---|---|")
-    for run, lines, _, seconds in results:
-        print(f"| {run} | {lines:,} | {seconds:.1f} | {lines / seconds:,.0f} |")
-    print(f"best: {args.records / best:,.0f} records/s (goal 500,000)")
+    print(f"input: {args.records:,} records, {size_mb:,.0f} MB of JSON lines")
+    print("| where | run | job s | job records/s | reference s | reference records/s | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for place in places:
+        for run, (lines, seconds, ref) in enumerate(place.runs, 1):
+            print(
+                f"| {place.name} | {run} | {seconds:.1f} | {lines / seconds:,.0f} | {ref:.1f} |"
+                f" {lines / ref:,.0f} | {seconds / ref:.2f} |"
+            )
+    for place in places:
+        job, ref = place.best()
+        print(
+            f"{place.name}: best job {job:,.0f} records/s, best reference {ref:,.0f} records/s,"
+            f" ratio {ref / job:.2f} (goals: 500,000 records/s on local[2], ratio <= 2)"
+        )
 
 
 if __name__ == "__main__":

@@ -86,7 +86,14 @@ class ProxyApp:
         self.metrics = ProxyMetrics()
         self.collections = FullCollections(config.gc_full_collection_s, self.metrics)
         self.events = (
-            EventLog(config.event_log_dir, config.proxy_id) if config.event_log_dir else None
+            EventLog(
+                config.event_log_dir,
+                config.proxy_id,
+                max_bytes=config.event_log_max_bytes,
+                max_age_seconds=config.event_log_max_age_s,
+            )
+            if config.event_log_dir
+            else None
         )
         # TLS, client authentication and broker signing: all off unless configured.
         self.security = SecurityRuntime(config.security, self.metrics.registry)

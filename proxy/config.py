@@ -152,6 +152,11 @@ class ProxyConfig:
     # bounded memory. One client id holds at most proxy.api.session.STREAMS_PER_CLIENT.
     max_telemetry_streams: int = 20_000
     event_log_dir: str | None = None
+    # An event-log file is completed (renamed to its visible name, so the Spark job reads
+    # it) at this size or age, whichever comes first: the age bounds how far behind the
+    # job's stream runs at a quiet proxy.
+    event_log_max_bytes: int = 64 * 1024 * 1024
+    event_log_max_age_s: float = 300.0
     shutdown_grace_s: float = 25.0
     # Seconds between full collections of Python's garbage collector, which otherwise runs
     # one every few seconds with thousands of idle polls and stalls them all; 0 = CPython's
@@ -183,6 +188,8 @@ class ProxyConfig:
             raise ValueError("max_lite_topic_size must be positive")
         if self.max_telemetry_streams < 1:
             raise ValueError("max_telemetry_streams must be positive")
+        if self.event_log_max_bytes < 1 or self.event_log_max_age_s <= 0:
+            raise ValueError("event_log_max_bytes and event_log_max_age_s must be positive")
 
     def worker_count(self) -> int:
         """The number of worker processes to run: ``workers``, or the default for 0."""

@@ -3,7 +3,8 @@
 # docker-compose (only to parse the compose file; no engine is needed), a JDK (for PySpark,
 # real RocketMQ and the official Java client's driver) and Maven (to fetch RocketMQ's jars
 # from Maven Central), nftables (the soak's faults between one proxy and one broker, in a
-# network namespace of its own). Idempotent: it installs only what is missing, so repeated `make test` runs
+# network namespace of its own), Chromium (headless: the analytics HTML report is rendered and
+# checked in it). Idempotent: it installs only what is missing, so repeated `make test` runs
 # do not touch apt.
 set -euo pipefail
 
@@ -16,6 +17,7 @@ declare -A want=(
   [javac]=default-jdk-headless
   [mvn]=maven
   [nft]=nftables
+  [chromium]=chromium
 )
 
 missing=()

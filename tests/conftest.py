@@ -65,6 +65,7 @@ async def start_proxy():
         namesrv: str | None = None,
         event_log_dir: str | None = None,
         security=None,  # a SecurityConfig; None: security off
+        proxy_options: dict | None = None,  # other ProxyConfig fields
         **receive,
     ):
         receive.setdefault("min_polling_ms", 200)
@@ -80,6 +81,7 @@ async def start_proxy():
             event_log_dir=event_log_dir,
             receive=ReceiveConfig(mode=ReceiveMode(mode), **receive),
             proxy_id=f"test-proxy-{len(running)}",
+            **(proxy_options or {}),
         )
         if security is not None:
             config.security = security

@@ -3,7 +3,7 @@ push the latest window to a Pushgateway.
 
     rmq-polling-report EVENTS_PATH --out PARQUET_PATH [--window 1m] [--date YYYY-MM-DD ...]
         [--pushgateway URL] [--job rmq_polling_report] [--master local[*]]
-        [--stream --checkpoint DIR [--once]] [--thresholds-out PATH]
+        [--stream --checkpoint DIR [--once]] [--thresholds-out PATH] [--html PATH]
 
 Runs ``local[*]`` unless ``--master`` says otherwise or spark-submit launched it.
 """
@@ -113,6 +113,12 @@ def parser() -> argparse.ArgumentParser:
         help="write the recommended thresholds as the proxies' "
         "receive.adaptive_thresholds_file (JSON, a local path; replaced whole)",
     )
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write the report as a self-contained HTML page with charts over time "
+        "(a local path; replaced whole, after each micro-batch of a stream)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log the phases' timings")
     return p
 
@@ -137,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint=args.checkpoint,
         once=args.once,
         trigger_s=args.trigger,
+        html=args.html,
     )
     # Imported here: `--help` and argument errors need no JVM.
     from polling_report.job import run_batch, run_stream

@@ -13,12 +13,13 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from polling_report.aggregate import aggregate, output_schema
+from polling_report.html import write_html
 from polling_report.model import Summary
 from polling_report.push import push
 from polling_report.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET
 from polling_report.sink import read_dates, upsert, write_dates
 from polling_report.source import INPUT_METRICS, read_event_stream, read_events, valid_events
-from polling_report.summary import summarize
+from polling_report.summary import summarize, window_rows
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class JobOptions:
     job: str = DEFAULT_JOB
     target_hit_ratio: float = DEFAULT_TARGET
     min_requests: int = DEFAULT_MIN_REQUESTS
+    html: str | None = None  # write the HTML report (charts over time) here, a local path
     # Streams only.
     checkpoint: str | None = None
     once: bool = False  # availableNow: process what is there, emit every window, stop
@@ -81,6 +83,8 @@ def _finish(
         min_requests=opts.min_requests,
     )
     log.info("summarised in %.1f s", time.monotonic() - started)
+    if opts.html:
+        write_html(opts.html, window_rows(stored), summary)
     if opts.pushgateway:
         push(opts.pushgateway, opts.job, summary)
     return summary

@@ -40,8 +40,32 @@ class WindowRow:
         return cls(**{name: values[name] for name in cls.__slots__})
 
 
+class PollRatios:
+    """The ratios operators read, from the counts of a set of receive requests (never
+    empty): the run's totals, and each window of the HTML report."""
+
+    __slots__ = ()
+    requests: int
+    long_polls: int
+    short_poll_hits: int
+    messages: int
+    broker_requests: int  # pops + notifications
+
+    @property
+    def long_poll_share(self) -> float:
+        return self.long_polls / self.requests
+
+    @property
+    def short_poll_hit_ratio(self) -> float:
+        return self.short_poll_hits / self.requests
+
+    @property
+    def broker_requests_per_message(self) -> float | None:
+        return self.broker_requests / self.messages if self.messages else None
+
+
 @dataclass(frozen=True, slots=True)
-class Totals:
+class Totals(PollRatios):
     """All windows of the run, all proxies, for one group, topic and mode."""
 
     group: str
@@ -55,20 +79,8 @@ class Totals:
     broker_requests: int  # pops + notifications
 
     @property
-    def long_poll_share(self) -> float:
-        return self.long_polls / self.requests
-
-    @property
-    def short_poll_hit_ratio(self) -> float:
-        return self.short_poll_hits / self.requests
-
-    @property
     def found_ratio(self) -> float:
         return self.found / self.requests
-
-    @property
-    def broker_requests_per_message(self) -> float | None:
-        return self.broker_requests / self.messages if self.messages else None
 
 
 @dataclass(slots=True)

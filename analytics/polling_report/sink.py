@@ -6,6 +6,12 @@ overwrite), so re-running a day replaces it and leaves the other days alone.
 Stream: a micro-batch in update mode holds the new state of every window it changed. It is
 merged into its dates' partitions by row key (window, proxy, group, topic, mode) and those
 partitions are rewritten, so a window updated by late records is replaced, not duplicated.
+The merge reads the very files the rewrite replaces, so it is first written whole to a
+staging directory beside them (``_staging``: Spark's readers skip names that start with an
+underscore) and the rewrite reads that. Files, not ``localCheckpoint``: a local checkpoint
+lives in the executors' block stores, and an executor lost before the rewrite took its
+blocks with it, with no lineage left to recompute them (a standalone cluster that lost a
+worker mid-stream).
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from polling_report.schema import PARTITION_DATE, ROW_KEY
+
+# Under the output directory; a micro-batch's merge before it replaces its dates.
+STAGING = "_staging"
 
 
 def write_dates(aggregates: DataFrame, out: str) -> None:
@@ -47,6 +56,16 @@ def read_dates(
     return stored.where(F.col(PARTITION_DATE).isin(dates)) if dates is not None else stored
 
 
+def delete_path(spark: SparkSession, path: str) -> None:
+    """Delete ``path`` and what is under it, on whatever file system its URI names."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(
+        hadoop_path, True
+    )
+
+
 def upsert(batch: DataFrame, out: str) -> list[str]:
     """Merge a micro-batch of updated windows into ``out``; return the dates rewritten."""
     spark = batch.sparkSession
@@ -55,7 +74,8 @@ def upsert(batch: DataFrame, out: str) -> list[str]:
         return []
     stored = read_dates(spark, out, batch.schema, dates)
     kept = stored.join(batch.select(*ROW_KEY), list(ROW_KEY), "left_anti")
-    # Materialise before writing: the merge reads the very files the write replaces.
-    merged = kept.unionByName(batch).localCheckpoint(eager=True)
-    write_dates(merged, out)
+    staging = f"{out.rstrip('/')}/{STAGING}"
+    kept.unionByName(batch).write.mode("overwrite").parquet(staging)
+    write_dates(spark.read.schema(batch.schema).parquet(staging), out)
+    delete_path(spark, staging)
     return dates

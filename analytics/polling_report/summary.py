@@ -31,6 +31,27 @@ def _only_row(aggregate: DataFrame) -> Row:
     return row
 
 
+def window_rows(stored: DataFrame) -> list[WindowRow]:
+    """The rows of ``stored`` as ``WindowRow`` records, by window, each window's fleet
+    rollup after its proxies."""
+    rows = (
+        stored.withColumn("window_start", F.unix_seconds("window_start"))
+        .withColumn("window_end", F.unix_seconds("window_end"))
+        .orderBy("window_start", (F.col("proxy") == FLEET), *GROUP_KEYS)
+        .collect()
+    )
+    return [
+        WindowRow.from_dict(
+            {
+                **r.asDict(),
+                "window_start": _utc(r["window_start"]),
+                "window_end": _utc(r["window_end"]),
+            }
+        )
+        for r in rows
+    ]
+
+
 def summarize(
     stored: DataFrame,
     summary: Summary,
@@ -66,24 +87,7 @@ def summarize(
         # the newest one rather than nothing (it is replaced as it fills up).
         latest_start = _only_row(stored.agg(F.max(start)))[0]
     if latest_start is not None:
-        rows = (
-            stored.where(start == F.lit(latest_start))
-            .withColumn("window_start", start)
-            .withColumn("window_end", end)
-            # The fleet rollup after its proxies.
-            .orderBy((F.col("proxy") == FLEET), *GROUP_KEYS)
-            .collect()
-        )
-        summary.latest = [
-            WindowRow.from_dict(
-                {
-                    **r.asDict(),
-                    "window_start": _utc(r["window_start"]),
-                    "window_end": _utc(r["window_end"]),
-                }
-            )
-            for r in rows
-        ]
+        summary.latest = window_rows(stored.where(start == F.lit(latest_start)))
 
     # The proxy's switch counts each proxy's own requests: one point per proxy and window.
     points = (

@@ -22,9 +22,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import pytest
 
 HOST = "127.0.0.1"
+REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 WORKER_CORES = 1
@@ -206,10 +209,14 @@ def _start(name: str, args: list[str], root: Path, env: dict[str, str], **ports:
 
 @contextmanager
 def standalone_cluster(
-    root: Path, workers: int = 2, timeout: float = START_TIMEOUT_S
+    root: Path,
+    workers: int = 2,
+    timeout: float = START_TIMEOUT_S,
+    worker_memory: str = WORKER_MEMORY,
 ) -> Iterator[StandaloneCluster]:
-    """A master and ``workers`` workers, all registered, until the block ends; then every
-    JVM is stopped (SIGTERM, SIGKILL after STOP_TIMEOUT_S), with its executors."""
+    """A master and ``workers`` workers of 1 core and ``worker_memory`` each, all
+    registered, until the block ends; then every JVM is stopped (SIGTERM, SIGKILL after
+    STOP_TIMEOUT_S), with its executors."""
     (root / "logs").mkdir(parents=True, exist_ok=True)
     conf_dir = root / "conf"
     conf_dir.mkdir(exist_ok=True)
@@ -239,7 +246,7 @@ def standalone_cluster(
                 f"worker-{i}",
                 ["org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", str(port),
                  "--webui-port", str(webui), "--cores", str(WORKER_CORES),
-                 "--memory", WORKER_MEMORY, "--work-dir", str(work_dir),
+                 "--memory", worker_memory, "--work-dir", str(work_dir),
                  "--properties-file", str(conf), cluster.url],
                 root, env, port=port, webui_port=webui, work_dir=work_dir,
             )  # fmt: skip
@@ -268,3 +275,105 @@ def stop(daemons: list[Daemon]) -> None:
     for daemon in daemons:
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(daemon.pid, signal.SIGKILL)  # the group is the daemon's pid
+
+
+# --- Submitting the job to the cluster (deploy/spark/run-on-cluster.sh) ---
+
+
+def submit(
+    cluster: StandaloneCluster, driver_python: str, args: list[str], out: IO[Any], err: IO[Any]
+) -> subprocess.Popen[str]:
+    """deploy/spark/run-on-cluster.sh MASTER ARGS..., in a process group of its own (the
+    script, spark-submit's JVM and the Python driver it starts)."""
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.driver.host": HOST,
+        "spark.driver.bindAddress": HOST,
+        "spark.driver.memory": "512m",
+        # Sized to the test workers (1 core, 1 GB each): one executor on each.
+        "spark.executor.memory": "512m",
+        "spark.executor.cores": "1",
+        # JVMs that live a minute: the C1 compiler alone costs less CPU than C2's.
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        "spark.cores.max": str(len(cluster.alive_workers())),
+        # No task before every executor has registered, so that all of them take part.
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        # Two state partitions for the stream; the first day's windows fall in both.
+        "spark.sql.shuffle.partitions": "2",
+    }
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SPARK_", "PYSPARK_")) and k != "PYTHONPATH"
+    }
+    env.update(
+        SPARK_HOME=str(spark_home()),
+        SPARK_SUBMIT=str(spark_home() / "bin" / "spark-submit"),
+        SPARK_LOCAL_IP=HOST,
+        PYSPARK_DRIVER_PYTHON=driver_python,
+        # The executors' Python: the base interpreter, without PySpark or our packages.
+        PYSPARK_PYTHON=str(Path(driver_python).resolve()),
+        SPARK_SUBMIT_EXTRA=" ".join(f"--conf {k}={v}" for k, v in conf.items()),
+    )
+    return subprocess.Popen(
+        [str(REPO / "deploy/spark/run-on-cluster.sh"), cluster.url, *args],
+        env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+@contextmanager
+def running(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """The submitted job, its whole process group SIGKILLed if it is still running at the end
+    (a failed or timed-out test)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def wait_for_output(proc: subprocess.Popen[str], log: Path, err: Path, text: str, timeout: float):
+    """Until the job's stdout holds ``text`` (a report it prints after a micro-batch)."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        if proc.poll() is not None:
+            pytest.fail(
+                f"the stream exited with {proc.returncode} before printing {text!r}:\n"
+                + err.read_text(errors="replace")[-4000:]
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"no {text!r} within {timeout:.0f} s:\n" + err.read_text(errors="replace")[-4000:]
+            )
+        time.sleep(0.2)
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def python_driver(proc: subprocess.Popen[str], driver_python: str) -> int:
+    """The pid of the Python driver spark-submit's JVM started for run-on-cluster.sh."""
+    for pid in descendants(proc.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].decode() == driver_python and any(a.endswith(b"submit_main.py") for a in argv):
+            return pid
+    raise AssertionError(f"no Python driver under pid {proc.pid}")

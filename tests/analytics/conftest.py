@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 import time
 import urllib.request
+import venv
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +62,28 @@ def standalone_cluster(tmp_path_factory):
 
     with start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def driver_python(tmp_path_factory) -> str:
+    """A virtualenv's python that sees this one's third-party packages (PySpark,
+    prometheus-client, ...) through a .pth line, but not the editable installs of the
+    proxy and polling_report: their finders are set up by .pth files of this virtualenv,
+    which a path line does not run."""
+    root = tmp_path_factory.mktemp("driver-venv")
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    python = root / "bin" / "python"
+    site = subprocess.check_output(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    ).strip()
+    Path(site, "venv-packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    found = subprocess.check_output(
+        [python, "-c", "import importlib.util as u; print(*(m for m in "
+         "('pyspark', 'prometheus_client', 'proxy', 'polling_report') if u.find_spec(m)))"],
+        cwd=root, text=True,
+    ).split()  # fmt: skip
+    assert found == ["pyspark", "prometheus_client"], found
+    return str(python)
 
 
 @pytest.fixture
