@@ -45,6 +45,7 @@ import contextlib
 import datetime
 import itertools
 import json
+import logging
 import os
 import random
 import re
@@ -55,9 +56,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
+
 from bench import netfault
 from bench.soak import Cluster, Resources
+from proxy.background import start_background, stop_background
 from tests.interop._harness import driver_command
+
+log = logging.getLogger(__name__)
 
 TOPICS: dict[str, str | None] = {
     "SoakNormal": None,
@@ -259,14 +265,22 @@ class Balancer:
     """A TCP balancer in front of the fleet, for the Node client: it cannot take several
     endpoints (grpc-js resolves "a:1,b:2" as one DNS name and fails), so, as in a
     Kubernetes deployment, it dials one address that spreads connections over the
-    proxies. Each connection goes to the next proxy that accepts it, and closes when
+    proxies. Like a Kubernetes Service it sends new connections only to proxies whose
+    readiness probe passes (``/readyz`` every PROBE_S, as a pod's readinessProbe with
+    periodSeconds 1): a proxy that is draining answers 503, one that is starting is not
+    ready yet. Each connection goes to the next ready proxy that accepts it, and closes when
     that proxy's side closes (a drained proxy's GOAWAY, then its close: the client
-    reconnects, through here, to another one)."""
+    reconnects, through here, to another one). Before the first probe, every proxy counts
+    as ready."""
 
-    def __init__(self, targets: list[str]) -> None:
-        self.targets = targets
+    PROBE_S = 1.0
+
+    def __init__(self, targets: list[tuple[str, str]]) -> None:
+        self.targets = targets  # (gRPC address, ops HTTP address) of each proxy
+        self.ready: set[str] | None = None  # gRPC addresses whose last probe passed
         self._turn = itertools.count()
         self._server: asyncio.Server | None = None
+        self._probes: asyncio.Task[None] | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[object]] = set()  # one handler per connection
         self.port = 0
@@ -274,7 +288,25 @@ class Balancer:
     async def start(self) -> str:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
+        self._probes = start_background(self._probe_loop(), name="balancer probes", log=log)
         return f"127.0.0.1:{self.port}"
+
+    async def _probe_loop(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.PROBE_S / 2)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while True:
+                answers = await asyncio.gather(*(self._probe(http, ops) for _, ops in self.targets))
+                passed = zip(self.targets, answers, strict=True)
+                self.ready = {grpc for (grpc, _), ok in passed if ok}
+                await asyncio.sleep(self.PROBE_S)
+
+    @staticmethod
+    async def _probe(http: aiohttp.ClientSession, ops: str) -> bool:
+        try:
+            async with http.get(f"http://{ops}/readyz") as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         this = asyncio.current_task()
@@ -282,8 +314,11 @@ class Balancer:
             self._connections.add(this)
             this.add_done_callback(self._connections.discard)
         start = next(self._turn)
-        for i in range(len(self.targets)):
-            host, port = self.targets[(start + i) % len(self.targets)].rsplit(":", 1)
+        order = [self.targets[(start + i) % len(self.targets)][0] for i in range(len(self.targets))]
+        for address in order:
+            if self.ready is not None and address not in self.ready:
+                continue
+            host, port = address.rsplit(":", 1)
             try:
                 up_reader, up_writer = await asyncio.wait_for(
                     asyncio.open_connection(host, int(port)), 2
@@ -306,9 +341,10 @@ class Balancer:
                 up_writer.close()
                 writer.close()
             return
-        writer.close()  # no proxy up: the client sees a refused connection
+        writer.close()  # no proxy ready: the client sees its connection closed
 
     async def close(self) -> None:
+        await stop_background(self._probes)
         if self._server is not None:
             self._server.close()
             handlers = list(self._connections)
@@ -400,7 +436,7 @@ async def run(
     balancer = Balancer([])
     await cluster.start()
     try:
-        balancer.targets = cluster.endpoints()
+        balancer.targets = cluster.proxy_addresses()
         # Every proxy, for the clients that take several endpoints; the balancer for Node.
         endpoints = {"python": ";".join(cluster.endpoints()), "java": ";".join(cluster.endpoints()),
                      "node": await balancer.start()}  # fmt: skip
