@@ -96,16 +96,16 @@ class Series:
     group: str
     topic: str
     window_s: int
+    key: str = ""  # the section's HTML id: the names made id-safe, unique in the page
     windows: list[datetime] = field(default_factory=list)
     proxies: list[str] = field(default_factory=list)
     # (window start, proxy or FLEET) -> counts
     cells: dict[tuple[datetime, str], Counts] = field(default_factory=dict)
 
-    @property
-    def key(self) -> str:
-        """An HTML id-safe name of the (group, topic)."""
-        raw = f"{self.group}--{self.topic}"
-        return "".join(c if c.isalnum() or c in "-_" else "_" for c in raw)
+
+# Past this many windows from a series' first to its last (a report over weeks of one-minute
+# windows) only the windows with requests are drawn, joined across the gaps.
+MAX_GRID_WINDOWS = 20_000
 
 
 def series_of(rows: Iterable[WindowRow], window_s: int) -> list[Series]:
@@ -116,14 +116,30 @@ def series_of(rows: Iterable[WindowRow], window_s: int) -> list[Series]:
         if s is None:
             s = by_key[(row.group, row.topic)] = Series(row.group, row.topic, window_s)
         s.cells.setdefault((row.window_start, row.proxy), Counts()).add(row)
-    for s in by_key.values():
+    keys: set[str] = set()
+    for group_topic in sorted(by_key):
+        s = by_key[group_topic]
+        s.key = _unique_id(f"{s.group}--{s.topic}", keys)
         # Every window from the first to the last, so that a stretch with no request shows
         # as a gap in the lines instead of a straight line across it.
         seen = sorted({w for w, _ in s.cells})
         step = timedelta(seconds=window_s)
-        s.windows = [seen[0] + i * step for i in range(int((seen[-1] - seen[0]) / step) + 1)]
+        count = int((seen[-1] - seen[0]) / step) + 1
+        grid = count <= MAX_GRID_WINDOWS
+        s.windows = [seen[0] + i * step for i in range(count)] if grid else seen
         s.proxies = sorted({p for _, p in s.cells if p != FLEET})
     return [by_key[k] for k in sorted(by_key)]
+
+
+def _unique_id(name: str, taken: set[str]) -> str:
+    """``name`` made safe for an HTML id, with a suffix if another section has it."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+    key, n = safe, 0
+    while key in taken:
+        n += 1
+        key = f"{safe}-{n}"
+    taken.add(key)
+    return key
 
 
 def render_html(rows: Sequence[WindowRow], summary: Summary) -> str:
@@ -169,6 +185,7 @@ def write_html(path: str, rows: Sequence[WindowRow], summary: Summary) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(render_html(rows, summary))
+        os.chmod(tmp, 0o644)  # a page to share; mkstemp makes it private
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -175,3 +175,31 @@ async def test_the_html_report_draws_every_chart_with_the_parquet_numbers(spark,
         full = await page.screenshot()
     width, height = Image.open(io.BytesIO(full)).size
     assert width >= 1000 and height > 2 * 900  # two sections of five charts each
+
+
+def test_series_show_gaps_keep_ids_unique_and_take_the_busiest_mode():
+    """No Spark: the grouping behind the charts. A window with no request is a gap (its
+    value NaN), not skipped; two (group, topic) names that make the same HTML id get
+    distinct ones; a proxy's mode in a window is the one that served most requests."""
+    from datetime import UTC, datetime, timedelta
+
+    from polling_report.html import series_of
+    from polling_report.model import WindowRow
+
+    t0 = datetime(2024, 5, 1, 10, tzinfo=UTC)
+
+    def row(minute: int, group: str, mode: str, requests: int) -> WindowRow:
+        start = t0 + timedelta(minutes=minute)
+        return WindowRow(start, start + timedelta(minutes=1), "p1", group, "t", mode,
+                         requests, 0, 0, 0, 0, 0, 0, requests / 60, 0.0, 0.0, 0.0, None,
+                         1, 1, 1)  # fmt: skip
+
+    rows = [row(0, "g.1", "notify", 5), row(0, "g.1", "coupled", 7), row(3, "g.1", "notify", 2),
+            row(0, "g_1", "notify", 1)]  # fmt: skip
+    first, second = series_of(rows, 60)
+    assert (first.group, second.group) == ("g.1", "g_1")
+    assert (first.key, second.key) == ("g_1--t", "g_1--t-1")
+    assert first.windows == [t0 + timedelta(minutes=m) for m in range(4)]
+    assert first.cells[(t0, "p1")].mode == "coupled"
+    assert first.cells[(t0, "p1")].requests == 12
+    assert (t0 + timedelta(minutes=1), "p1") not in first.cells
