@@ -68,8 +68,10 @@ def assert_drains_cost_at_most_cancelled_calls(report: dict) -> None:
 @pytest.mark.timeout(600)
 async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
     report = await run(
-        "stub", 80, seed=3, faults=["rolling", "rolling", "proxy"], ordered=True,
-        roster_kind="short", workdir=tmp_path / "soak", proxies=3, rate=4, interval=20,
+        # Room for the three faults even when a drain waits out its 10 s grace (a rolling
+        # restart then takes ~22 s): the first after 7.5 s, then gaps of 7.5-22.5 s.
+        "stub", 100, seed=3, faults=["rolling", "rolling", "proxy"], ordered=True,
+        roster_kind="short", workdir=tmp_path / "soak", proxies=3, rate=4, interval=15,
         drain_s=120,
     )  # fmt: skip
     print(json.dumps(report, indent=1))  # shown whole when an assertion below fails
