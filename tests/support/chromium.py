@@ -41,13 +41,11 @@ class Page:
         await self.ws.send_json({"id": call_id, "method": method, "params": params})
         async with asyncio.timeout(CALL_TIMEOUT_S):
             while True:
-                message = await self.ws.receive_json()
+                message = await self._receive()
                 if message.get("id") == call_id:
                     if "error" in message:
                         raise RuntimeError(f"{method}: {message['error']}")
                     return message.get("result", {})
-                if "method" in message:
-                    self.events.append((message["method"], message.get("params", {})))
 
     async def wait_event(self, method: str) -> dict[str, Any]:
         async with asyncio.timeout(CALL_TIMEOUT_S):
@@ -55,9 +53,14 @@ class Page:
                 for name, params in self.events:
                     if name == method:
                         return params
-                message = await self.ws.receive_json()
-                if "method" in message:
-                    self.events.append((message["method"], message.get("params", {})))
+                await self._receive()
+
+    async def _receive(self) -> dict[str, Any]:
+        """The page's next message; an event is recorded in ``events`` on the way."""
+        message = await self.ws.receive_json()
+        if "method" in message:
+            self.events.append((message["method"], message.get("params", {})))
+        return message
 
     async def open(self, url: str, width: int = 1280, height: int = 1000) -> None:
         """Load ``url`` and wait for its load event, recording its network requests."""
