@@ -7,9 +7,11 @@ through a fleet of proxies while faults strike on a seeded schedule; every messa
 
 Each client is a process of its own: the interop drivers' ``soak`` command (the Python driver
 ``tests/interop/python_client.py`` documents the events), one role each: a producer of normal,
-FIFO or transactional messages, a SimpleConsumer, a PushConsumer. The Python and Java clients
-are given every proxy's endpoint (``"H:P;H:P;H:P"``), as a user configures a fleet behind no
-balancer; the Node client, which takes one address only, a TCP balancer's (``Balancer``). Each
+FIFO or transactional messages, a SimpleConsumer, a PushConsumer. Every client dials one
+address, a TCP balancer's that follows the proxies' readiness (``Balancer``), as in a
+Kubernetes deployment; with ``--direct`` the Python and Java clients are given every proxy's
+endpoint instead (``"H:P;H:P;H:P"``), as a user configures a fleet behind no balancer (the
+Node client takes one address only: the balancer's still). Each
 writes a JSON line per event (sent, send_error, recv, ack, consumed, tx_end, checked, ...),
 read back at the end; nothing is counted in this process while the run goes on.
 
@@ -262,16 +264,16 @@ def _log_time(line: str, lang: str) -> int | None:
 
 
 class Balancer:
-    """A TCP balancer in front of the fleet, for the Node client: it cannot take several
-    endpoints (grpc-js resolves "a:1,b:2" as one DNS name and fails), so, as in a
-    Kubernetes deployment, it dials one address that spreads connections over the
-    proxies. Like a Kubernetes Service it sends new connections only to proxies whose
-    readiness probe passes (``/readyz`` every PROBE_S, as a pod's readinessProbe with
-    periodSeconds 1): a proxy that is draining answers 503, one that is starting is not
-    ready yet. Each connection goes to the next ready proxy that accepts it, and closes when
-    that proxy's side closes (a drained proxy's GOAWAY, then its close: the client
-    reconnects, through here, to another one). Before the first probe, every proxy counts
-    as ready."""
+    """A TCP balancer in front of the fleet, as in a Kubernetes deployment: the clients dial
+    one address that spreads connections over the proxies (the Node client cannot take
+    several endpoints anyway: grpc-js resolves "a:1,b:2" as one DNS name and fails). Like a
+    Kubernetes Service it sends new connections only to proxies whose readiness probe
+    passes (``/readyz`` every PROBE_S, as a pod's readinessProbe with periodSeconds 1): a
+    proxy that is draining answers 503, one that is starting is not ready yet. Each
+    connection goes to the next ready proxy that accepts it, and closes when that proxy's
+    side closes (after a GOAWAY, a connection's age or a drained proxy's, the client
+    reconnects, through here, to another one). Before the first probe, every proxy counts as
+    ready."""
 
     PROBE_S = 1.0
 
@@ -281,7 +283,7 @@ class Balancer:
         self._turn = itertools.count()
         self._server: asyncio.Server | None = None
         self._probes: asyncio.Task[None] | None = None
-        self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()  # both sides of every connection
         self._connections: set[asyncio.Task[object]] = set()  # one handler per connection
         self.port = 0
 
@@ -313,6 +315,14 @@ class Balancer:
         if this is not None:
             self._connections.add(this)
             this.add_done_callback(self._connections.discard)
+        self._writers.add(writer)
+        try:
+            await self._relay(reader, writer)
+        finally:
+            writer.close()
+            self._writers.discard(writer)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         start = next(self._turn)
         order = [self.targets[(start + i) % len(self.targets)][0] for i in range(len(self.targets))]
         for address in order:
@@ -325,32 +335,39 @@ class Balancer:
                 )
             except (OSError, TimeoutError):
                 continue  # that proxy is down: the next one
+            self._writers.add(up_writer)
             pipes = [
                 asyncio.ensure_future(_pipe(reader, up_writer)),
                 asyncio.ensure_future(_pipe(up_reader, writer)),
             ]
-            self._pipes.update(pipes)
             try:
                 # Either side ending ends the connection: the client sees its proxy go.
                 await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
             finally:
+                # Closed before anything else is awaited, so a cancelled relay cannot leave
+                # the proxy's side open (its server would wait for it when it stops).
+                up_writer.close()
+                self._writers.discard(up_writer)
                 for task in pipes:
                     task.cancel()
                 await asyncio.gather(*pipes, return_exceptions=True)
-                self._pipes.difference_update(pipes)
-                up_writer.close()
-                writer.close()
             return
-        writer.close()  # no proxy ready: the client sees its connection closed
+        # no proxy ready: the client sees its connection closed
 
     async def close(self) -> None:
+        """Close every connection, both sides, and let each relay end by itself: a relay
+        task cancelled before its first step makes asyncio's stream callback log an error."""
         await stop_background(self._probes)
         if self._server is not None:
             self._server.close()
-            handlers = list(self._connections)
-            for task in handlers:
-                task.cancel()
-            await asyncio.gather(*handlers, return_exceptions=True)
+            for writer in list(self._writers):
+                writer.close()
+            relays = list(self._connections)
+            if relays:
+                _, stuck = await asyncio.wait(relays, timeout=5)
+                for task in stuck:
+                    task.cancel()
+                await asyncio.gather(*stuck, return_exceptions=True)
             await self._server.wait_closed()
 
 
@@ -415,7 +432,7 @@ async def run(
     backend: str, seconds: float, *, seed: int, faults: list[str], roster_kind: str,
     workdir: Path, proxies: int = 3, lang: str | None = None, rate: float = 2.0,
     consume_ms: int = 20, interval: float = 60.0, drain_s: float = 120.0, grace_s: float = 30.0,
-    proxy_args: tuple[str, ...] = (), ordered: bool = False,
+    proxy_args: tuple[str, ...] = (), ordered: bool = False, direct: bool = False,
 ) -> dict:  # fmt: skip
     """Start the cluster and the clients, run the faults for ``seconds``, stop the
     producers, drain until every group has every message (at most ``drain_s``), stop."""
@@ -437,9 +454,9 @@ async def run(
     await cluster.start()
     try:
         balancer.targets = cluster.proxy_addresses()
-        # Every proxy, for the clients that take several endpoints; the balancer for Node.
-        endpoints = {"python": ";".join(cluster.endpoints()), "java": ";".join(cluster.endpoints()),
-                     "node": await balancer.start()}  # fmt: skip
+        fronted = await balancer.start()
+        every = ";".join(cluster.endpoints()) if direct else fronted
+        endpoints = {"python": every, "java": every, "node": fronted}
         roles = roster(roster_kind)
         if lang is not None:  # every role played by one client
             roles = list(dict.fromkeys(Role(lang, r.role, r.group) for r in roles))
@@ -486,6 +503,7 @@ async def run(
             if not any(g["missing"] for g in accounted["groups"].values()):
                 break
             await asyncio.sleep(5)
+        stopping_at = int(time.time() * 1000)
         (control / "stop").touch()
         codes = await asyncio.gather(*(c.wait_exit(EXIT_TIMEOUT_S) for c in clients))
         exits = {c.role.name: code for c, code in zip(clients, codes, strict=True)}
@@ -494,7 +512,7 @@ async def run(
             await client.kill()
         await balancer.close()
         await cluster.stop()
-    report = account(clients, fault_log)
+    report = account(clients, fault_log, stopping_at)
     report.update(
         backend=backend, seconds=seconds, seed=seed, roster=roster_kind, proxies=proxies,
         rate_per_producer=rate, faults=fault_log, exits=exits, started=int(started * 1000),
@@ -512,11 +530,14 @@ def seq_of(message_id: str) -> int:
     return int(message_id.rsplit("-", 1)[1])
 
 
-def during(t: int | None, faults: list[dict]) -> str:
+def during(t: int | None, faults: list[dict], stopping_at: int | None = None) -> str:
     """The fault an error belongs to: the last one that started before it ("none" before
-    the first; "unknown" for a log line without a time)."""
+    the first; "unknown" for a log line without a time; "stop" once the clients were told
+    to stop, at ``stopping_at``, epoch ms: what a client logs as it shuts down)."""
     if t is None:
         return "unknown"
+    if stopping_at is not None and t >= stopping_at:
+        return "stop"
     label = "none"
     for fault in faults:
         if fault["t"] <= t:
@@ -524,7 +545,9 @@ def during(t: int | None, faults: list[dict]) -> str:
     return label
 
 
-def account(clients: list[Client], faults: list[dict] | None = None) -> dict:
+def account(
+    clients: list[Client], faults: list[dict] | None = None, stopping_at: int | None = None
+) -> dict:
     """Everything the events say: per group what is lost, duplicated, out of order; the
     transactions; each client's errors, also by the fault they came after. Re-read from the
     files each time (the drain polls)."""
@@ -557,11 +580,13 @@ def account(clients: list[Client], faults: list[dict] | None = None) -> dict:
                 kind == "tx_end" and not ev.get("ok")
             ):
                 kinds[f"{kind}:{ev.get('kind')}"] += 1
-                by_fault[f"{during(ev['t'], faults)}:{kind}:{ev.get('kind')}"] += 1
+                by_fault[f"{during(ev['t'], faults, stopping_at)}:{kind}:{ev.get('kind')}"] += 1
         logged = client.logged_errors()
         if logged:
             kinds["logged ERROR lines"] = len(logged)
-            logged_errors[role.name] = [f"{during(t, faults)}: {text}" for t, text in logged]
+            logged_errors[role.name] = [
+                f"{during(t, faults, stopping_at)}: {text}" for t, text in logged
+            ]
         errors[role.name] = dict(kinds)
         errors_during[role.name] = dict(by_fault)
     groups = {}
@@ -697,6 +722,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=60, help="mean seconds between faults")
     p.add_argument("--drain", type=float, default=180)
     p.add_argument("--ordered", action="store_true", help="faults in the order given")
+    p.add_argument(
+        "--direct", action="store_true",
+        help="Python and Java clients dial every proxy, not the balancer",
+    )  # fmt: skip
     p.add_argument("--workdir", default="results/soak-official/run")
     p.add_argument("--out", help="write the report here (JSON)")
     args = p.parse_args(argv)
@@ -711,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
             roster_kind=args.roster, workdir=Path(args.workdir), proxies=args.proxies,
             lang=args.lang,
             rate=args.rate, interval=args.interval, drain_s=args.drain, ordered=args.ordered,
+            direct=args.direct,
         )
     )  # fmt: skip
     text = json.dumps(report, indent=2)

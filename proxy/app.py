@@ -44,6 +44,12 @@ log = logging.getLogger(__name__)
 # How long the gRPC server's GOAWAY gets to reach the clients before the drain answers the
 # calls in flight on their old connections.
 GOAWAY_HEAD_START_S = 0.2
+# A drain takes its clients as gone once no call has started for this long: each of their
+# connections has had its age GOAWAY, and their calls reach other proxies.
+MOVED_QUIET_S = 0.5
+# gRPC stretches each connection's maximum age by up to this share, so that a fleet's
+# connections do not all end at once.
+CONNECTION_AGE_JITTER = 0.1
 
 
 @dataclass(frozen=True)
@@ -252,6 +258,13 @@ class ProxyApp:
                 ("grpc.max_receive_message_length", 4 * config.max_body_bytes + (1 << 20)),
                 ("grpc.max_send_message_length", 4 * config.max_body_bytes + (1 << 20)),
                 *([("grpc.so_reuseport", 1)] if self.reuse_port else []),
+                # No grace option: after its age GOAWAY a connection keeps its open calls
+                # (Telemetry streams, parked polls) as long as they last.
+                *(
+                    [("grpc.max_connection_age_ms", int(config.grpc_max_connection_age_s * 1000))]
+                    if config.grpc_max_connection_age_s > 0
+                    else []
+                ),
             ]
         )
         listen = f"{config.grpc_host}:{config.grpc_port}"
@@ -270,15 +283,40 @@ class ProxyApp:
             raise
         self.grpc_server = server
 
+    async def _let_clients_move(self) -> None:
+        """The drain's first part: serve on, not ready, until the clients have left. Each
+        connection's age GOAWAY (``grpc_max_connection_age_s``) sends its client's next call
+        down a new connection, which the balancer, following /readyz, opens to another
+        proxy. Unlike the server stop's GOAWAY it leaves the server serving, so a call that
+        crosses it is served, not cancelled. Ends at the first quiet spell (MOVED_QUIET_S
+        without a new call) or once every connection has aged."""
+        age = self.config.grpc_max_connection_age_s
+        if age <= 0:
+            return
+        started = time.monotonic()
+        deadline = started + age * (1 + CONNECTION_AGE_JITTER) + MOVED_QUIET_S
+        while (now := time.monotonic()) < deadline:
+            quiet = now - self.service.last_call_at
+            if quiet >= MOVED_QUIET_S:
+                log.info("proxy %s draining: clients gone after %.1f s", self.config.proxy_id,
+                         now - started)  # fmt: skip
+                return
+            await asyncio.sleep(min(MOVED_QUIET_S - quiet, deadline - now))
+        # Clients that dial this proxy's own address come back to it after their GOAWAY.
+        log.warning("proxy %s draining: every connection aged, calls still arriving after %.1f s",
+                    self.config.proxy_id, time.monotonic() - started)  # fmt: skip
+
     async def _stop_grpc(self) -> None:
-        """The drain. The server's stop closes the listener and tells every connection to
-        go away (HTTP/2 GOAWAY): a client's next call opens a new connection, to another
-        proxy of its fleet (its channel lists them all, or a balancer fronts them). Then
-        the calls in flight end: every poll answers now, every Telemetry stream gets a
-        ReconnectEndpointsCommand and its end, and sends and acks finish, within the
-        grace; what the polls popped and did not deliver is handed back."""
+        """The drain. First the clients move away while the server still serves
+        (``_let_clients_move``). Then the server's stop closes the listener and tells every
+        connection still open to go away (HTTP/2 GOAWAY): a client's next call opens a new
+        connection, to another proxy of its fleet (its channel lists them all, or a
+        balancer fronts them). Then the calls in flight end: every poll answers now, every
+        Telemetry stream gets a ReconnectEndpointsCommand and its end, and sends and acks
+        finish, within the grace; what the polls popped and did not deliver is handed back."""
         if self.grpc_server is None:
             return
+        await self._let_clients_move()
         grace = min(self.config.shutdown_grace_s, 10.0)
         stopping = asyncio.ensure_future(self.grpc_server.stop(grace=grace))
         try:

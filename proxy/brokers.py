@@ -261,9 +261,7 @@ class BrokerPool:
         kept = [
             b
             for b in cached[1].brokers
-            if b.name not in listed
-            and b.name in recent
-            and (ordered or self._connected(b.name))
+            if b.name not in listed and b.name in recent and (ordered or self._connected(b.name))
         ]
         if not kept:
             return route

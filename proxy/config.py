@@ -158,6 +158,13 @@ class ProxyConfig:
     event_log_max_bytes: int = 64 * 1024 * 1024
     event_log_max_age_s: float = 300.0
     shutdown_grace_s: float = 25.0
+    # Every client connection gets an HTTP/2 GOAWAY at this age (gRPC adds up to 10 %): the
+    # server goes on serving, calls in flight finish on the old connection, and the client's
+    # next call opens a new one, through its balancer. A drain relies on it to move clients
+    # before its server stops, since the stop's own GOAWAY cancels every call that crosses it
+    # (docs/reliability.md, "Drain"); it also spreads a fleet's connections again after a
+    # scale-up. 0 = connections never age (a drain then costs a few CANCELLED calls under load).
+    grpc_max_connection_age_s: float = 10.0
     # Seconds between full collections of Python's garbage collector, which otherwise runs
     # one every few seconds with thousands of idle polls and stalls them all; 0 = CPython's
     # own schedule. proxy/collector.py.
@@ -186,6 +193,8 @@ class ProxyConfig:
             raise ValueError("gc_full_collection_s must not be negative (0 = CPython's own)")
         if self.max_lite_topic_size < 1:
             raise ValueError("max_lite_topic_size must be positive")
+        if self.grpc_max_connection_age_s < 0:
+            raise ValueError("grpc_max_connection_age_s must not be negative (0 = no limit)")
         if self.max_telemetry_streams < 1:
             raise ValueError("max_telemetry_streams must be positive")
         if self.event_log_max_bytes < 1 or self.event_log_max_age_s <= 0:

@@ -78,9 +78,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # Calls being served, by RPC: what a drain that runs out of its grace cancels, named
         # in its log line (``ProxyApp._stop_grpc``).
         self.open_calls: Counter[str] = Counter()
+        # When the last call started (monotonic): a drain waits for a quiet spell as the
+        # sign that its clients have moved to other proxies (``ProxyApp._let_clients_move``).
+        self.last_call_at = 0.0
 
     @contextlib.contextmanager
     def _open(self, rpc: str) -> Iterator[None]:
+        self.last_call_at = time.monotonic()
         self.open_calls[rpc] += 1
         try:
             yield

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from proxy.app import ProxyApp
+from proxy.app import CONNECTION_AGE_JITTER, MOVED_QUIET_S, ProxyApp
 from proxy.config import load
 from tests.deploy._packaging import declared_scripts
 
@@ -105,7 +105,7 @@ POD = "spec.template.spec"
 BROKEN_CORE = [
     ("Deployment", f"{POD}.containers.0.readinessProbe.httpGet.port", True),
     ("Deployment", f"{POD}.containers.0.readinessProbes", {"httpGet": {"path": "/readyz"}}),
-    ("Deployment", f"{POD}.terminationGracePeriodSeconds", "45s"),
+    ("Deployment", f"{POD}.terminationGracePeriodSeconds", "50s"),
     ("Deployment", f"{POD}.containers.0.lifecycle.preStop.exec.command", "sleep 5"),
     ("Service", "spec.ports.0.port", "8081"),
     ("HorizontalPodAutoscaler", "spec.minReplicas", "two"),
@@ -205,9 +205,12 @@ def test_grace_period_outlasts_prestop_the_longest_poll_and_the_drain(docs, tmp_
     config = _proxy_config(docs, tmp_path)
     pre_stop = _container(docs)["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    drain_s = min(config.shutdown_grace_s, 10.0)  # grpc_server.stop(grace=...) in ProxyApp
+    # ProxyApp._let_clients_move, then grpc_server.stop(grace=...)
+    move_s = config.grpc_max_connection_age_s * (1 + CONNECTION_AGE_JITTER) + MOVED_QUIET_S
+    drain_s = min(config.shutdown_grace_s, 10.0)
     longest_poll_s = config.receive.max_polling_ms / 1000
-    assert spec["terminationGracePeriodSeconds"] > float(pre_stop[1]) + longest_poll_s + drain_s
+    needed = float(pre_stop[1]) + move_s + longest_poll_s + drain_s
+    assert spec["terminationGracePeriodSeconds"] > needed
 
 
 async def test_probe_paths_answer_on_a_proxy_run_with_the_configmap(docs, tmp_path, cluster):

@@ -194,3 +194,62 @@ async def test_stop_drains_polls_and_telemetry_streams_without_an_error(cluster,
         else:
             assert await asyncio.wait_for(call.read(), 5) is grpc.aio.EOF, name  # type: ignore[attr-defined]
             assert await call.code() == grpc.StatusCode.OK, name
+
+
+async def test_a_drain_under_load_moves_clients_before_its_server_stops(cluster, tmp_path):
+    """Sixteen callers send without a pause through a balancer that follows /readyz, as a
+    Kubernetes Service does, while the proxy they reach drains. The connection's age GOAWAY
+    (``grpc_max_connection_age_s``) moves them to the other proxy while the first still
+    serves, so no call crosses the server's stop: not one error. With connections that
+    never age, the same run costs a dozen CANCELLED sends, cancelled by gRPC's core as the
+    server stops (docs/reliability.md, "Drain")."""
+    import grpc
+
+    from bench.lean_client import LeanClient
+    from bench.soak_official import Balancer
+
+    base = dataclasses.replace(config_for(cluster, tmp_path), grpc_max_connection_age_s=1.0)
+    first = ProxyApp(dataclasses.replace(base, proxy_id="first"))
+    second = ProxyApp(dataclasses.replace(base, proxy_id="second", event_log_dir=None))
+    await first.start()
+    await second.start()
+    balancer = Balancer([(f"127.0.0.1:{app.grpc_port}", f"127.0.0.1:{app.http_port}")
+                         for app in (first, second)])  # fmt: skip
+    balancer.PROBE_S = 0.2  # a readiness probe that notices the drain long before the age
+    client = LeanClient(await balancer.start(), "drain-load")
+    errors: list[str] = []
+    sent = 0
+    sending = True
+
+    async def sender() -> None:
+        nonlocal sent
+        while sending:
+            try:
+                answer = await client.send("T", b"x")
+            except grpc.aio.AioRpcError as err:
+                errors.append(f"{err.code().name}: {err.details()}")
+                continue
+            if answer.status.code != pb.Code.OK:
+                errors.append(pb.Code.Name(answer.status.code))
+            sent += 1
+
+    senders = [asyncio.ensure_future(sender()) for _ in range(16)]
+    try:
+        await wait_until(lambda: sent >= 200, timeout=10)
+        assert first.service.last_call_at > 0  # the balancer's first connection: to the first
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(first.stop(), 20)
+        stopped_after = loop.time() - started
+        before = sent
+        await wait_until(lambda: sent >= before + 200, timeout=10)  # served by the second
+    finally:
+        sending = False
+        await asyncio.gather(*senders)
+        await client.close()
+        await balancer.close()
+        await first.stop()
+        await second.stop()
+    assert errors == [], errors[:5]
+    # The clients left once their connection aged (1-1.1 s) and a quiet spell followed.
+    assert stopped_after < 1.1 + 0.5 + 2, stopped_after
