@@ -38,6 +38,7 @@ from typing import cast
 
 from bench.sim import vloop
 from bench.sim.brokers import FleetLedger, SimBroker, SimMessage, SimPool
+from bench.sim.peers import SimFabric
 from proxy.brokers import BrokerPool
 from proxy.config import ReceiveConfig, ReceiveMode
 from proxy.observability.metrics import ProxyMetrics
@@ -65,6 +66,8 @@ class Scenario:
     probe_cap: int = 0  # receive.max_probes_per_broker (0: no cap, today's design)
     probe_slice_s: float = 5.0  # receive.probe_slice_s (only with a cap)
     rtt_s: float = 0.0005  # proxy-broker round trip
+    shared: bool = False  # notify with one prober per key in the fleet (receive/shared.py)
+    peer_hop_s: float = 0.0005  # one way between two proxies, with shared
     seed: int = 1
     send_interval: tuple[float, float] | None = None  # uniform gaps instead of Poisson
     extra: dict = field(default_factory=dict)
@@ -132,13 +135,20 @@ async def _play(scn: Scenario) -> dict:
         config.max_probes_per_broker = max(1, round(scn.probe_cap * scn.sampled / scn.keys))
         config.probe_slice_s = scn.probe_slice_s
     engines = []
-    for _ in range(scn.proxies):
+    fabric = SimFabric([f"proxy-{p:03d}" for p in range(scn.proxies)], scn.peer_hop_s)
+    for proxy_id in fabric.ids:
         processor = ConsumerProcessor(pool, broker_timeout_s=3.0, hand_back_invisible_ms=1_000)
-        engines.append(
-            ReceiveEngine(
-                config, pool, processor, cast(ProxyMetrics, _NullMetrics()), clock=loop.time
-            )
+        engine = ReceiveEngine(
+            config,
+            pool,
+            processor,
+            cast(ProxyMetrics, _NullMetrics()),
+            clock=loop.time,
+            links=fabric.links(proxy_id) if scn.shared else None,
         )
+        if engine.shared is not None:
+            fabric.hubs[proxy_id] = engine.shared
+        engines.append(engine)
     tally = _Tally()
     stopping = False
     msg_ids = iter(range(1, 1 << 62))
@@ -214,6 +224,7 @@ async def _play(scn: Scenario) -> dict:
         b.reset_stats()
     tally = _Tally()  # the warm-up's counts dropped (consume() reads the name each time)
     ledger.measuring = True
+    fabric.counting = True
     in_flight_samples: list[int] = []
     fleet_parked = {"notifications": 0, "pops": 0}
     steps = 40
@@ -224,7 +235,14 @@ async def _play(scn: Scenario) -> dict:
             total = sum(getattr(b, kind).size for b in brokers)
             fleet_parked[kind] = max(fleet_parked[kind], total)
     ledger.measuring = False
+    fabric.counting = False
     out = _summary(scn, brokers, ledger, tally, in_flight_samples)
+    # between proxies (shared): what each proxy sends, scaled to the fleet's keys
+    per_proxy = scn.scale / scn.proxies / scn.measure_s
+    out["peer_messages_per_proxy_per_s"] = round(sum(fabric.messages.values()) * per_proxy, 1)
+    out["peer_bytes_per_proxy_per_s"] = round(fabric.bytes * per_proxy)
+    out["peer_messages"] = {k: round(v * per_proxy, 1) for k, v in fabric.messages.items()}
+    out["fallbacks"] = sum(e.shared.fallbacks for e in engines if e.shared is not None)
     # on all brokers together, the most seen at any of the 40 sampling moments (scaled)
     out["fleet_parked_notifications"] = round(fleet_parked["notifications"] * scn.scale)
     out["fleet_parked_pops"] = round(fleet_parked["pops"] * scn.scale)

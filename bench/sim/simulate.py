@@ -36,7 +36,8 @@ def sampled_for(keys: int, cap: int, least: int = 4, per_slot: int = 4) -> int:
 def grid(args) -> list[dict]:
     out = []
     for variant in args.variants:
-        mode, capped = (variant.removesuffix("+cap"), variant.endswith("+cap"))
+        capped, shared = variant.endswith("+cap"), variant.endswith("+shared")
+        mode = variant.removesuffix("+cap").removesuffix("+shared")
         for p in args.proxies:
             for k in args.keys:
                 cap = cap_for(p) if capped else 0
@@ -51,6 +52,7 @@ def grid(args) -> list[dict]:
                     warmup_s=args.warmup,
                     measure_s=args.measure,
                     probe_cap=cap,
+                    shared=shared,
                     seed=args.seed,
                     extra={"variant": variant, "case": "grid"},
                 )
@@ -175,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         "--variants",
         nargs="+",
         default=["notify", "coupled", "adaptive", "notify+cap"],
-        help="receive modes; +cap: with receive.max_probes_per_broker = 80,000 / P",
+        help="receive modes; +cap: with receive.max_probes_per_broker = 80,000 / P; "
+        "+shared: one prober per key in the fleet (notify+shared)",
     )
     ap.add_argument("--no-agreement", action="store_true")
     ap.add_argument("--quick", action="store_true", help="P 1 10, K 100 1000, B 8, C 20")

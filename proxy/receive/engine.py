@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from proxy.brokers import BrokerPool
 from proxy.config import PollMode, ReceiveConfig, ReceiveMode
+from proxy.fleet.links import PeerLinks
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.adaptive import AdaptiveSwitch, Decision, Evidence
@@ -24,7 +25,8 @@ from proxy.receive.coupled import coupled_poll
 from proxy.receive.lite import LiteReceiver
 from proxy.receive.misses import MissMemory
 from proxy.receive.notify import notify_poll
-from proxy.receive.probes import ProbeHub
+from proxy.receive.probes import ProbeHub, Prober
+from proxy.receive.shared import SharedProbeHub
 from proxy.receive.slicing import slicing_poll
 from proxy.receive.thresholds import ThresholdsFile
 from proxy.receive.types import PolledMessage, ReceiveRequest, ReceiveResult
@@ -44,13 +46,16 @@ class ReceiveEngine:
         consumer: ConsumerProcessor,
         metrics: ProxyMetrics,
         clock: Callable[[], float] = time.monotonic,
+        links: PeerLinks | None = None,
     ) -> None:
+        """``links``: the other proxies of a fleet that probes each key once; without them
+        this proxy probes for every key its polls wait on."""
         self.config = config
         self.clock = clock  # the adaptive switch's time (the fleet simulator's is simulated)
         self.pool = pool
         self.consumer = consumer
         self.metrics = metrics
-        self.hub = ProbeHub(
+        local = ProbeHub(
             pool,
             max_poll_ms=config.max_polling_ms,
             broker_timeout_s=config.broker_timeout_s,
@@ -59,6 +64,8 @@ class ReceiveEngine:
             slice_s=config.probe_slice_s,
             linger_s=config.probe_linger_ms / 1000,
         )
+        self.shared = SharedProbeHub(local, links) if links is not None else None
+        self.hub: Prober = self.shared or local
         self.misses = MissMemory()
         self.lite = LiteReceiver(
             pool, consumer, config.broker_timeout_s, config.max_delivery_attempts

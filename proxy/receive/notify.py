@@ -19,7 +19,7 @@ import functools
 
 from proxy.receive.context import PollContext
 from proxy.receive.misses import MissMemory
-from proxy.receive.probes import ProbeHub, Watch
+from proxy.receive.probes import Prober, Watch
 from proxy.receive.types import PolledMessage
 
 # Pause before probing a broker again after its n-th empty pop in one poll (n = 1, 2, ...),
@@ -36,7 +36,7 @@ from proxy.receive.types import PolledMessage
 MISS_BACKOFF_S = (0.0, 0.05, 0.1, 0.2, 0.4)
 
 
-def _nothing_new(ctx: PollContext, hub: ProbeHub) -> bool:
+def _nothing_new(ctx: PollContext, hub: Prober) -> bool:
     """Whether every broker of the poll has a probe for its (group, topic) parked: then no
     broker has anything the first pop could find (``ProbeHub.parked``), and the poll goes
     straight to watching. A message that lands in between wakes the parked probe; one that
@@ -47,7 +47,7 @@ def _nothing_new(ctx: PollContext, hub: ProbeHub) -> bool:
 
 
 async def notify_poll(
-    ctx: PollContext, hub: ProbeHub, misses: MissMemory, max_probes: int
+    ctx: PollContext, hub: Prober, misses: MissMemory, max_probes: int
 ) -> list[PolledMessage]:
     first = ctx.first_broker()
     if first is None:

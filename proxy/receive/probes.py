@@ -36,6 +36,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from proxy.brokers import BrokerPool
 from proxy.remoting.client import RemotingError
@@ -77,6 +78,36 @@ class _Key:
     last_watched: float = float("-inf")  # loop time a watch of this key last ended
 
 
+class Prober(Protocol):
+    """What a notify poll and the engine need of the probes: this proxy's ``ProbeHub``, or
+    the ``SharedProbeHub`` of a fleet that probes each key once (``receive/shared.py``)."""
+
+    @property
+    def probes_in_flight(self) -> int: ...
+
+    @property
+    def watchers(self) -> int: ...
+
+    @property
+    def probes_sent(self) -> int: ...
+
+    def parked(self, key: ProbeKey) -> bool: ...
+
+    def watch(
+        self,
+        key: ProbeKey,
+        deadline: float,
+        on_has_msg: Callable[[str], None],
+        on_probe_sent: Callable[[], None],
+        *,
+        order: bool = False,
+    ) -> Watch: ...
+
+    def release(self, watch: Watch, *, missed: bool = False) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class ProbeHub:
     def __init__(
         self,
@@ -103,11 +134,15 @@ class ProbeHub:
         self._keys: dict[ProbeKey, _Key] = {}
         self._restarts: set[asyncio.TimerHandle] = set()
         self._closed = False
-        self.probes_sent = 0
+        self._probes_sent = 0
 
     @property
     def probes_in_flight(self) -> int:
         return sum(1 for k in self._keys.values() if k.probe is not None)
+
+    @property
+    def probes_sent(self) -> int:
+        return self._probes_sent
 
     @property
     def watchers(self) -> int:
@@ -268,7 +303,7 @@ class ProbeHub:
                 state.probes += 1
                 if state.watchers:
                     state.watchers[0].on_probe_sent()
-                self.probes_sent += 1
+                self._probes_sent += 1
                 state.parked = True
                 try:
                     answer = await client.notification(

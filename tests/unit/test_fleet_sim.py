@@ -41,3 +41,17 @@ def test_notify_past_the_brokers_limit_is_refused_and_the_probe_cap_keeps_under_
     assert capped["delivered"] > 5
     assert capped["false_empties"] == 0
     assert capped["broker_requests_per_s"] < today["broker_requests_per_s"] / 2
+
+
+def test_one_prober_per_key_parks_the_keys_once_whatever_the_proxies():
+    # The case above with the fleet sharing its probes (receive/shared.py): each broker
+    # holds one NOTIFICATION per key, 10,000, not 17.4 per key; nothing refused, nothing
+    # missed, and each message still wakes one poll through one hop between proxies.
+    over = dict(proxies=20, consumers=40, keys=10_000, sampled=10, rate=0.5, spread="random")
+    shared = _fleet(mode="notify", shared=True, **over)
+    assert shared["polling_full_per_s"] == 0
+    assert shared["parked_notifications_max"] <= 10_000
+    assert shared["delivered"] > 5 and shared["false_empties"] == 0
+    assert shared["latency_ms"]["p99"] < 100
+    assert shared["fallbacks"] == 0
+    assert shared["peer_messages"]["wake"] > 0

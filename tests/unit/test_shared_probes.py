@@ -1,0 +1,200 @@
+"""The shared probe hub (proxy/receive/shared.py): three proxies' real receive engines on
+simulated brokers and simulated links between them (bench/sim), on simulated time.
+
+One prober per key: a poll on a proxy that does not own its key is heard through the
+owner's probes, and a broker holds one NOTIFICATION for the key, not one per proxy. When
+the owner cannot be heard (silent, its link down, dead, replaced), the poll's proxy probes
+for itself within ``fallback_s``, and no message is lost or waits past the poll."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import cast
+
+from bench.sim import vloop
+from bench.sim.brokers import FleetLedger, SimBroker, SimMessage, SimPool
+from bench.sim.fleet import _NullMetrics
+from bench.sim.peers import SimFabric
+from proxy.brokers import BrokerPool
+from proxy.config import ReceiveConfig, ReceiveMode
+from proxy.fleet.members import owner_of
+from proxy.fleet.messages import PeerKind
+from proxy.observability.metrics import ProxyMetrics
+from proxy.processor.consumer import ConsumerProcessor
+from proxy.receive.engine import ReceiveEngine
+from proxy.receive.shared import DEFAULT_FALLBACK_S, LINGER_S
+from proxy.receive.types import ReceiveRequest, ReceiveResult
+
+IDS = ["proxy-a", "proxy-b", "proxy-c"]
+GROUP, TOPIC = "G", "T"
+OWNER = owner_of(IDS, GROUP, TOPIC)
+SUBSCRIBER = next(i for i in IDS if i != OWNER)
+
+
+@dataclass
+class Fleet:
+    fabric: SimFabric
+    brokers: list[SimBroker]
+    engines: dict[str, ReceiveEngine]
+    ids = iter(range(1, 1 << 30))
+
+    def parked(self) -> list[int]:
+        """NOTIFICATIONs parked on each broker."""
+        return [b.notifications.size for b in self.brokers]
+
+    def put(self, broker: int = 0) -> SimMessage:
+        now = asyncio.get_running_loop().time()
+        msg = SimMessage(next(self.ids), (GROUP, TOPIC), self.brokers[broker].name, now, now)
+        self.brokers[broker].put(msg)
+        return msg
+
+    def poll(self, proxy: str, await_s: float = 20.0) -> asyncio.Future[ReceiveResult]:
+        now = asyncio.get_running_loop().time()
+        req = ReceiveRequest(
+            group=GROUP, topic=TOPIC, expression="*", batch_size=32, invisible_ms=30_000,
+            polling_ms=int(await_s * 1000), answer_by=now + await_s, arrived_at=now,
+            broker_hint=self.brokers[0].name,
+        )  # fmt: skip
+        return asyncio.ensure_future(self.engines[proxy].receive(req))
+
+
+def on_fleet(test: Callable[[Fleet], Awaitable[None]]) -> None:
+    async def play() -> None:
+        ledger = FleetLedger()
+        brokers = [SimBroker(f"broker-{b}", ledger) for b in range(3)]
+        pool = cast(BrokerPool, SimPool(brokers))
+        fabric = SimFabric(IDS, hop_s=0.0005)
+        config = ReceiveConfig(mode=ReceiveMode.NOTIFY)
+        engines = {}
+        for proxy_id in IDS:
+            processor = ConsumerProcessor(pool, broker_timeout_s=3.0, hand_back_invisible_ms=1000)
+            engine = ReceiveEngine(
+                config, pool, processor, cast(ProxyMetrics, _NullMetrics()),
+                clock=asyncio.get_running_loop().time, links=fabric.links(proxy_id),
+            )  # fmt: skip
+            assert engine.shared is not None
+            fabric.hubs[proxy_id] = engine.shared
+            engines[proxy_id] = engine
+        try:
+            await test(Fleet(fabric, brokers, engines))
+        finally:
+            for engine in engines.values():
+                engine.stop_polls()
+            for engine in engines.values():
+                await engine.close()
+                await engine.consumer.close(grace_s=0.1)
+
+    vloop.run(play())
+
+
+async def heard(poll: asyncio.Future[ReceiveResult], msg: SimMessage, within: float) -> float:
+    """The poll answers with ``msg`` within ``within`` s of the message; how long it took."""
+    loop = asyncio.get_running_loop()
+    result = await asyncio.wait_for(poll, within)
+    assert [m.broker for m in result.messages] == [msg.broker]
+    return loop.time() - msg.sent_at
+
+
+def test_polls_on_every_proxy_park_one_notification_per_broker_and_each_message_wakes_one():
+    async def test(fleet: Fleet) -> None:
+        polls = [fleet.poll(p) for p in IDS for _ in range(2)]
+        await asyncio.sleep(1)
+        assert fleet.parked() == [1, 1, 1]  # not one per proxy: three without sharing
+        subscriber = fleet.engines[SUBSCRIBER].shared
+        assert subscriber is not None and subscriber.fallbacks == 0
+        msg = fleet.put(broker=1)
+        await asyncio.sleep(0.1)
+        answered = [p for p in polls if p.done()]
+        assert len(answered) == 1  # one message, one poll woken fleet-wide
+        assert [m.broker for m in answered[0].result().messages] == [msg.broker]
+        assert fleet.parked() == [1, 1, 1]  # probing again for the five still waiting
+
+    on_fleet(test)
+
+
+def test_a_subscriber_hears_through_the_owner_within_two_hops():
+    async def test(fleet: Fleet) -> None:
+        poll = fleet.poll(SUBSCRIBER)
+        await asyncio.sleep(1)
+        assert fleet.parked() == [1, 1, 1]
+        took = await heard(poll, fleet.put(broker=2), within=1)
+        # The owner's probe answer, a WAKE (one hop), the subscriber's pop.
+        assert took < 0.01, took
+        hub = fleet.engines[SUBSCRIBER].shared
+        assert hub is not None
+        assert (hub.sent[PeerKind.WATCH], hub.sent[PeerKind.DONE]) == (1, 1)
+
+    on_fleet(test)
+
+
+def test_a_silent_owner_costs_at_most_the_fallback():
+    async def test(fleet: Fleet) -> None:
+        fleet.fabric.silent.add(OWNER)  # a partition: sends succeed, nothing arrives
+        poll = fleet.poll(SUBSCRIBER)
+        await asyncio.sleep(0.1)
+        msg = fleet.put(broker=0)
+        took = await heard(poll, msg, within=DEFAULT_FALLBACK_S + 1)
+        assert took <= DEFAULT_FALLBACK_S + 0.05, took
+        hub = fleet.engines[SUBSCRIBER].shared
+        assert hub is not None and hub.fallbacks == 1
+
+    on_fleet(test)
+
+
+def test_an_owner_killed_mid_poll_costs_nothing_once_its_link_drops():
+    async def test(fleet: Fleet) -> None:
+        poll = fleet.poll(SUBSCRIBER)
+        await asyncio.sleep(1)
+        # SIGKILL: the owner's probes end with its connections, its link goes down.
+        owner = fleet.engines[OWNER]
+        owner.stop_polls()
+        await owner.close()
+        fleet.fabric.down.add(OWNER)
+        for proxy_id, hub in fleet.fabric.hubs.items():
+            if proxy_id != OWNER:
+                hub.peer_lost(OWNER)
+        await asyncio.sleep(0.01)
+        # The subscriber's own probes now (the dead owner's stay parked on the brokers
+        # until their poll time ends, as a real broker keeps them).
+        assert fleet.engines[SUBSCRIBER].hub.probes_in_flight == 3
+        took = await heard(poll, fleet.put(broker=1), within=1)
+        assert took < 0.01, took
+
+    on_fleet(test)
+
+
+def test_an_owner_change_moves_the_key_without_a_gap():
+    async def test(fleet: Fleet) -> None:
+        poll = fleet.poll(SUBSCRIBER)
+        await asyncio.sleep(1)
+        fleet.fabric.ids = [i for i in IDS if i != OWNER]  # the owner leaves the members
+        for hub in fleet.fabric.hubs.values():
+            hub.members_changed()
+        await heard(poll, fleet.put(broker=0), within=0.1)
+        # The next poll subscribes at the new owner (or is it).
+        again = fleet.poll(SUBSCRIBER)
+        await asyncio.sleep(1)
+        await heard(again, fleet.put(broker=2), within=0.1)
+
+    on_fleet(test)
+
+
+def test_a_subscriber_leaves_after_its_last_poll_and_the_owner_stops_probing_for_it():
+    async def test(fleet: Fleet) -> None:
+        poll = fleet.poll(SUBSCRIBER, await_s=2)
+        await asyncio.sleep(1)
+        assert fleet.parked() == [1, 1, 1]
+        result = await asyncio.wait_for(poll, 2)
+        assert result.messages == []
+        await asyncio.sleep(LINGER_S + 0.5)
+        owner = fleet.engines[OWNER].shared
+        assert owner is not None and owner.watchers == 0  # the UNWATCH arrived
+        sent = owner.probes_sent
+        # Its parked probes end with their poll time (at most 20 s) and are not sent again.
+        await asyncio.sleep(20)
+        assert fleet.parked() == [0, 0, 0]
+        assert owner.probes_sent == sent
+
+    on_fleet(test)
