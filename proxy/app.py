@@ -26,6 +26,8 @@ from proxy.api.v2 import service_pb2_grpc
 from proxy.brokers import BrokerPool
 from proxy.collector import FullCollections
 from proxy.config import ProxyConfig
+from proxy.fleet.members import Members
+from proxy.fleet.transport import FleetLinks
 from proxy.groups import GroupSettings
 from proxy.observability.eventlog import EventLog
 from proxy.observability.metrics import ProxyMetrics
@@ -123,7 +125,18 @@ class ProxyApp:
             client_id=f"rmq-notify-proxy@{config.proxy_id}",
             broker_timeout_s=rc.broker_timeout_s,
         )
-        self.engine = ReceiveEngine(rc, self.pool, self.consumer, self.metrics)
+        fleet = config.fleet
+        self.fleet = (
+            FleetLinks(
+                Members(fleet.peers, fleet.refresh_s), f"{fleet.host}:{fleet.port}", fleet.advertise
+            )
+            if fleet.enabled
+            else None
+        )
+        self.engine = ReceiveEngine(
+            rc, self.pool, self.consumer, self.metrics,
+            links=self.fleet, fallback_s=fleet.fallback_ms / 1000,
+        )  # fmt: skip
         self.groups = GroupSettings(self.pool, ttl_s=config.route_ttl_s)
         self.renewer = HandleRenewer(
             self.consumer,
@@ -213,6 +226,7 @@ class ProxyApp:
             Step("lite", start_lite, _nothing),
             Step("renewer", start_renewer, self.renewer.close),
             Step("receive engine", self.engine.start, self.engine.close),
+            Step("fleet links", self._start_fleet, self._stop_fleet),
             Step("grpc server", self._start_grpc, self._stop_grpc),
         ]
 
@@ -248,6 +262,14 @@ class ProxyApp:
         if took > SLOW_STOP_S:
             log.warning("proxy %s: stopping the %s took %.1f s", self.config.proxy_id,
                         step.name, took)  # fmt: skip
+
+    async def _start_fleet(self) -> None:
+        if self.fleet is not None and self.engine.shared is not None:
+            await self.fleet.start(self.engine.shared)
+
+    async def _stop_fleet(self) -> None:
+        if self.fleet is not None:
+            await self.fleet.close()
 
     async def _start_grpc(self) -> None:
         config = self.config
@@ -378,4 +400,15 @@ class ProxyApp:
             # Every task on the loop: a leak shows as a count that keeps growing.
             "tasks": len(asyncio.all_tasks()),
             "event_log": self.events.stats() if self.events is not None else None,
+            "fleet": self._fleet_status(),
+        }
+
+    def _fleet_status(self) -> dict[str, object] | None:
+        """The links, and what the shared hub sent and fell back on (None: no fleet)."""
+        if self.fleet is None or self.engine.shared is None:
+            return None
+        shared = self.engine.shared
+        return self.fleet.status() | {
+            "sent": {kind.value: n for kind, n in shared.sent.items()},
+            "fallbacks": shared.fallbacks,
         }

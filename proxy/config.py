@@ -1,8 +1,9 @@
 """Proxy configuration: defaults, then a TOML file, then environment, then flags.
 
 The TOML file has top-level keys for ``ProxyConfig``, a ``[receive]`` table for
-``ReceiveConfig`` and a ``[security]`` table for ``SecurityConfig``. Environment variables
-``RMQ_PROXY_<KEY>``, ``RMQ_PROXY_RECEIVE_<KEY>`` and ``RMQ_PROXY_SECURITY_<KEY>`` override it
+``ReceiveConfig``, a ``[security]`` table for ``SecurityConfig`` and a ``[fleet]`` table for
+``FleetConfig``. Environment variables ``RMQ_PROXY_<KEY>``, ``RMQ_PROXY_RECEIVE_<KEY>``,
+``RMQ_PROXY_SECURITY_<KEY>`` and ``RMQ_PROXY_FLEET_<KEY>`` override it
 (``RMQ_PROXY_RECEIVE_MODE=coupled``).
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from proxy.security.config import SecurityConfig
 
-_TABLES = ("receive", "security")
+_TABLES = ("receive", "security", "fleet")
 
 
 class PollMode(enum.StrEnum):
@@ -132,6 +133,40 @@ class ReceiveConfig:
 
 
 @dataclass
+class FleetConfig:
+    """A fleet that probes each key once (docs/scale.md, "One prober per key"): the proxies
+    agree on one owner per (group, topic), which probes the brokers for every proxy with a
+    poll of it waiting. Off while ``peers`` is empty."""
+
+    # The proxies to share probes with, by their fleet address ("host:port"; this one may
+    # be listed too), or "dns:NAME:PORT", a name that resolves to all of them (a Kubernetes
+    # headless Service). Empty: each proxy probes for its own polls.
+    peers: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"  # where this proxy listens for its peers
+    port: int = 8083
+    # The address the peers list this proxy at (its pod IP and port with DNS); default
+    # host:port.
+    advertise: str | None = None
+    # A key's owner that has not answered in this long is not waited for: this proxy
+    # probes the key itself (a dead or cut owner costs at most this much).
+    fallback_ms: int = 1000
+    refresh_s: float = 5.0  # "dns:" names are resolved again this often
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.peers)
+
+    def validate(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError("fleet.port must be 0-65535")
+        if self.fallback_ms < 1 or self.refresh_s <= 0:
+            raise ValueError("fleet.fallback_ms and fleet.refresh_s must be positive")
+        for peer in self.peers:
+            if not peer.rpartition(":")[2].isdigit():
+                raise ValueError(f"fleet.peers: {peer!r} is not host:port or dns:NAME:PORT")
+
+
+@dataclass
 class ProxyConfig:
     proxy_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     grpc_host: str = "127.0.0.1"
@@ -181,10 +216,12 @@ class ProxyConfig:
     topics: list[str] = field(default_factory=list)  # created on embedded brokers
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
 
     def validate(self) -> None:
         self.receive.validate()
         self.security.validate()
+        self.fleet.validate()
         if self.embedded_brokers < 0:
             raise ValueError("embedded_brokers must not be negative")
         if self.workers < 0:
@@ -250,10 +287,12 @@ def load(
         _apply(config, {k: v for k, v in data.items() if k not in _TABLES}, source=path)
         _apply(config.receive, data.get("receive", {}), source=f"{path} [receive]")
         _apply(config.security, data.get("security", {}), source=f"{path} [security]")
+        _apply(config.fleet, data.get("fleet", {}), source=f"{path} [fleet]")
     env = os.environ if env is None else env
     _apply(config, _from_env(env, "RMQ_PROXY_", ProxyConfig), source="environment")
     _apply(config.receive, _from_env(env, "RMQ_PROXY_RECEIVE_", ReceiveConfig), "environment")
     _apply(config.security, _from_env(env, "RMQ_PROXY_SECURITY_", SecurityConfig), "environment")
+    _apply(config.fleet, _from_env(env, "RMQ_PROXY_FLEET_", FleetConfig), "environment")
     top = {k: v for k, v in overrides.items() if v is not None and not k.startswith("receive_")}
     receive = {
         k.removeprefix("receive_"): v

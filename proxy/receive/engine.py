@@ -26,7 +26,7 @@ from proxy.receive.lite import LiteReceiver
 from proxy.receive.misses import MissMemory
 from proxy.receive.notify import notify_poll
 from proxy.receive.probes import ProbeHub, Prober
-from proxy.receive.shared import SharedProbeHub
+from proxy.receive.shared import DEFAULT_FALLBACK_S, SharedProbeHub
 from proxy.receive.slicing import slicing_poll
 from proxy.receive.thresholds import ThresholdsFile
 from proxy.receive.types import PolledMessage, ReceiveRequest, ReceiveResult
@@ -47,9 +47,11 @@ class ReceiveEngine:
         metrics: ProxyMetrics,
         clock: Callable[[], float] = time.monotonic,
         links: PeerLinks | None = None,
+        fallback_s: float = DEFAULT_FALLBACK_S,
     ) -> None:
         """``links``: the other proxies of a fleet that probes each key once; without them
-        this proxy probes for every key its polls wait on."""
+        this proxy probes for every key its polls wait on. ``fallback_s``: how long a key's
+        owner may take to answer before this proxy probes the key itself."""
         self.config = config
         self.clock = clock  # the adaptive switch's time (the fleet simulator's is simulated)
         self.pool = pool
@@ -64,7 +66,9 @@ class ReceiveEngine:
             slice_s=config.probe_slice_s,
             linger_s=config.probe_linger_ms / 1000,
         )
-        self.shared = SharedProbeHub(local, links) if links is not None else None
+        self.shared = (
+            SharedProbeHub(local, links, fallback_s=fallback_s) if links is not None else None
+        )
         self.hub: Prober = self.shared or local
         self.misses = MissMemory()
         self.lite = LiteReceiver(

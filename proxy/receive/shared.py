@@ -116,6 +116,7 @@ class SharedProbeHub:
         self._subscriptions: dict[Pair, _Subscription] = {}
         self._served: dict[Pair, _Served] = {}
         self._sweep_at = 1024
+        self._lookups: set[asyncio.Future[None]] = set()  # routes a WATCH needs
         self.sent: Counter[PeerKind] = Counter()
         self.fallbacks = 0
 
@@ -197,6 +198,9 @@ class SharedProbeHub:
         self._when_idle(pair, subscription)
 
     async def close(self) -> None:
+        for task in list(self._lookups):
+            task.cancel()
+        await asyncio.gather(*self._lookups, return_exceptions=True)
         for subscription in self._subscriptions.values():
             subscription.cancel_timers()
         self._subscriptions.clear()
@@ -341,8 +345,27 @@ class SharedProbeHub:
             served = self._served[pair] = _Served(message.order)
         until = self._now() + message.remaining_s
         served.peers[peer] = max(served.peers.get(peer, 0.0), until)  # keeps its place
+        unknown = [b for b in message.brokers if self.local.pool.broker(b) is None]
         for broker in message.brokers:
-            self._stand_in(pair, served, broker)
+            if broker not in unknown:
+                self._stand_in(pair, served, broker)
+        if unknown:
+            # No poll of this proxy has needed the topic's route yet: look it up first.
+            task = asyncio.ensure_future(self._stand_in_when_known(pair, unknown))
+            self._lookups.add(task)
+            task.add_done_callback(self._lookup_done)
+
+    async def _stand_in_when_known(self, pair: Pair, brokers: list[str]) -> None:
+        for broker in brokers:
+            await self.local.pool.broker_by_name(broker, pair[1])
+            served = self._served.get(pair)
+            if served is not None and self.local.pool.broker(broker) is not None:
+                self._stand_in(pair, served, broker)
+
+    def _lookup_done(self, task: asyncio.Future[None]) -> None:
+        self._lookups.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("route look-up for a peer failed", exc_info=task.exception())
 
     def _stand_in(self, pair: Pair, served: _Served, broker: str) -> None:
         """One watch of (broker, pair) in the local hub for all the peers; extended, not
