@@ -50,6 +50,7 @@ class Ports:
     proxy_http: tuple[int, ...]
     prometheus: int
     pushgateway: int
+    proxy_fleet: tuple[int, ...] = (8083, 8183)  # with --fleet: where the proxies meet
 
     @classmethod
     def defaults(cls) -> Ports:
@@ -63,12 +64,16 @@ class Ports:
         # A real broker binds its port P, P - 2 and P + 1: brokers go 4 apart after the
         # rest (base + 10..21 in all); stubs take one port each.
         brokers = (base + 12, base + 16, base + 20) if real else (base + 1, base + 2, base + 3)
-        return cls(base, brokers, (base + 4, base + 6), (base + 5, base + 7), base + 8, base + 9)
+        fleet = (base + 10, base + 11)
+        return cls(
+            base, brokers, (base + 4, base + 6), (base + 5, base + 7), base + 8, base + 9, fleet
+        )
 
     @classmethod
     def free(cls) -> Ports:
         # Prometheus and the Pushgateway cannot report a port they chose, so ask the OS.
-        return cls(0, (0, 0, 0), (0, 0), (0, 0), free_port(), free_port())
+        fleet = (free_port(), free_port())
+        return cls(0, (0, 0, 0), (0, 0), (0, 0), free_port(), free_port(), fleet)
 
 
 @dataclass
@@ -123,8 +128,10 @@ class Stack:
         prometheus_dir: Path,
         topics: list[str],
         real: str | None = None,
+        fleet: bool = False,
     ) -> None:
         self.ports = ports
+        self.fleet = fleet  # the proxies probe each key once between them (docs/scale.md)
         self.run = run
         self.prometheus_dir = prometheus_dir
         self.topics = topics
@@ -227,12 +234,22 @@ class Stack:
             # their event logs keep the names proxy-1, proxy-2 (a worker group's are
             # <id>-w<k>).
             argv += ["--workers", "1"]
+            if self.fleet:
+                argv += ["--config", str(self._fleet_config(name))]
             self.proxies.append(self._child(name, argv, PROXY_STOP_TIMEOUT_S))
         for proxy in self.proxies:
             ready = proxy.wait_for_log(r"^rmq-proxy ready grpc=(\S+) http=(\S+)", READY_TIMEOUT_S)
             http = f"http://{ready[2]}"
             urls = [f"{http}/metrics", f"{http}/readyz", f"{http}/healthz", f"{http}/v1/status"]
             self._endpoint(proxy, "gRPC", ready[1], urls)
+
+    def _fleet_config(self, name: str) -> Path:
+        """The [fleet] table of proxy ``name``: every proxy's fleet address as peers."""
+        peers = [f"{HOST}:{port}" for port in self.ports.proxy_fleet]
+        port = self.ports.proxy_fleet[PROXIES.index(name)]
+        path = self.run / f"{name}.toml"
+        path.write_text(f'[fleet]\npeers = {json.dumps(peers)}\nhost = "{HOST}"\nport = {port}\n')
+        return path
 
     def _start_monitoring(self) -> None:
         push = f"{HOST}:{self.ports.pushgateway}"
@@ -339,6 +356,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "with --real the brokers take +12, +16, +20 (each also binds port-2 and port+1)",
     )
     ports.add_argument("--free-ports", action="store_true", help="let the OS pick every port")
+    p.add_argument(
+        "--fleet",
+        action="store_true",
+        help="the proxies probe each key once between them ([fleet] peers; fleet ports "
+        "8083/8183, or --base-port +10/+11)",
+    )
     p.add_argument("--run-dir", help="logs, event logs, Prometheus data (default: a new temp dir)")
     p.add_argument(
         "--prometheus-dir",
@@ -368,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         run = Path(tempfile.mkdtemp(prefix="rmq-stack-"))
     topics = args.topic or ["TestTopic", "OrderTopic"]
     real = args.real_profile if args.real else None
-    stack = Stack(ports, run, Path(args.prometheus_dir).resolve(), topics, real)
+    stack = Stack(ports, run, Path(args.prometheus_dir).resolve(), topics, real, args.fleet)
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     failed = False

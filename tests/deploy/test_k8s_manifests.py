@@ -154,7 +154,7 @@ def test_ports_selectors_and_probes_agree(docs, tmp_path):
     container = _container(docs)
     config = _proxy_config(docs, tmp_path)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": config.grpc_port, "ops": config.http_port}
+    assert ports == {"grpc": config.grpc_port, "ops": config.http_port, "fleet": config.fleet.port}
     assert config.grpc_host == config.http_host == "0.0.0.0"
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "ops"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "ops"}
@@ -163,7 +163,7 @@ def test_ports_selectors_and_probes_agree(docs, tmp_path):
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector.items() <= labels.items()
     assert service["spec"]["selector"].items() <= labels.items()
-    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(ports)
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(ports) - {"fleet"}
     monitor = docs["ServiceMonitor"]["spec"]
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert {e["port"] for e in monitor["endpoints"]} == {"ops"}
@@ -234,3 +234,29 @@ async def test_probe_paths_answer_on_a_proxy_run_with_the_configmap(docs, tmp_pa
                 assert r.status == 503
     finally:
         await app.stop()
+
+
+def test_the_fleet_service_lists_every_pod_on_the_fleet_port(docs, tmp_path):
+    """deploy/k8s/fleet/service.yaml: headless (its DNS name resolves to the pods), on the
+    container's fleet port; with ``peers`` set to its name, the ConfigMap loads, and each
+    pod advertises its IP on that port."""
+    (fleet,) = [d for d in yaml.safe_load_all((K8S / "fleet" / "service.yaml").read_text()) if d]
+    assert core_errors(fleet) == []
+    spec = fleet["spec"]
+    assert spec["clusterIP"] == "None"
+    labels = docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert spec["selector"].items() <= labels.items()
+    container = _container(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    ((port,),) = [(p["port"],) for p in spec["ports"] if p["targetPort"] == "fleet"]
+    assert port == ports["fleet"]
+    text = docs["ConfigMap"]["data"]["proxy.toml"].replace(
+        "peers = []", f'peers = ["dns:{fleet["metadata"]["name"]}:{port}"]'
+    )
+    path = tmp_path / "fleet.toml"
+    path.write_text(text)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    config = load(str(path), env={"RMQ_PROXY_FLEET_ADVERTISE": "10.0.0.7:8083"})
+    assert config.fleet.enabled and config.fleet.port == port
+    assert config.fleet.advertise == "10.0.0.7:8083"
+    assert env["RMQ_PROXY_FLEET_ADVERTISE"] == f"$(POD_IP):{port}"

@@ -176,6 +176,26 @@ async def test_stack_serves_then_stops_cleanly_on_sigint(stack):
         assert any(r["group"] == group and r["messages"] == 1 for r in lines), lines
 
 
+async def test_stack_with_fleet_links_its_proxies(tmp_path):
+    """``make stack STACK_ARGS=--fleet``: the two proxies share their probes (each names the
+    other in its [fleet] peers), link up, and serve a message across."""
+    with _running_stack(tmp_path, "--fleet") as (_proc, _printed, endpoints, _run, _out):
+        proxies = [endpoints["proxy-1"], endpoints["proxy-2"]]
+        async with aiohttp.ClientSession() as http:
+            for proxy in proxies:
+                url = next(u for u in proxy["urls"] if u.endswith("/v1/status"))
+                fleet: dict = {}
+                for _ in range(100):  # bounded: 10 s
+                    fleet = json.loads((await _get(http, url))[1])["fleet"]
+                    if len(fleet["up"]) == 1:
+                        break
+                    await asyncio.sleep(0.1)
+                assert len(fleet["up"]) == 1 and len(fleet["members"]) == 2, fleet
+        await _send_and_receive(
+            proxies[0]["address"], proxies[1]["address"], "stack-fleet", "TestTopic"
+        )
+
+
 def _is_jvm_with_log(endpoint: dict) -> bool:
     cmdline = Path(f"/proc/{endpoint['pid']}/cmdline").read_bytes()
     return b"java" in cmdline and Path(endpoint["log"]).is_file()

@@ -40,6 +40,9 @@ def test_file_then_environment_then_flags(tmp_path):
         ("nonsense = 1\n", "unknown setting"),
         ('[receive]\nmode = "fast"\n', "receive.mode"),
         ("[receive]\nmin_polling_ms = 30000\n", "polling bounds"),
+        ('[fleet]\npeers = ["proxy-2"]\n', "fleet.peers"),
+        ("[fleet]\nfallback_ms = 0\n", "fleet.fallback_ms"),
+        ("grpc_max_connection_age_s = -1\n", "grpc_max_connection_age_s"),
     ],
 )
 def test_bad_configuration_is_refused_with_a_reason(tmp_path, text, message):
