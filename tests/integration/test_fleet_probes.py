@@ -1,8 +1,10 @@
 """A fleet that probes each key once, as processes: three ``rmq-proxy`` processes sharing
-their probes over the fleet port (``[fleet] peers``), in front of two broker stubs.
+their probes over the fleet port (``[fleet] peers``), in front of two broker stubs, then
+of the session's two real RocketMQ 5.5.0 brokers.
 
 - Polls of one (group, topic) on all three proxies park one NOTIFICATION per broker, not
-  three, and every message sent reaches a poll.
+  three (counted on the stubs; a real broker does not tell), and every message sent
+  reaches a poll once.
 - The key's owner SIGKILLed while another proxy's poll waits: that poll still gets the
   next message, within the link's keepalive and the fallback (about 3 s), not at its
   deadline.
@@ -16,10 +18,12 @@ Nothing is lost: every message sent is received once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +36,6 @@ from proxy.fleet.members import owner_of
 from tests.support.ports import free_port
 from tests.support.waits import wait_until
 
-GROUP, TOPIC = "G", "T"
 POLL_MS = 20_000
 # A dead or frozen owner is noticed by its link's keepalive (1 s ping, 1 s timeout) or by
 # the fallback (1 s without WATCHING); then the poll's proxy probes itself.
@@ -80,27 +83,71 @@ async def status(proxy: FleetProxy) -> dict:
         return json.loads(await answer.text())
 
 
-@pytest.fixture
-async def fleet(tmp_path):
-    async with StubCluster(2, template=BrokerConfig(topics=[TOPIC])) as cluster:
-        addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-        proxies = []
-        for i, address in enumerate(addresses):
-            config = tmp_path / f"proxy-{i}.toml"
-            config.write_text(
-                "[fleet]\n"
-                f"peers = {json.dumps(addresses)}\n"
-                f'host = "127.0.0.1"\nport = {address.rsplit(":", 1)[1]}\n'
-            )
-            proxies.append(FleetProxy(f"fleet-{i}", address, config))
-        try:
-            await asyncio.gather(*(start(p, cluster.namesrv_address) for p in proxies))
-            for proxy in proxies:
-                await wait_until_linked(proxy, len(proxies) - 1)
-            yield cluster, proxies
-        finally:
-            for proxy in proxies:
-                await stop(proxy)
+@dataclass
+class Fleet:
+    proxies: list[FleetProxy]
+    namesrv: str
+    group: str
+    topic: str
+    stubs: StubCluster | None  # None on real brokers
+
+    def parked(self) -> list[int] | None:
+        """NOTIFICATIONs parked on each stub broker (None on real brokers: not told)."""
+        if self.stubs is None:
+            return None
+        return [broker.notifications.size for broker in self.stubs.brokers]
+
+    async def one_probe_per_broker(self) -> None:
+        if self.stubs is not None:
+            await wait_until(lambda: self.parked() == [1, 1], timeout=5)
+        else:  # the WATCH has reached the owner, whose probes are out
+            await asyncio.sleep(1.0)
+
+    def roles(self) -> tuple[FleetProxy, FleetProxy]:
+        """The owner of the key, and another proxy."""
+        owner = owner_of([p.fleet for p in self.proxies], self.group, self.topic)
+        return (
+            next(p for p in self.proxies if p.fleet == owner),
+            next(p for p in self.proxies if p.fleet != owner),
+        )
+
+
+@contextlib.asynccontextmanager
+async def fleet_of_three(tmp_path: Path, namesrv: str, names: tuple[str, str], stubs=None):
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    proxies = []
+    for i, address in enumerate(addresses):
+        config = tmp_path / f"proxy-{i}.toml"
+        config.write_text(
+            "[fleet]\n"
+            f"peers = {json.dumps(addresses)}\n"
+            f'host = "127.0.0.1"\nport = {address.rsplit(":", 1)[1]}\n'
+        )
+        proxies.append(FleetProxy(f"fleet-{i}", address, config))
+    try:
+        await asyncio.gather(*(start(p, namesrv) for p in proxies))
+        for proxy in proxies:
+            await wait_until_linked(proxy, len(proxies) - 1)
+        yield Fleet(proxies, namesrv, *names, stubs)
+    finally:
+        for proxy in proxies:
+            await stop(proxy)
+
+
+@pytest.fixture(params=["stub", "real"])
+async def fleet(request, tmp_path):
+    names = (f"fleet-g-{uuid.uuid4().hex[:8]}", f"fleet-t-{uuid.uuid4().hex[:8]}")
+    if request.param == "stub":
+        async with (
+            StubCluster(2, template=BrokerConfig(topics=[names[1]])) as stubs,
+            fleet_of_three(tmp_path, stubs.namesrv_address, names, stubs) as running,
+        ):
+            yield running
+        return
+    cluster = request.getfixturevalue("real_cluster")
+    await asyncio.to_thread(cluster.create_topic, names[1])
+    async with fleet_of_three(tmp_path, cluster.namesrv_address, names) as running:
+        yield running
 
 
 async def wait_until_linked(proxy: FleetProxy, peers: int) -> None:
@@ -111,45 +158,39 @@ async def wait_until_linked(proxy: FleetProxy, peers: int) -> None:
     raise AssertionError(f"{proxy.name}: links not up: {(await status(proxy))['fleet']}")
 
 
-async def send(client: LeanClient, body: str) -> str:
-    """Send one message; its id."""
-    return (await client.send(TOPIC, body.encode())).entries[0].message_id
+async def send(fleet: Fleet, via: FleetProxy, count: int) -> list[str]:
+    """Send ``count`` messages through ``via``; their ids."""
+    sender = LeanClient(via.ready["grpc"], "sender")
+    try:
+        return [
+            (await sender.send(fleet.topic, f"m{i}".encode())).entries[0].message_id
+            for i in range(count)
+        ]
+    finally:
+        await sender.close()
 
 
-def parked(cluster: StubCluster) -> list[int]:
-    return [broker.notifications.size for broker in cluster.brokers]
+async def answered(polls: list[asyncio.Future]) -> list[str]:
+    answers = await asyncio.wait_for(asyncio.gather(*polls), 15)
+    return sorted(m.system_properties.message_id for a in answers for m in a.messages)
 
 
-def roles(proxies: list[FleetProxy]) -> tuple[FleetProxy, FleetProxy]:
-    """The owner of (GROUP, TOPIC), and another proxy."""
-    owner = owner_of([p.fleet for p in proxies], GROUP, TOPIC)
-    return (
-        next(p for p in proxies if p.fleet == owner),
-        next(p for p in proxies if p.fleet != owner),
+def poll(fleet: Fleet, client: LeanClient) -> asyncio.Future:
+    return asyncio.ensure_future(
+        client.receive(fleet.group, fleet.topic, await_ms=POLL_MS, batch=1)
     )
 
 
 async def test_polls_on_three_proxies_park_one_notification_per_broker(fleet):
-    cluster, proxies = fleet
-    clients = [LeanClient(p.ready["grpc"], f"client-{p.name}") for p in proxies]
+    clients = [LeanClient(p.ready["grpc"], f"client-{p.name}") for p in fleet.proxies]
     try:
-        polls = [
-            asyncio.ensure_future(c.receive(GROUP, TOPIC, await_ms=POLL_MS, batch=1))
-            for c in clients
-            for _ in range(2)
-        ]
-        await wait_until(lambda: parked(cluster) == [1, 1], timeout=5)
+        polls = [poll(fleet, c) for c in clients for _ in range(2)]
+        await fleet.one_probe_per_broker()
         await asyncio.sleep(0.5)
-        assert parked(cluster) == [1, 1]  # three proxies, one probe per broker
-        sender = LeanClient(proxies[0].ready["grpc"], "sender")
-        sent = [
-            (await sender.send(TOPIC, f"m{i}".encode())).entries[0].message_id for i in range(6)
-        ]
-        await sender.close()
-        answers = await asyncio.wait_for(asyncio.gather(*polls), 10)
-        got = [m.system_properties.message_id for a in answers for m in a.messages]
-        assert sorted(got) == sorted(sent)  # each message once, none lost
-        shared = [(await status(p))["fleet"] for p in proxies]
+        assert fleet.parked() in ([1, 1], None)  # three proxies, one probe per broker
+        sent = await send(fleet, fleet.proxies[0], 6)
+        assert await answered(polls) == sorted(sent)  # each message once, none lost
+        shared = [(await status(p))["fleet"] for p in fleet.proxies]
         assert sum(s["sent"].get("wake", 0) for s in shared) > 0, shared
         assert all(s["fallbacks"] == 0 for s in shared), shared
     finally:
@@ -159,53 +200,41 @@ async def test_polls_on_three_proxies_park_one_notification_per_broker(fleet):
 
 @pytest.mark.parametrize("fault", ["kill", "freeze"])
 async def test_a_poll_outlives_its_keys_owner(fleet, fault):
-    cluster, proxies = fleet
-    owner, other = roles(proxies)
+    owner, other = fleet.roles()
+    third = next(p for p in fleet.proxies if p not in (owner, other))
     client = LeanClient(other.ready["grpc"], "waiting")
-    sender = LeanClient(next(p for p in proxies if p not in (owner, other)).ready["grpc"], "s")
     try:
-        poll = asyncio.ensure_future(client.receive(GROUP, TOPIC, await_ms=POLL_MS, batch=1))
-        await wait_until(lambda: parked(cluster) == [1, 1], timeout=5)
+        waiting = poll(fleet, client)
+        await fleet.one_probe_per_broker()
         assert owner.proc is not None
         os.kill(owner.proc.pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        sent = await send(sender, "after the owner")
-        answer = await asyncio.wait_for(poll, POLL_MS / 1000)
+        sent = await send(fleet, third, 1)
+        answer = await asyncio.wait_for(waiting, POLL_MS / 1000)
         took = loop.time() - started
-        assert [m.system_properties.message_id for m in answer.messages] == [sent]
+        assert [m.system_properties.message_id for m in answer.messages] == sent
         assert took < NOTICED_S, took  # not held to the poll's 20 s deadline
         assert (await status(other))["fleet"]["fallbacks"] >= 1
     finally:
         await client.close()
-        await sender.close()
 
 
 async def test_a_restarted_owner_takes_its_keys_back(fleet):
-    cluster, proxies = fleet
-    owner, other = roles(proxies)
+    owner, other = fleet.roles()
     await stop(owner)
-    await start(owner, cluster.namesrv_address)
-    for proxy in proxies:
-        await wait_until_linked(proxy, len(proxies) - 1)
-    clients = [LeanClient(p.ready["grpc"], f"client-{p.name}") for p in proxies]
+    await start(owner, fleet.namesrv)
+    for proxy in fleet.proxies:
+        await wait_until_linked(proxy, len(fleet.proxies) - 1)
+    clients = [LeanClient(p.ready["grpc"], f"client-{p.name}") for p in fleet.proxies]
     try:
-        polls = [
-            asyncio.ensure_future(c.receive(GROUP, TOPIC, await_ms=POLL_MS, batch=1))
-            for c in clients
-        ]
-        await wait_until(lambda: parked(cluster) == [1, 1], timeout=5)
+        polls = [poll(fleet, c) for c in clients]
+        await fleet.one_probe_per_broker()
         await asyncio.sleep(0.5)
-        assert parked(cluster) == [1, 1]
-        sender = LeanClient(other.ready["grpc"], "sender")
-        sent = [
-            (await sender.send(TOPIC, f"m{i}".encode())).entries[0].message_id for i in range(3)
-        ]
-        await sender.close()
-        answers = await asyncio.wait_for(asyncio.gather(*polls), 10)
-        assert sorted(
-            m.system_properties.message_id for a in answers for m in a.messages
-        ) == sorted(sent)
+        assert fleet.parked() in ([1, 1], None)
+        sent = await send(fleet, other, 3)
+        assert await answered(polls) == sorted(sent)
+        assert (await status(owner))["fleet"]["sent"].get("watching", 0) >= 1
     finally:
         for client in clients:
             await client.close()
