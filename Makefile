@@ -19,6 +19,7 @@ help:
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
 	@echo "make bench-peer   the Apache and Rust RocketMQ proxies beside ours on real brokers (results/bench-peer)"
+	@echo "make bench-fleet-hop  what the hop between sharing proxies costs a message (results/fleet-hop)"
 	@echo "make bench-cold   the reported case cold, 20 times per mode: the first message (results/bench-cold)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
@@ -231,6 +232,12 @@ deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
 .PHONY: bench-peer
 bench-peer: $(BENCH_STAMP) rocketmq interop-deps
 	$(BIN)/python -m bench.peer --out results/bench-peer $(BENCH_ARGS)
+
+# What the hop between proxies of a sharing fleet costs a message (bench/fleet_hop.py;
+# about 8 minutes): the reported case alone, on a fleet's owner, and across the hop.
+.PHONY: bench-fleet-hop
+bench-fleet-hop: $(BENCH_STAMP) rocketmq interop-deps
+	$(BIN)/python -m bench.fleet_hop --out results/fleet-hop $(BENCH_ARGS)
 
 # The reported case cold (bench/cold.py; about 10 minutes): a fresh proxy, group, topic
 # and official consumer per run, 20 runs per mode; the first message's latency and, from
