@@ -58,6 +58,11 @@ DEFAULT_FALLBACK_S = 1.0
 LEASE_S = 60.0
 # A subscription with no poll left waits this long for the next one before UNWATCH.
 LINGER_S = 2.0
+# A WAKE for a broker none of the waiting polls watches right now (each pauses up to 0.4 s
+# after an empty pop there, notify.MISS_BACKOFF_S) is held this long for the next poll
+# that does, then handed back with DONE. Handing it back at once would have the owner probe
+# again, hear the same message, and wake this proxy again, as fast as the network goes.
+HOLD_S = 0.5
 
 
 @dataclass(eq=False, slots=True)
@@ -83,15 +88,17 @@ class _Subscription:
     flush: asyncio.Handle | None = None  # a WATCH to send at the end of this loop turn
     no_answer: asyncio.TimerHandle | None = None  # the fallback, until WATCHING arrives
     linger: asyncio.TimerHandle | None = None  # UNWATCH, unless a poll comes first
+    held: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # WAKEs, by broker
 
     def idle(self) -> bool:
         return not self.woken and not any(self.waiting.values())
 
     def cancel_timers(self) -> None:
-        for timer in (self.flush, self.no_answer, self.linger):
+        for timer in (self.flush, self.no_answer, self.linger, *self.held.values()):
             if timer is not None:
                 timer.cancel()
         self.flush = self.no_answer = self.linger = None
+        self.held.clear()
 
 
 @dataclass(eq=False, slots=True)
@@ -163,10 +170,17 @@ class SharedProbeHub:
         if subscription is None:
             subscription = self._subscriptions[pair] = _Subscription(owner, order)
         watch = SharedWatch(key, deadline, on_has_msg, on_probe_sent, order=order)
-        subscription.waiting.setdefault(broker, deque()).append(watch)
         if subscription.linger is not None:
             subscription.linger.cancel()
             subscription.linger = None
+        held = subscription.held.pop(broker, None)
+        if held is not None:  # a WAKE waited for a poll of this broker: this one
+            held.cancel()
+            watch.state = WatchState.NOTIFIED
+            subscription.woken[broker] = watch
+            asyncio.get_running_loop().call_soon(on_has_msg, broker)
+            return watch
+        subscription.waiting.setdefault(broker, deque()).append(watch)
         stale = broker not in subscription.brokers_sent or deadline > subscription.watched_until
         if stale and subscription.flush is None:
             # Once per loop turn: a poll watches all its brokers in one go.
@@ -283,8 +297,11 @@ class SharedProbeHub:
                 return
         if not subscription.idle():
             # Polls wait here, none on that broker now (each pauses after an empty pop
-            # there): the owner probes again, and wakes the next proxy.
-            self._send(owner, PeerKind.DONE, pair, (broker,))
+            # there): held for the next one that watches it (``HOLD_S``).
+            if broker not in subscription.held:
+                subscription.held[broker] = asyncio.get_running_loop().call_later(
+                    HOLD_S, self._hand_back, pair, subscription, broker
+                )
             return
         # No poll here at all: leave, so the owner wakes another proxy now; the next poll
         # here subscribes again.
@@ -292,6 +309,12 @@ class SharedProbeHub:
         subscription.brokers_sent = frozenset()
         subscription.watched_until = 0.0
         self._when_idle(pair, subscription)
+
+    def _hand_back(self, pair: Pair, subscription: _Subscription, broker: str) -> None:
+        """No poll took a held WAKE: the owner probes that broker again for the others."""
+        subscription.held.pop(broker, None)
+        if self._subscriptions.get(pair) is subscription and not subscription.fallen_back:
+            self._send(subscription.owner, PeerKind.DONE, pair, (broker,))
 
     def _when_idle(self, pair: Pair, subscription: _Subscription) -> None:
         """Forget a subscription with no poll left: at once after a fallback (the next poll

@@ -20,11 +20,12 @@ from bench.sim.peers import SimFabric
 from proxy.brokers import BrokerPool
 from proxy.config import ReceiveConfig, ReceiveMode
 from proxy.fleet.members import owner_of
-from proxy.fleet.messages import PeerKind
+from proxy.fleet.messages import PeerKind, PeerMessage
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine
-from proxy.receive.shared import DEFAULT_FALLBACK_S, LINGER_S
+from proxy.receive.probes import ProbeHub
+from proxy.receive.shared import DEFAULT_FALLBACK_S, HOLD_S, LINGER_S, SharedProbeHub
 from proxy.receive.types import ReceiveRequest, ReceiveResult
 
 IDS = ["proxy-a", "proxy-b", "proxy-c"]
@@ -198,3 +199,58 @@ def test_a_subscriber_leaves_after_its_last_poll_and_the_owner_stops_probing_for
         assert owner.probes_sent == sent
 
     on_fleet(test)
+
+
+class RecordingLinks:
+    """Links that only record what the hub sends (the owner is ``proxy-b``)."""
+
+    self_id = "proxy-a"
+
+    def __init__(self) -> None:
+        self.sent: list[PeerMessage] = []
+
+    def members(self) -> list[str]:
+        return ["proxy-a", "proxy-b"]
+
+    def send(self, peer: str, message: PeerMessage) -> bool:
+        self.sent.append(message)
+        return True
+
+
+def test_a_wake_for_a_broker_no_poll_watches_now_waits_for_the_next_that_does():
+    """A poll pauses after an empty pop of a broker before watching it again; a WAKE for
+    that broker meanwhile is held for it, not handed back at once (the owner would probe
+    again, hear the same message and wake this proxy again, in a loop), and handed back
+    with DONE if no poll of that broker comes within HOLD_S."""
+    group = next(
+        f"g{i}" for i in range(100) if owner_of(["proxy-a", "proxy-b"], f"g{i}", "t") == "proxy-b"
+    )
+
+    async def play() -> None:
+        links = RecordingLinks()
+        pool = cast(BrokerPool, SimPool([]))
+        hub = SharedProbeHub(ProbeHub(pool), links)
+        loop = asyncio.get_running_loop()
+        woken: list[str] = []
+        deadline = loop.time() + 20
+        other = hub.watch(("b1", group, "t"), deadline, woken.append, lambda: None)
+        paused = hub.watch(("b0", group, "t"), deadline, woken.append, lambda: None)
+        await asyncio.sleep(0)  # the WATCH goes
+        hub.release(paused, missed=True)  # its pop of b0 found nothing: a pause
+        hub.receive("proxy-b", PeerMessage(PeerKind.WAKE, group, "t", ("b0",)))
+        await asyncio.sleep(0.1)
+        assert woken == [] and not [m for m in links.sent if m.kind is PeerKind.DONE]
+        again = hub.watch(("b0", group, "t"), deadline, woken.append, lambda: None)
+        await asyncio.sleep(0)
+        assert woken == ["b0"]  # the held WAKE, to the poll that watches b0 again
+        hub.release(again)
+        assert [m.kind for m in links.sent][-1] is PeerKind.DONE
+        # No poll of b0 comes: handed back after HOLD_S.
+        hub.receive("proxy-b", PeerMessage(PeerKind.WAKE, group, "t", ("b0",)))
+        before = len(links.sent)
+        await asyncio.sleep(HOLD_S + 0.01)
+        assert [m.kind for m in links.sent[before:]] == [PeerKind.DONE]
+        hub.release(other)
+        await hub.close()
+
+    vloop.run(play())
