@@ -1,5 +1,6 @@
-"""Draw docs/scale-parked.png from results/sim/results.json (needs matplotlib: the
-``bench`` extra; ``make simulate`` runs it with the bench install)."""
+"""Draw docs/scale-parked.png from results/sim/results.json, or from several results files
+(``--results a.json b.json``: runs made apart, drawn together). Needs matplotlib: the
+``bench`` extra; ``make simulate`` runs it with the bench install."""
 
 from __future__ import annotations
 
@@ -25,16 +26,20 @@ STYLE = {
     "coupled": ("tab:orange", "-"),
     "adaptive": ("tab:green", ":"),
     "notify+cap": ("tab:red", "--"),
+    "notify+shared": ("tab:purple", "-."),
 }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--results", default="results/sim/results.json")
+    ap.add_argument("--results", nargs="+", default=["results/sim/results.json"])
     ap.add_argument("--out", default="docs/scale-parked.png")
     args = ap.parse_args()
     rows = [
-        r for r in json.loads(Path(args.results).read_text()) if r["scenario"]["case"] == "grid"
+        r
+        for path in args.results
+        for r in json.loads(Path(path).read_text())
+        if r["scenario"]["case"] == "grid"
     ]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     series: dict[tuple[str, int], list] = {}
@@ -59,9 +64,12 @@ def main() -> None:
         ax.set_xlabel("P x K (proxies x active keys)")
         ax.grid(True, which="both", alpha=0.3)
     ax1.axhline(TOTAL_LIMIT, color="black", lw=1.5)
-    ax1.text(110, TOTAL_LIMIT * 1.15, "broker limit: 100,000 parked (per table)", fontsize=8)
+    at_left = ax1.get_yaxis_transform()  # x in axes fraction, y in data
+    ax1.text(0.02, TOTAL_LIMIT * 1.15, "broker limit: 100,000 parked (per table)", fontsize=8,
+             transform=at_left)  # fmt: skip
     ax1.axhline(1_024, color="gray", lw=1, ls="--")
-    ax1.text(110, 1_024 * 1.15, "1,024: limit per key (topic@group@queue)", fontsize=8)
+    ax1.text(0.02, 1_024 * 1.15, "1,024: limit per key (topic@group@queue)", fontsize=8,
+             transform=at_left)  # fmt: skip
     ax1.set_ylabel("parked requests per broker (notifications + pops), mean")
     ax1.set_title("Parked requests per broker (B=50, C=100 per key)")
     ax2.set_ylabel("POLLING_FULL answers per second per broker (0 drawn at 0.1)")
