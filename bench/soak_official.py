@@ -276,6 +276,12 @@ class Balancer:
     ready."""
 
     PROBE_S = 1.0
+    # A probe not answered in this long leaves the proxy as it was: on the 2-core machine
+    # at a load of 50 a proxy's /readyz can take over a second, and counting that as not
+    # ready marked every proxy down at once, so the balancer closed every new connection
+    # (UNAVAILABLE for the clients, in a run with the connections' age GOAWAY). The
+    # Deployment's readinessProbe has timeoutSeconds 2.
+    PROBE_TIMEOUT_S = 2.0
 
     def __init__(self, targets: list[tuple[str, str]]) -> None:
         self.targets = targets  # (gRPC address, ops HTTP address) of each proxy
@@ -294,20 +300,28 @@ class Balancer:
         return f"127.0.0.1:{self.port}"
 
     async def _probe_loop(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.PROBE_S / 2)
+        timeout = aiohttp.ClientTimeout(total=self.PROBE_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as http:
             while True:
                 answers = await asyncio.gather(*(self._probe(http, ops) for _, ops in self.targets))
-                passed = zip(self.targets, answers, strict=True)
-                self.ready = {grpc for (grpc, _), ok in passed if ok}
+                ready = set(self.ready or ())
+                for (grpc, _), answer in zip(self.targets, answers, strict=True):
+                    if answer is None and self.ready is not None:
+                        continue  # slow to answer: as it was (a loaded machine, not a drain)
+                    (ready.add if answer else ready.discard)(grpc)
+                self.ready = ready
                 await asyncio.sleep(self.PROBE_S)
 
     @staticmethod
-    async def _probe(http: aiohttp.ClientSession, ops: str) -> bool:
+    async def _probe(http: aiohttp.ClientSession, ops: str) -> bool | None:
+        """200: ready; another status (a drain's 503) or no connection (a dead proxy):
+        not ready; no answer within PROBE_TIMEOUT_S: None, unknown."""
         try:
             async with http.get(f"http://{ops}/readyz") as response:
                 return response.status == 200
-        except (aiohttp.ClientError, TimeoutError):
+        except TimeoutError:
+            return None
+        except aiohttp.ClientError:
             return False
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
