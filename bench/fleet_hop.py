@@ -26,17 +26,15 @@ import random
 import shutil
 import statistics
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from bench.peer import PeerSystem, _official, scenarios_broker_client
+from bench.peer import PeerSystem, _official, scenarios_broker_client, send_one_at_a_time
 from bench.processes import Process, _spawn, terminate
 from bench.scenarios import ms, percentile
 from proxy.fleet.members import owner_of
-from proxy.remoting.message import Prop
 from rocketmq_local.launcher import free_port_block
 
 CASES = ("alone", "owner", "hop")
@@ -95,21 +93,9 @@ async def run(rounds: int, slot_s: float, await_s: int, gap_s: tuple[float, floa
                 sent: dict[str, float] = {}
 
                 async def work(events: list[dict], topic=topic, sent=sent) -> None:
-                    await asyncio.sleep(1.0)  # the first receive is out
-                    end = time.time() + slot_s
-                    while time.time() < end:
-                        await asyncio.sleep(rng.uniform(*gap_s))
-                        msg_id = uuid.uuid4().hex.upper()
-                        await rng.choice(brokers).send(
-                            topic, b"x" * 64, properties={Prop.UNIQ_KEY: msg_id}
-                        )
-                        sent[msg_id] = time.time()
-                    drain_end = time.time() + await_s + 5
-                    while time.time() < drain_end:
-                        got = {e["id"] for e in events if e["event"] == "message"}
-                        if all(i in got for i in sent):
-                            break
-                        await asyncio.sleep(0.1)
+                    await send_one_at_a_time(
+                        brokers, topic, rng, slot_s, gap_s, await_s, sent, events
+                    )
 
                 system = cast(PeerSystem, shim)  # _official reads only .proxies
                 events, errors = await _official(system, case, topic, group, await_s, workdir, work)

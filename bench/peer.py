@@ -435,6 +435,38 @@ async def _official(system: PeerSystem, label: str, topic: str, group: str, awai
     return events, errors
 
 
+async def send_one_at_a_time(
+    brokers: list, topic: str, rng: random.Random, slot_s: float, gap_s: tuple[float, float],
+    await_s: int, sent: dict[str, float], events: list[dict],
+) -> int:  # fmt: skip
+    """The reported case's producer: once the first receive is out, one message at a time
+    at random intervals (``gap_s``), each to a random broker, for ``slot_s``; then wait (at
+    most ``await_s`` + 5 s) until the consumer's ``events`` have every one. Each send goes
+    into ``sent`` (id -> epoch seconds). How many sends were retried (SYSTEM_BUSY)."""
+    retries = 0
+    await asyncio.sleep(1.0)  # the first receive is out
+    end = time.time() + slot_s
+    while time.time() < end:
+        await asyncio.sleep(rng.uniform(*gap_s))
+        msg_id = uuid.uuid4().hex.upper()
+        for attempt in range(3):
+            try:
+                await rng.choice(brokers).send(topic, b"x" * 64, properties={Prop.UNIQ_KEY: msg_id})
+                break
+            except BrokerError as exc:
+                if exc.code != ResponseCode.SYSTEM_BUSY or attempt == 2:
+                    raise
+                retries += 1
+        sent[msg_id] = time.time()
+    drain_end = time.time() + await_s + 5
+    while time.time() < drain_end:
+        got = {e["id"] for e in events if e["event"] == "message"}
+        if all(i in got for i in sent):
+            break
+        await asyncio.sleep(0.1)
+    return retries
+
+
 async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: int,
                    gap_s: tuple[float, float], home: Path) -> dict:  # fmt: skip
     """apache/rocketmq#9145: one official SimpleConsumer, messages one at a time at random
@@ -452,28 +484,9 @@ async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: i
 
             async def work(events: list[dict], topic=topic, sent=sent) -> None:
                 nonlocal retries
-                await asyncio.sleep(1.0)  # the first receive is out
-                end = time.time() + slot_s
-                while time.time() < end:
-                    await asyncio.sleep(rng.uniform(*gap_s))
-                    msg_id = uuid.uuid4().hex.upper()
-                    for attempt in range(3):
-                        try:
-                            await rng.choice(system.broker_clients).send(
-                                topic, b"x" * 64, properties={Prop.UNIQ_KEY: msg_id}
-                            )
-                            break
-                        except BrokerError as exc:
-                            if exc.code != ResponseCode.SYSTEM_BUSY or attempt == 2:
-                                raise
-                            retries += 1
-                    sent[msg_id] = time.time()
-                drain_end = time.time() + await_s + 5
-                while time.time() < drain_end:
-                    got = {e["id"] for e in events if e["event"] == "message"}
-                    if all(i in got for i in sent):
-                        break
-                    await asyncio.sleep(0.1)
+                retries += await send_one_at_a_time(
+                    system.broker_clients, topic, rng, slot_s, gap_s, await_s, sent, events
+                )
 
             proxy = system.proxies[label]
             cpu0, load0 = proxy.cpu_seconds(), os.getloadavg()[0]

@@ -34,6 +34,7 @@ from bench.lean_client import LeanClient
 from broker_stub import BrokerConfig, StubCluster
 from proxy.fleet.members import owner_of
 from tests.support.ports import free_port
+from tests.support.proxy_process import ready_line
 from tests.support.waits import wait_until
 
 POLL_MS = 20_000
@@ -58,16 +59,7 @@ async def start(proxy: FleetProxy, namesrv: str) -> None:
         "--workers", "1", "--log-level", "warning",
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    assert proc.stdout is not None
-    try:
-        line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    words = line.decode().split()
-    assert words[:2] == ["rmq-proxy", "ready"], line
-    proxy.proc, proxy.ready = proc, dict(w.split("=", 1) for w in words[2:])
+    proxy.proc, proxy.ready = proc, await ready_line(proc, 30)
 
 
 async def stop(proxy: FleetProxy) -> None:

@@ -12,6 +12,7 @@ import aiohttp
 
 from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
+from tests.support.proxy_process import ready_line
 
 
 async def start_proxy_process(*args: str) -> tuple[asyncio.subprocess.Process, dict]:
@@ -32,16 +33,7 @@ async def start_proxy_process(*args: str) -> tuple[asyncio.subprocess.Process, d
         *args,
         stdout=asyncio.subprocess.PIPE,
     )
-    assert proc.stdout is not None  # PIPE
-    try:
-        line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    words = line.decode().split()
-    assert words[:2] == ["rmq-proxy", "ready"], line
-    return proc, dict(w.split("=", 1) for w in words[2:])
+    return proc, await ready_line(proc, 30)
 
 
 async def test_sigterm_answers_polls_in_flight_and_exits():

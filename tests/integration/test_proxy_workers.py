@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.lean_client import LeanClient, Received
 from bench.processes import terminate
 from proxy.api.v2 import definition_pb2 as pb
+from tests.support.proxy_process import ready_line
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60.0
@@ -57,16 +58,7 @@ async def start_group(*args: str) -> Group:
         stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
-    assert proc.stdout is not None
-    try:
-        line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    words = line.decode().split()
-    assert words[:2] == ["rmq-proxy", "ready"], line
-    fields = dict(w.split("=", 1) for w in words[2:])
+    fields = await ready_line(proc, READY_TIMEOUT_S)
     return Group(proc, fields["grpc"], fields["http"])
 
 
