@@ -236,6 +236,9 @@ class ProxyConfig:
             raise ValueError("max_telemetry_streams must be positive")
         if self.event_log_max_bytes < 1 or self.event_log_max_age_s <= 0:
             raise ValueError("event_log_max_bytes and event_log_max_age_s must be positive")
+        if self.fleet.enabled and self.worker_count() != 1:
+            # Each worker would be a member of its own, on the one fleet port.
+            raise ValueError("fleet.peers needs workers = 1 (a pod or host per member)")
 
     def worker_count(self) -> int:
         """The number of worker processes to run: ``workers``, or the default for 0."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from proxy.app import ProxyApp
 from proxy.collector import settle_heap
-from proxy.config import ProxyConfig, ReceiveConfig
+from proxy.config import FleetConfig, ProxyConfig, ReceiveConfig
 from proxy.loop import run_main
 from proxy.security.config import SecurityConfig
 
@@ -48,7 +48,8 @@ def config_from_json(raw: bytes | str) -> ProxyConfig:
     data: dict[str, Any] = json.loads(raw)
     receive = ReceiveConfig(**data.pop("receive"))
     security = SecurityConfig(**data.pop("security"))
-    config = ProxyConfig(**data, receive=receive, security=security)
+    fleet = FleetConfig(**data.pop("fleet"))
+    config = ProxyConfig(**data, receive=receive, security=security, fleet=fleet)
     config.validate()
     return config
 

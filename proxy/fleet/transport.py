@@ -282,6 +282,7 @@ class FleetLinks:
             await stop_background(self._outbound.pop(peer).task)
             self._heard.pop(peer, None)
             self._silent.discard(peer)
+            self.lost(peer)  # what it subscribed to here ends now, not with its lease
         for peer in set(members) - set(self._outbound) - {self._self_id}:
             self._outbound[peer] = _Outbound(self, peer)
         log.info("fleet members: %s", members)

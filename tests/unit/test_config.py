@@ -41,6 +41,7 @@ def test_file_then_environment_then_flags(tmp_path):
         ('[receive]\nmode = "fast"\n', "receive.mode"),
         ("[receive]\nmin_polling_ms = 30000\n", "polling bounds"),
         ('[fleet]\npeers = ["proxy-2"]\n', "fleet.peers"),
+        ('workers = 2\n[fleet]\npeers = ["p1:8083", "p2:8083"]\n', "workers = 1"),
         ("[fleet]\nfallback_ms = 0\n", "fleet.fallback_ms"),
         ("grpc_max_connection_age_s = -1\n", "grpc_max_connection_age_s"),
     ],
