@@ -63,6 +63,7 @@ LINGER_S = 2.0
 # that does, then handed back with DONE. Handing it back at once would have the owner probe
 # again, hear the same message, and wake this proxy again, as fast as the network goes.
 HOLD_S = 0.5
+MAX_OWNERS_CACHED = 200_000  # keys whose owner is remembered (about 40 MB at most)
 
 
 @dataclass(eq=False, slots=True)
@@ -124,6 +125,9 @@ class SharedProbeHub:
         self._served: dict[Pair, _Served] = {}
         self._sweep_at = 1024
         self._lookups: set[asyncio.Future[None]] = set()  # routes a WATCH needs
+        # Each key's owner, until the members change: a poll watches every broker, and
+        # hashing the key with each of 100 members per watch would cost more than the rest.
+        self._owners: dict[Pair, str] = {}
         self.sent: Counter[PeerKind] = Counter()
         self.fallbacks = 0
 
@@ -161,7 +165,7 @@ class SharedProbeHub:
         subscription = self._subscriptions.get(pair)
         if subscription is not None and subscription.fallen_back:
             return self.local.watch(key, deadline, on_has_msg, on_probe_sent, order=order)
-        owner = owner_of(self.links.members(), group, topic)
+        owner = self._owner(pair)
         if subscription is not None and subscription.owner != owner:
             self._fall_back(pair, subscription, "owner changed")
             return self.local.watch(key, deadline, on_has_msg, on_probe_sent, order=order)
@@ -253,12 +257,20 @@ class SharedProbeHub:
     def members_changed(self) -> None:
         """Keys whose owner changed are probed here until their polls end; the polls after
         them subscribe at the new owner."""
-        members = self.links.members()
+        self._owners.clear()
         for pair, subscription in list(self._subscriptions.items()):
-            if owner_of(members, *pair) != subscription.owner:
+            if self._owner(pair) != subscription.owner:
                 self._fall_back(pair, subscription, "owner changed")
 
     # -- subscriber side ------------------------------------------------------------------
+
+    def _owner(self, pair: Pair) -> str:
+        owner = self._owners.get(pair)
+        if owner is None:
+            if len(self._owners) >= MAX_OWNERS_CACHED:
+                self._owners.clear()
+            owner = self._owners[pair] = owner_of(self.links.members(), *pair)
+        return owner
 
     def _subscribe(self, pair: Pair, subscription: _Subscription) -> None:
         subscription.flush = None
