@@ -37,21 +37,34 @@ def assert_every_message_accounted(report: dict, at_least: int) -> None:
     assert report["receipts_without_handle"] == 0, report["receipts_without_handle"]
 
 
-def assert_drains_cost_no_error(report: dict) -> None:
-    """During the rolling restarts no client reported an error, and no client logged an
-    ERROR line but the known ones (``KNOWN_CLIENT_ERRORS``), those after the SIGKILL
-    (``proxy:``) and those of its own shutdown at the end (``stop:``: the Python
-    PushConsumer logs "process received message error" for each receive it cancels as it
-    closes its channel)."""
+def assert_drains_cost_at_most_cancelled_calls(report: dict) -> None:
+    """After a rolling restart, no client error but CANCELLED, at most one per drain; no
+    ERROR line at all but those, the known ones (``KNOWN_CLIENT_ERRORS``), those after the
+    SIGKILL (``proxy:``) and those of a client's own shutdown at the end (``stop:``: the
+    Python PushConsumer logs "process received message error" for each receive it cancels
+    as it closes its channel). A CANCELLED is counted once per client whether it was
+    reported as an event, logged, or both (a Python PushConsumer's ack is only logged)."""
+    rolling = [f for f in report["faults"] if f["fault"] == "rolling"]
+    drains = sum(len(f["exit_s"]) for f in rolling)
+    cancelled = 0
     for client in set(report["errors_during"]) | set(report["logged_errors"]):
         errors = report["errors_during"].get(client, {})
-        assert not {k: v for k, v in errors.items() if k.startswith("rolling")}, (client, errors)
+        during_rolling = {k: v for k, v in errors.items() if k.startswith("rolling")}
+        others = {k: v for k, v in during_rolling.items() if not k.endswith("CANCELLED")}
+        assert not others, (client, errors, rolling)
+        reported = sum(v for k, v in during_rolling.items() if k.endswith("CANCELLED"))
         unexplained = [  # "<fault before it>: <line>"
             line for line in report["logged_errors"].get(client, [])
             if not line.startswith(("proxy:", "stop:"))
             and not any(k in line for k in KNOWN_CLIENT_ERRORS)
         ]  # fmt: skip
+        logged = [
+            line for line in unexplained if line.startswith("rolling:") and "CANCELLED" in line
+        ]
+        unexplained = [line for line in unexplained if line not in logged]
         assert not unexplained, (client, unexplained[:5])
+        cancelled += max(reported, len(logged))
+    assert cancelled <= drains, (cancelled, drains, report["errors_during"])
 
 
 @pytest.mark.timeout(600)
@@ -71,12 +84,15 @@ async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
     assert kinds.count("rolling") >= 2 and "proxy" in kinds, kinds
     assert report["sent"] > 500, report["sent"]
     assert_every_message_accounted(report, at_least=100)
-    # The drains cost no client an error: every client dials the balancer, which follows
-    # readiness, and each connection's age GOAWAY moves it away before its proxy's server
-    # stops (docs/reliability.md, "Drain"). The SIGKILL may cost errors: calls in flight on
-    # the killed proxy fail, and each client retries them or moves on; those are reported,
-    # not failed.
-    assert_drains_cost_no_error(report)
+    # The drains cost no client an error but the one gRPC itself makes: a call that crosses
+    # the server's stop is cancelled by gRPC's core. Every client dials the balancer, which
+    # follows readiness, and each connection's age GOAWAY moves it away first; but the move
+    # ends on a 0.5 s quiet spell, and a client still on its old connection may call just
+    # after it (docs/reliability.md, "Drain": 0 in the 12 drains of two runs here, 11 in
+    # 12 on real brokers at a load of 60). At most one per drain is let through, nothing
+    # else. The SIGKILL may cost errors: calls in flight on the killed proxy fail, and each
+    # client retries them or moves on; those are reported, not failed.
+    assert_drains_cost_at_most_cancelled_calls(report)
     assert all(code == 0 for code in report["exits"].values()), report["exits"]
 
 
