@@ -458,13 +458,18 @@ async def send_one_at_a_time(
                     raise
                 retries += 1
         sent[msg_id] = time.time()
-    drain_end = time.time() + await_s + 5
-    while time.time() < drain_end:
+    await until_received(events, sent, await_s + 5)
+    return retries
+
+
+async def until_received(events: list[dict], sent: dict[str, float], within_s: float) -> None:
+    """Wait (at most ``within_s``) until the consumers' ``events`` hold every id in ``sent``."""
+    end = time.time() + within_s
+    while time.time() < end:
         got = {e["id"] for e in events if e["event"] == "message"}
         if all(i in got for i in sent):
-            break
+            return
         await asyncio.sleep(0.1)
-    return retries
 
 
 async def reported(system: PeerSystem, *, rounds: int, slot_s: float, await_s: int,
@@ -693,12 +698,7 @@ async def lite(system: PeerSystem, *, lite_topics: int, consumers: int, slot_s: 
                 )  # fmt: skip
                 sent[msg_id] = time.time()
             rss.append(proxy.rss_bytes())
-            drain_end = time.time() + await_s + 5
-            while time.time() < drain_end:
-                got = {e["id"] for e in events if e["event"] == "message"}
-                if all(i in got for i in sent):
-                    break
-                await asyncio.sleep(0.1)
+            await until_received(events, sent, await_s + 5)
 
         await system.slot_edge(label, True)
         events, errors = await _official(

@@ -134,15 +134,11 @@ class ProbeHub:
         self._keys: dict[ProbeKey, _Key] = {}
         self._restarts: set[asyncio.TimerHandle] = set()
         self._closed = False
-        self._probes_sent = 0
+        self.probes_sent = 0
 
     @property
     def probes_in_flight(self) -> int:
         return sum(1 for k in self._keys.values() if k.probe is not None)
-
-    @property
-    def probes_sent(self) -> int:
-        return self._probes_sent
 
     @property
     def watchers(self) -> int:
@@ -303,7 +299,7 @@ class ProbeHub:
                 state.probes += 1
                 if state.watchers:
                     state.watchers[0].on_probe_sent()
-                self._probes_sent += 1
+                self.probes_sent += 1
                 state.parked = True
                 try:
                     answer = await client.notification(
