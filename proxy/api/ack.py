@@ -26,15 +26,19 @@ class AckActivity:
         self.renewer = renewer
 
     async def _current(
-        self, group: str, text: str, now_ms: int | None = None, lite_topic: str | None = None
+        self,
+        group: str,
+        text: str,
+        now_ms: int | None = None,
+        lite_topic: str | None = None,
+        handle: ReceiptHandle | None = None,
     ) -> tuple[ReceiptHandle, Renewal | None]:
         """The handle to settle: for a message this proxy renews, its current checkpoint
         (the client's may have expired meanwhile) and its renewal, which the caller ends
-        (``end_settle``) with the outcome; else the client's, and None."""
-        try:
-            handle = parse_receipt_handle(text, allow_expired=True)
-        except ApiError:
-            handle = None
+        (``end_settle``) with the outcome; else the client's, and None. ``handle``: the
+        client's, already parsed with expiry allowed (``_loose``)."""
+        if handle is None:
+            handle = _loose(text)
         if handle is not None:
             renewal = await self.renewer.begin_settle(group, handle.checkpoint, lite_topic)
             if renewal is not None:
@@ -52,24 +56,39 @@ class AckActivity:
         statuses: list[pb.Status | None] = [None] * len(request.entries)
         parsed: list[tuple[int, PopCheckpointInfo, Renewal | None]] = []
         now_ms = int(time.time() * 1000)
+        acked = ok()  # one object for every entry: the response copies it into each
         for i, entry in enumerate(request.entries):
             try:
                 lite = _lite_topic(entry)
-                current, renewal = await self._current(group, entry.receipt_handle, now_ms, lite)
+                loose = _loose(entry.receipt_handle)
+                if loose is not None and self.renewer.was_acked(group, loose.checkpoint, lite):
+                    # A retry of an ack this proxy made, whose answer the client did not
+                    # wait for: its handle has expired meanwhile, but the message is acked.
+                    statuses[i] = acked
+                    continue
+                current, renewal = await self._current(
+                    group, entry.receipt_handle, now_ms, lite, loose
+                )
                 parsed.append((i, current.checkpoint, renewal))
             except ApiError as err:
                 statuses[i] = err.status
-        errors = await self.consumer.ack(
-            group,
-            topic,
-            [ck for _, ck, _ in parsed],
-            [_lite_topic(request.entries[i]) for i, _, _ in parsed],
-        )
-        acked = ok()  # one object for every entry: the response copies it into each
-        for (i, ck, renewal), error in zip(parsed, errors, strict=True):
+        errors: list[RemotingError | None] | None = None
+        try:
+            errors = await self.consumer.ack(
+                group,
+                topic,
+                [ck for _, ck, _ in parsed],
+                [_lite_topic(request.entries[i]) for i, _, _ in parsed],
+            )
+        finally:
+            # Failed, or cancelled (the client's deadline passed): the renewal goes on, and
+            # the client's retry settles its current checkpoint.
+            for n, (_, _, renewal) in enumerate(parsed):
+                if renewal is not None:
+                    settled = errors is not None and errors[n] is None
+                    self.renewer.end_settle(renewal, settled=settled, by_ack=True)
+        for (i, ck, _), error in zip(parsed, errors, strict=True):
             statuses[i] = acked if error is None else ack_error(ck.broker_name, error).status
-            if renewal is not None:
-                self.renewer.end_settle(renewal, settled=error is None)
         entries = [
             api.AckMessageResultEntry(
                 message_id=e.message_id, receipt_handle=e.receipt_handle, status=status
@@ -136,6 +155,15 @@ class AckActivity:
             if renewal is not None:
                 self.renewer.end_settle(renewal, settled=forwarded)
         return api.ForwardMessageToDeadLetterQueueResponse(status=ok())
+
+
+def _loose(text: str) -> ReceiptHandle | None:
+    """The client's handle even when expired (a renewed message's handle is replaced, not
+    dead), or None when malformed: the strict parse then gives the error."""
+    try:
+        return parse_receipt_handle(text, allow_expired=True)
+    except ApiError:
+        return None
 
 
 def _lite_topic(

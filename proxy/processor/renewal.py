@@ -15,7 +15,9 @@ consumes it; they rely on the proxy, as the Apache proxy does it
   docs/reliability.md, "Push consumers across a proxy crash");
 - an ack, a change of invisible time or a forward to the dead-letter queue through this
   proxy ends the renewal and is made with the handle's *current* checkpoint (the client
-  still holds the one it received, which the renewals have replaced on the broker);
+  still holds the one it received, which the renewals have replaced on the broker); a
+  message acked is remembered for ``acked_memory_s`` (60 s), so that the client's retry of
+  an ack whose answer it did not wait for is answered OK, not "expired";
 - a client that says goodbye (NotifyClientTermination) or is not heard from for
   ``client_idle_s`` has its messages handed back with ``clear_invisible_ms`` (1 s).
 
@@ -36,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -87,6 +90,7 @@ class HandleRenewer:
         client_idle_s: float = 60.0,
         clear_invisible_ms: int = 1_000,
         max_failures: int = 3,
+        acked_memory_s: float = 60.0,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.consumer = consumer
@@ -98,8 +102,11 @@ class HandleRenewer:
         self.client_idle_s = client_idle_s
         self.clear_invisible_ms = clear_invisible_ms
         self.max_failures = max_failures
+        self.acked_memory_s = acked_memory_s
         self.clock_ms = clock_ms
         self._handles: dict[HandleKey, Renewal] = {}
+        # Messages acked through this proxy, oldest first: key -> loop time of the ack.
+        self._acked: OrderedDict[HandleKey, float] = OrderedDict()
         self._last_seen: dict[str, float] = {}  # client id -> loop time
         self._task: asyncio.Task[None] | None = None
         self.renewed = 0
@@ -151,12 +158,16 @@ class HandleRenewer:
         entry.settling += 1
         return entry
 
-    def end_settle(self, entry: Renewal, settled: bool) -> None:
+    def end_settle(self, entry: Renewal, settled: bool, *, by_ack: bool = False) -> None:
         """The ack (change, forward) made with ``entry``'s checkpoint is done: ``settled``,
         the renewal ends; else it goes on, and the client's retry, made with the handle
         it holds (which the renewals replaced on the broker), still finds the current one.
         The Apache proxy drops it when the ack fails, so the retry settles nothing and the
-        message comes back (apache/rocketmq#11174)."""
+        message comes back (apache/rocketmq#11174).
+
+        ``by_ack``: an ack, remembered once settled (``was_acked``): the client may
+        have given up waiting for this answer, and its retry carries a handle that has
+        expired by now."""
         entry.settling -= 1
         if not settled:
             return
@@ -164,6 +175,30 @@ class HandleRenewer:
         key = handle_key(popped.group, entry.checkpoint, popped.lite_topic)
         if self._handles.get(key) is entry:
             del self._handles[key]
+        if by_ack:
+            self._remember_ack(key)
+
+    def was_acked(
+        self, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None = None
+    ) -> bool:
+        """Whether this proxy acked the message ``checkpoint`` names within
+        ``acked_memory_s``: a retried ack of it is answered OK without the broker."""
+        self._forget_old_acks()
+        return handle_key(group, checkpoint, lite_topic) in self._acked
+
+    def _remember_ack(self, key: HandleKey) -> None:
+        self._acked[key] = asyncio.get_running_loop().time()
+        self._acked.move_to_end(key)
+        while len(self._acked) > self.max_handles:
+            self._acked.popitem(last=False)
+        self._forget_old_acks()
+
+    def _forget_old_acks(self) -> None:
+        if not self._acked:
+            return
+        horizon = asyncio.get_running_loop().time() - self.acked_memory_s
+        while self._acked and next(iter(self._acked.values())) < horizon:
+            self._acked.popitem(last=False)
 
     def client_gone(self, client_id: str) -> None:
         """The client ended its session: hand back whatever it had not settled."""
@@ -259,4 +294,5 @@ class HandleRenewer:
         task, self._task = self._task, None
         await stop_background(task)
         self._handles.clear()
+        self._acked.clear()
         self._last_seen.clear()

@@ -3,6 +3,9 @@ settle, hand-back when the client goes, the bound on state."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from proxy.processor.consumer import Popped
 from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.popinfo import PopCheckpointInfo
@@ -174,3 +177,68 @@ async def test_a_retry_while_the_first_ack_is_in_flight_gets_the_current_checkpo
     r.end_settle(first, settled=False)  # the first try timed out
     r.end_settle(retry, settled=True)
     assert r.size == 0
+
+
+def _ack_request(handle: Popped):
+    from proxy.api.v2 import definition_pb2 as pb
+    from proxy.api.v2 import service_pb2 as api
+
+    return api.AckMessageRequest(
+        group=pb.Resource(name="G"),
+        topic=pb.Resource(name="T"),
+        entries=[
+            api.AckMessageEntry(
+                message_id=handle.msg_id,
+                receipt_handle=f"{handle.checkpoint} {handle.commit_log_offset}",
+            )
+        ],
+    )
+
+
+async def test_a_retry_of_an_ack_that_settled_after_the_client_gave_up_is_answered_ok():
+    """The proxy's ack reaches a slow broker just after the client's deadline: the message
+    is acked and its renewal ends, and the client, which saw DEADLINE_EXCEEDED, retries with
+    its original handle, long expired. That retry used to be answered INVALID_RECEIPT_HANDLE
+    (the Python client logs "give up retrying"; seen in CI). It is answered OK, without
+    acking again; past ``acked_memory_s`` the proxy forgets, and the expiry stands."""
+    from proxy.api.ack import AckActivity
+    from proxy.api.v2 import definition_pb2 as pb
+
+    consumer = _FailingAcks()
+    consumer.failing = False
+    r, original = await renewed_once(consumer, 11)
+    r.acked_memory_s = 0.2
+    activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
+    first = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
+    assert first.status.code == pb.Code.OK and r.size == 0
+    retried = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
+    assert retried.status.code == pb.Code.OK
+    assert len(consumer.acked) == 1  # answered from memory
+    await asyncio.sleep(0.3)
+    late = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
+    assert late.status.code == pb.Code.INVALID_RECEIPT_HANDLE
+
+
+async def test_an_ack_cancelled_in_flight_leaves_the_renewal_going():
+    """The client's deadline cancels the ack's handler while the broker has not answered:
+    the renewal must go on (renewable again, and found by the retry), not stay marked as
+    being settled, which would stop its renewals for good."""
+    from proxy.api.ack import AckActivity
+
+    consumer = _FailingAcks()
+    r, original = await renewed_once(consumer, 12)
+    started = asyncio.Event()
+
+    async def stuck(group, topic, checkpoints, lite_topics):
+        started.set()
+        await asyncio.sleep(3600)
+
+    consumer.ack = stuck  # type: ignore[method-assign]
+    activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
+    call = asyncio.ensure_future(activity.ack_message(_ack_request(original), None))  # type: ignore[arg-type]
+    await started.wait()
+    call.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    renewal = await r.begin_settle("G", PopCheckpointInfo.parse(original.checkpoint))
+    assert renewal is not None and renewal.settling == 1  # only this one: the cancelled ended
