@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 
 from proxy.api.ack import AckActivity
+from proxy.api.connections import Connections
 from proxy.api.lite import LiteActivity
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
@@ -46,12 +47,8 @@ log = logging.getLogger(__name__)
 # How long the gRPC server's GOAWAY gets to reach the clients before the drain answers the
 # calls in flight on their old connections.
 GOAWAY_HEAD_START_S = 0.2
-# A drain takes its clients as gone once no call has started for this long: each of their
-# connections has had its age GOAWAY, and their calls reach other proxies.
-MOVED_QUIET_S = 0.5
-# gRPC stretches each connection's maximum age by up to this share, so that a fleet's
-# connections do not all end at once.
-CONNECTION_AGE_JITTER = 0.1
+# How often a drain looks whether its clients' connections have aged.
+MOVE_CHECK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -172,6 +169,7 @@ class ProxyApp:
             metrics=self.metrics,
             transaction=TransactionActivity(self.transactions),
             lite=LiteActivity(self.lite, config.max_lite_topic_size),
+            connections=Connections(config.grpc_max_connection_age_s),
         )
         self.ops = OpsServer(
             self.metrics,
@@ -310,23 +308,25 @@ class ProxyApp:
         connection's age GOAWAY (``grpc_max_connection_age_s``) sends its client's next call
         down a new connection, which the balancer, following /readyz, opens to another
         proxy. Unlike the server stop's GOAWAY it leaves the server serving, so a call that
-        crosses it is served, not cancelled. Ends at the first quiet spell (MOVED_QUIET_S
-        without a new call) or once every connection has aged."""
-        age = self.config.grpc_max_connection_age_s
-        if age <= 0:
+        crosses it is served, not cancelled. Ends once every busy connection has aged
+        (``Connections.busy``: at most one connection lifetime)."""
+        connections = self.service.connections
+        if not connections.lifetime_s:
             return
         started = time.monotonic()
-        deadline = started + age * (1 + CONNECTION_AGE_JITTER) + MOVED_QUIET_S
-        while (now := time.monotonic()) < deadline:
-            quiet = now - self.service.last_call_at
-            if quiet >= MOVED_QUIET_S:
-                log.info("proxy %s draining: clients gone after %.1f s", self.config.proxy_id,
-                         now - started)  # fmt: skip
-                return
-            await asyncio.sleep(min(MOVED_QUIET_S - quiet, deadline - now))
+        deadline = started + connections.lifetime_s
+        while True:  # polled: grpcio says nothing when a connection goes
+            busy = connections.busy()
+            if not busy or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(MOVE_CHECK_S)
+        took = time.monotonic() - started
+        if not busy:
+            log.info("proxy %s draining: clients gone after %.1f s", self.config.proxy_id, took)
+            return
         # Clients that dial this proxy's own address come back to it after their GOAWAY.
-        log.warning("proxy %s draining: every connection aged, calls still arriving after %.1f s",
-                    self.config.proxy_id, time.monotonic() - started)  # fmt: skip
+        log.warning("proxy %s draining: %d connections still busy after %.1f s",
+                    self.config.proxy_id, busy, took)  # fmt: skip
 
     async def _stop_grpc(self) -> None:
         """The drain. First the clients move away while the server still serves

@@ -26,6 +26,7 @@ from typing import Protocol, TypeVar
 
 from proxy.api import validation as check
 from proxy.api.ack import AckActivity
+from proxy.api.connections import Connections
 from proxy.api.context import Context
 from proxy.api.errors import ApiError, Code, code_name, denied_error
 from proxy.api.lite import LiteActivity
@@ -65,6 +66,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         guard: Guard | None = None,
         transaction: TransactionActivity | None = None,
         lite: LiteActivity | None = None,
+        connections: Connections | None = None,
     ) -> None:
         self.guard = guard
         self.lite = lite
@@ -78,16 +80,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # Calls being served, by RPC: what a drain that runs out of its grace cancels, named
         # in its log line (``ProxyApp._stop_grpc``).
         self.open_calls: Counter[str] = Counter()
-        # When the last call started (monotonic): a drain waits for a quiet spell as the
-        # sign that its clients have moved to other proxies (``ProxyApp._let_clients_move``).
-        self.last_call_at = 0.0
+        # The connections the calls come on: a drain waits until the busy ones have aged
+        # (``ProxyApp._let_clients_move``).
+        self.connections = Connections(0) if connections is None else connections
 
     @contextlib.contextmanager
-    def _open(self, rpc: str) -> Iterator[None]:
-        self.last_call_at = time.monotonic()
+    def _open(self, rpc: str, context: Context) -> Iterator[None]:
         self.open_calls[rpc] += 1
         try:
-            yield
+            with self.connections.call(context.peer()):
+                yield
         finally:
             self.open_calls[rpc] -= 1
 
@@ -102,7 +104,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             self._guard(rpc, request, context)
             check.require_client_id(context)
-            with self._open(rpc):
+            with self._open(rpc, context):
                 response = await handler(request, context)
         except ApiError as err:
             response = getattr(api, f"{rpc}Response")(status=err.status)
@@ -153,7 +155,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ApiError as err:
             yield api.TelemetryCommand(status=err.status)
             return
-        with self._open("Telemetry"):
+        with self._open("Telemetry", context):
             async for command in self.session.telemetry(request_iterator, context):
                 yield command
 
@@ -171,7 +173,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._observe("ReceiveMessage", err.code, 0.0)
             await context.write(api.ReceiveMessageResponse(status=err.status))
             return
-        with self._open("ReceiveMessage"):
+        with self._open("ReceiveMessage", context):
             await self.receive.receive_message(request, context)
 
     async def AckMessage(

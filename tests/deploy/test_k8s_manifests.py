@@ -18,7 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from proxy.app import CONNECTION_AGE_JITTER, MOVED_QUIET_S, ProxyApp
+from proxy.api.connections import Connections
+from proxy.app import ProxyApp
 from proxy.config import load
 from tests.deploy._packaging import declared_scripts
 
@@ -206,7 +207,7 @@ def test_grace_period_outlasts_prestop_the_longest_poll_and_the_drain(docs, tmp_
     pre_stop = _container(docs)["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
     # ProxyApp._let_clients_move, then grpc_server.stop(grace=...)
-    move_s = config.grpc_max_connection_age_s * (1 + CONNECTION_AGE_JITTER) + MOVED_QUIET_S
+    move_s = Connections(config.grpc_max_connection_age_s).lifetime_s
     drain_s = min(config.shutdown_grace_s, 10.0)
     longest_poll_s = config.receive.max_polling_ms / 1000
     needed = float(pre_stop[1]) + move_s + longest_poll_s + drain_s
