@@ -51,7 +51,7 @@ system-deps:
 test: system-deps $(STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
