@@ -297,6 +297,9 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         # enough for a test to see one: every second, of half messages older than 3 s.
         "transactionCheckInterval": "1000",
         "transactionTimeOut": "3000",
+        # ... and 60 checks, not 15, before a half message is discarded: a second apart, 15
+        # would give up on a producer out of reach for 18 s, shorter than the soak's faults.
+        "transactionCheckMax": "60",
         # A commit or rollback is recorded (an op message) in batches, every
         # transactionOpBatchInterval (default 3 s): with the 3 s above, a check could find an
         # ended transaction not yet recorded and ask its producer about it again.

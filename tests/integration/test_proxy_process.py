@@ -15,7 +15,9 @@ from proxy.api.v2 import definition_pb2 as pb
 from tests.support.proxy_process import ready_line
 
 
-async def start_proxy_process(*args: str) -> tuple[asyncio.subprocess.Process, dict]:
+async def start_proxy_process(
+    *args: str, env: dict[str, str] | None = None
+) -> tuple[asyncio.subprocess.Process, dict]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -32,19 +34,26 @@ async def start_proxy_process(*args: str) -> tuple[asyncio.subprocess.Process, d
         "warning",
         *args,
         stdout=asyncio.subprocess.PIPE,
+        env=None if env is None else {**os.environ, **env},
     )
     return proc, await ready_line(proc, 30)
 
 
 async def test_sigterm_answers_polls_in_flight_and_exits():
-    proc, ready = await start_proxy_process("--mode", "notify")
+    """The poll parked on the proxy holds its connection, which the drain lets age first
+    (2 s here, 10 by default: its client may move away): then it is answered, empty, long
+    before its own 20 s, and the proxy exits."""
+    age_s = 2.0
+    proc, ready = await start_proxy_process(
+        "--mode", "notify", env={"RMQ_PROXY_GRPC_MAX_CONNECTION_AGE_S": str(age_s)}
+    )
     client = LeanClient(ready["grpc"])
     try:
         sent = await client.send("T", b"x")
         assert sent.status.code == pb.Code.OK
         got = await client.receive("G", "T", await_ms=5000)  # the minimum poll
         assert got.status == pb.Code.OK
-        poll = asyncio.ensure_future(client.receive("G", "T", await_ms=15_000))
+        poll = asyncio.ensure_future(client.receive("G", "T", await_ms=20_000))
         await asyncio.sleep(0.5)
         started = time.perf_counter()
         os.kill(proc.pid, signal.SIGTERM)
@@ -60,7 +69,8 @@ async def test_sigterm_answers_polls_in_flight_and_exits():
                 await asyncio.sleep(0.02)
         result = await poll
         assert result.status == pb.Code.MESSAGE_NOT_FOUND
-        assert time.perf_counter() - started < 5  # not the 15 s poll time
+        # Once the connection aged (at most 2.2 s and a margin), not at the poll's 20 s.
+        assert time.perf_counter() - started < age_s * 1.1 + 0.5 + 5
         assert await asyncio.wait_for(proc.wait(), 15) == 0
     finally:
         await client.close()
