@@ -68,6 +68,7 @@ class Renewal:
     popped: Popped  # checkpoint: the current one
     reconsume_times: int
     delivered_ms: int
+    handed_pop_time: int  # of the checkpoint the client holds (the one it was delivered)
     failures: int = 0
     renewing: asyncio.Future[None] | None = None
     settling: int = 0  # acks (changes, forwards) in flight with its checkpoint: not renewed
@@ -105,8 +106,9 @@ class HandleRenewer:
         self.acked_memory_s = acked_memory_s
         self.clock_ms = clock_ms
         self._handles: dict[HandleKey, Renewal] = {}
-        # Messages acked through this proxy, oldest first: key -> loop time of the ack.
-        self._acked: OrderedDict[HandleKey, float] = OrderedDict()
+        # Messages acked through this proxy, oldest first: key -> (loop time of the ack, pop
+        # time of the handle its client holds).
+        self._acked: OrderedDict[HandleKey, tuple[float, int]] = OrderedDict()
         self._last_seen: dict[str, float] = {}  # client id -> loop time
         self._task: asyncio.Task[None] | None = None
         self.renewed = 0
@@ -129,13 +131,14 @@ class HandleRenewer:
 
     def add(self, client_id: str, popped: Popped, reconsume_times: int) -> None:
         """A message delivered to a push consumer: keep it invisible until it is settled."""
-        key = handle_key(
-            popped.group, PopCheckpointInfo.parse(popped.checkpoint), popped.lite_topic
-        )
+        checkpoint = PopCheckpointInfo.parse(popped.checkpoint)
+        key = handle_key(popped.group, checkpoint, popped.lite_topic)
         if key not in self._handles and len(self._handles) >= self.max_handles:
             self.dropped += 1
             return
-        self._handles[key] = Renewal(client_id, popped, reconsume_times, self.clock_ms())
+        self._handles[key] = Renewal(
+            client_id, popped, reconsume_times, self.clock_ms(), checkpoint.pop_time
+        )
         self._last_seen[client_id] = asyncio.get_running_loop().time()
 
     async def begin_settle(
@@ -176,18 +179,20 @@ class HandleRenewer:
         if self._handles.get(key) is entry:
             del self._handles[key]
         if by_ack:
-            self._remember_ack(key)
+            self._remember_ack(key, entry.handed_pop_time)
 
     def was_acked(
         self, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None = None
     ) -> bool:
-        """Whether this proxy acked the message ``checkpoint`` names within
-        ``acked_memory_s``: a retried ack of it is answered OK without the broker."""
+        """Whether this proxy acked, within ``acked_memory_s``, the message ``checkpoint``
+        names, delivered with this very checkpoint (not a message a restarted stub stored
+        at the same offset since): a retried ack of it is answered OK without the broker."""
         self._forget_old_acks()
-        return handle_key(group, checkpoint, lite_topic) in self._acked
+        acked = self._acked.get(handle_key(group, checkpoint, lite_topic))
+        return acked is not None and acked[1] == checkpoint.pop_time
 
-    def _remember_ack(self, key: HandleKey) -> None:
-        self._acked[key] = asyncio.get_running_loop().time()
+    def _remember_ack(self, key: HandleKey, handed_pop_time: int) -> None:
+        self._acked[key] = (asyncio.get_running_loop().time(), handed_pop_time)
         self._acked.move_to_end(key)
         while len(self._acked) > self.max_handles:
             self._acked.popitem(last=False)
@@ -197,7 +202,7 @@ class HandleRenewer:
         if not self._acked:
             return
         horizon = asyncio.get_running_loop().time() - self.acked_memory_s
-        while self._acked and next(iter(self._acked.values())) < horizon:
+        while self._acked and next(iter(self._acked.values()))[0] < horizon:
             self._acked.popitem(last=False)
 
     def client_gone(self, client_id: str) -> None:

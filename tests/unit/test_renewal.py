@@ -214,6 +214,9 @@ async def test_a_retry_of_an_ack_that_settled_after_the_client_gave_up_is_answer
     retried = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
     assert retried.status.code == pb.Code.OK
     assert len(consumer.acked) == 1  # answered from memory
+    # Another delivery at the same offset (a stub restarted empty) is not taken for it.
+    other = await activity.ack_message(_ack_request(popped(11, pop_time=999_000)), None)  # type: ignore[arg-type]
+    assert other.status.code == pb.Code.INVALID_RECEIPT_HANDLE  # its own, expired handle
     await asyncio.sleep(0.3)
     late = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
     assert late.status.code == pb.Code.INVALID_RECEIPT_HANDLE
