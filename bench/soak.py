@@ -233,6 +233,11 @@ class Cluster:
     def endpoints(self) -> list[str]:
         return [f"127.0.0.1:{ports[0]}" for ports, _ in self.proxies.values()]
 
+    def proxy_address(self, name: str) -> str:
+        """The gRPC address of the proxy ``name``."""
+        (grpc, _), _ = self.proxies[name]
+        return f"127.0.0.1:{grpc}"
+
     def proxy_addresses(self) -> list[tuple[str, str]]:
         """(gRPC address, ops HTTP address) of every proxy."""
         return [(f"127.0.0.1:{g}", f"127.0.0.1:{h}") for (g, h), _ in self.proxies.values()]

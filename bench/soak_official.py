@@ -273,7 +273,10 @@ class Balancer:
     connection goes to the next ready proxy that accepts it, and closes when that proxy's
     side closes (after a GOAWAY, a connection's age or a drained proxy's, the client
     reconnects, through here, to another one). Before the first probe, every proxy counts as
-    ready."""
+    ready. A proxy being restarted leaves at once (``terminating``), before its SIGTERM, as
+    a Service drops a Terminating pod from its endpoints while the pod's preStop hook
+    waits, and comes back with its first passing probe once it has started again
+    (``started``)."""
 
     PROBE_S = 1.0
     # A probe not answered in this long leaves the proxy as it was: on the 2-core machine
@@ -286,6 +289,7 @@ class Balancer:
     def __init__(self, targets: list[tuple[str, str]]) -> None:
         self.targets = targets  # (gRPC address, ops HTTP address) of each proxy
         self.ready: set[str] | None = None  # gRPC addresses whose last probe passed
+        self._terminating: set[str] = set()  # gRPC addresses of proxies being restarted
         self._turn = itertools.count()
         self._server: asyncio.Server | None = None
         self._probes: asyncio.Task[None] | None = None
@@ -308,9 +312,21 @@ class Balancer:
                 for (grpc, _), answer in zip(self.targets, answers, strict=True):
                     if answer is None and self.ready is not None:
                         continue  # slow to answer: as it was (a loaded machine, not a drain)
+                    if grpc in self._terminating:
+                        answer = False
                     (ready.add if answer else ready.discard)(grpc)
                 self.ready = ready
                 await asyncio.sleep(self.PROBE_S)
+
+    def terminating(self, address: str) -> None:
+        """The proxy at gRPC ``address`` is about to be stopped: no new connection to it."""
+        self._terminating.add(address)
+        if self.ready is not None:
+            self.ready.discard(address)
+
+    def started(self, address: str) -> None:
+        """The proxy at ``address`` runs again: its probes decide, from the next one."""
+        self._terminating.discard(address)
 
     @staticmethod
     async def _probe(http: aiohttp.ClientSession, ops: str) -> bool | None:
@@ -340,6 +356,8 @@ class Balancer:
         start = next(self._turn)
         order = [self.targets[(start + i) % len(self.targets)][0] for i in range(len(self.targets))]
         for address in order:
+            if address in self._terminating:
+                continue
             if self.ready is not None and address not in self.ready:
                 continue
             host, port = address.rsplit(":", 1)
@@ -398,9 +416,11 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 async def fault_loop(
     cluster: Cluster, faults: list[str], rng: random.Random, stop: asyncio.Event,
     interval: float, log: list[dict], grace_s: float, ordered: bool = False,
+    balancer: Balancer | None = None,
 ) -> None:  # fmt: skip
     """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order (in the
-    order given, ``ordered``)."""
+    order given, ``ordered``). A rolling restart takes each proxy out of the ``balancer``
+    before its SIGTERM, as Kubernetes takes a pod it deletes out of its Service."""
     plan = itertools.cycle(faults if ordered else rng.sample(faults, len(faults)))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), interval / 2)
@@ -415,7 +435,12 @@ async def fault_loop(
         elif fault == "rolling":
             record["exit_s"] = {}
             for name in sorted(cluster.proxies):
+                address = cluster.proxy_address(name)
+                if balancer is not None:
+                    balancer.terminating(address)
                 record["exit_s"][name] = round(await cluster.restart_proxy(name, grace_s), 2)
+                if balancer is not None:
+                    balancer.started(address)
                 await asyncio.sleep(2)  # the restarted one serves before the next goes
         elif fault == "broker":
             name = rng.choice(cluster.broker_names())
@@ -496,7 +521,7 @@ async def run(
         started = time.time()
         stop = asyncio.Event()
         chaos = asyncio.ensure_future(
-            fault_loop(cluster, faults, rng, stop, interval, fault_log, grace_s, ordered)
+            fault_loop(cluster, faults, rng, stop, interval, fault_log, grace_s, ordered, balancer)
         )
         try:
             await asyncio.sleep(seconds)
