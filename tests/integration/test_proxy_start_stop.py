@@ -200,6 +200,22 @@ async def test_stop_drains_polls_and_telemetry_streams_without_an_error(cluster,
             assert await call.code() == grpc.StatusCode.OK, name
 
 
+async def behind_a_balancer(cluster: StubCluster, tmp_path, age_s: float):
+    """Two proxies whose connections age in ``age_s``, started, and a balancer (not started)
+    that follows their /readyz every 0.2 s: it notices a drain long before the age."""
+    from bench.soak_official import Balancer
+
+    base = dataclasses.replace(config_for(cluster, tmp_path), grpc_max_connection_age_s=age_s)
+    first = ProxyApp(dataclasses.replace(base, proxy_id="first"))
+    second = ProxyApp(dataclasses.replace(base, proxy_id="second", event_log_dir=None))
+    await first.start()
+    await second.start()
+    balancer = Balancer([(f"127.0.0.1:{app.grpc_port}", f"127.0.0.1:{app.http_port}")
+                         for app in (first, second)])  # fmt: skip
+    balancer.PROBE_S = 0.2
+    return first, second, balancer
+
+
 async def test_a_drain_under_load_moves_clients_before_its_server_stops(cluster, tmp_path):
     """Sixteen callers send without a pause through a balancer that follows /readyz, as a
     Kubernetes Service does, while the proxy they reach drains. The connection's age GOAWAY
@@ -210,16 +226,8 @@ async def test_a_drain_under_load_moves_clients_before_its_server_stops(cluster,
     import grpc
 
     from bench.lean_client import LeanClient
-    from bench.soak_official import Balancer
 
-    base = dataclasses.replace(config_for(cluster, tmp_path), grpc_max_connection_age_s=1.0)
-    first = ProxyApp(dataclasses.replace(base, proxy_id="first"))
-    second = ProxyApp(dataclasses.replace(base, proxy_id="second", event_log_dir=None))
-    await first.start()
-    await second.start()
-    balancer = Balancer([(f"127.0.0.1:{app.grpc_port}", f"127.0.0.1:{app.http_port}")
-                         for app in (first, second)])  # fmt: skip
-    balancer.PROBE_S = 0.2  # a readiness probe that notices the drain long before the age
+    first, second, balancer = await behind_a_balancer(cluster, tmp_path, age_s=1.0)
     client = LeanClient(await balancer.start(), "drain-load")
     errors: list[str] = []
     sent = 0
@@ -272,18 +280,10 @@ async def test_a_drain_waits_for_a_quiet_client_whose_stream_holds_its_connectio
     import grpc
 
     from bench.lean_client import LeanClient
-    from bench.soak_official import Balancer
     from proxy.api.v2 import service_pb2 as api
 
     age_s = 3.0
-    base = dataclasses.replace(config_for(cluster, tmp_path), grpc_max_connection_age_s=age_s)
-    first = ProxyApp(dataclasses.replace(base, proxy_id="first"))
-    second = ProxyApp(dataclasses.replace(base, proxy_id="second", event_log_dir=None))
-    await first.start()
-    await second.start()
-    balancer = Balancer([(f"127.0.0.1:{app.grpc_port}", f"127.0.0.1:{app.http_port}")
-                         for app in (first, second)])  # fmt: skip
-    balancer.PROBE_S = 0.2
+    first, second, balancer = await behind_a_balancer(cluster, tmp_path, age_s)
     client = LeanClient(await balancer.start(), "quiet-producer")
     stream = client.stub.Telemetry(metadata=client.metadata)
     errors: list[str] = []
