@@ -199,7 +199,11 @@ class ProxyConfig:
     # before its server stops, since the stop's own GOAWAY cancels every call that crosses it
     # (docs/reliability.md, "Drain"); it also spreads a fleet's connections again after a
     # scale-up. 0 = connections never age (a drain then costs a few CANCELLED calls under load).
-    grpc_max_connection_age_s: float = 10.0
+    # Off by default: a new connection can reach another proxy, or another worker of this
+    # one, than the one renewing a push consumer's messages, which then refuses its ack of
+    # a message consumed longer than a slice (its handle has expired) and the message is
+    # consumed twice. Turn it on (10) for fleets without push consumers that consume long.
+    grpc_max_connection_age_s: float = 0.0
     # Seconds between full collections of Python's garbage collector, which otherwise runs
     # one every few seconds with thousands of idle polls and stalls them all; 0 = CPython's
     # own schedule. proxy/collector.py.
