@@ -312,20 +312,18 @@ class Balancer:
                 for (grpc, _), answer in zip(self.targets, answers, strict=True):
                     if answer is None and self.ready is not None:
                         continue  # slow to answer: as it was (a loaded machine, not a drain)
-                    if grpc in self._terminating:
-                        answer = False
                     (ready.add if answer else ready.discard)(grpc)
                 self.ready = ready
                 await asyncio.sleep(self.PROBE_S)
 
     def terminating(self, address: str) -> None:
-        """The proxy at gRPC ``address`` is about to be stopped: no new connection to it."""
+        """The proxy at gRPC ``address`` is about to be stopped: no new connection to it,
+        whatever its probes say."""
         self._terminating.add(address)
-        if self.ready is not None:
-            self.ready.discard(address)
 
     def started(self, address: str) -> None:
-        """The proxy at ``address`` runs again: its probes decide, from the next one."""
+        """The proxy at ``address`` runs again, and has said so on its ready line: its
+        probes decide from here on."""
         self._terminating.discard(address)
 
     @staticmethod

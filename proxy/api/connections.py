@@ -21,7 +21,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+
+from proxy.api.context import Context
 
 # gRPC stretches each connection's maximum age by up to this share, so that a fleet's
 # connections do not all end at once.
@@ -34,6 +37,8 @@ AGED_MARGIN_S = 0.5
 IDLE_S = 0.5
 # Forget aged connections at most this often (their GOAWAY has gone: no new call on them).
 PRUNE_EVERY_S = 1.0
+# What a call is wrapped in when connections never age: nothing to note.
+_UNTRACKED: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 @dataclass(slots=True)
@@ -56,12 +61,15 @@ class Connections:
         self._by_peer: dict[str, _Connection] = {}
         self._pruned_at = 0.0
 
+    def call(self, context: Context) -> AbstractContextManager[None]:
+        """One call, on the connection its ``context`` names, for as long as it is open.
+        With connections that never age, nothing: no peer is asked for (every call pays
+        this, so it costs nothing when unused)."""
+        return self.on(context.peer()) if self.lifetime_s else _UNTRACKED
+
     @contextlib.contextmanager
-    def call(self, peer: str) -> Iterator[None]:
+    def on(self, peer: str) -> Iterator[None]:
         """One call on the connection ``peer`` names, for as long as it is open."""
-        if not self.lifetime_s:
-            yield
-            return
         now = self._clock()
         conn = self._by_peer.get(peer)
         if conn is None or now - conn.first_at >= self.lifetime_s:

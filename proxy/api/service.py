@@ -88,7 +88,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _open(self, rpc: str, context: Context) -> Iterator[None]:
         self.open_calls[rpc] += 1
         try:
-            with self.connections.call(context.peer()):
+            with self.connections.call(context):
                 yield
         finally:
             self.open_calls[rpc] -= 1
