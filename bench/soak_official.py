@@ -231,18 +231,23 @@ class Client:
                 lines = path.read_text(errors="replace").splitlines()
                 for i, line in enumerate(lines):
                     if re.search(r"\bERROR\b|\"level\":\s*50", line):
-                        # The Python client logs a gRPC error over several lines; its
-                        # status (the third) is what tells one error from another.
-                        status = next(
-                            (m.group(1) for later in lines[i + 1 : i + 4]
-                             if (m := re.search(r"status = StatusCode\.(\w+)", later))),
+                        # The Python client logs a gRPC error over several lines, its status
+                        # the third; the Java client its exception on the next line. That is
+                        # what tells one error from another.
+                        cause = next(
+                            ((m.group(1) or m.group(2))[:200] for later in lines[i + 1 : i + 4]
+                             if (m := _LOG_CAUSE.search(later))),
                             None,
                         )  # fmt: skip
-                        text = line[:400] + (f" [{status}]" if status else "")
+                        text = line[:400] + (f" [{cause}]" if cause else "")
                         out.append((_log_time(line, self.role.lang), text))
         return out
 
 
+_LOG_CAUSE = re.compile(
+    r"status = StatusCode\.(\w+)"  # Python
+    r"|^(?:[\w$]+\.)+(\w*(?:Exception|Error)\b.*)"  # Java: the exception, and its message
+)
 _LOG_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})[,.](\d{3})")
 
 
@@ -498,9 +503,8 @@ async def run(
         if lang is not None:  # every role played by one client
             roles = list(dict.fromkeys(Role(lang, r.role, r.group) for r in roles))
         clients = [Client(r, workdir, control, endpoints[r.lang], settings) for r in roles]
-        # Consumers first, so that producers' first messages meet them.
-        # Consumers first, a second apart (twenty clients starting at once on 2 cores time
-        # their own first calls out).
+        # Consumers first, so that producers' first messages meet them; a second apart, since
+        # twenty clients starting at once on 2 cores time their own first calls out.
         for client in sorted(clients, key=lambda c: c.role.producer):
             await client.start()
             await asyncio.sleep(1)
