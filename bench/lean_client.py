@@ -204,8 +204,10 @@ def receive_request(
     expression: str = "*",
     broker: str | None = None,
     filter_type: pb.FilterType = pb.FilterType.TAG,
+    auto_renew: bool = False,
 ) -> api.ReceiveMessageRequest:
-    """A ReceiveMessageRequest as the official SimpleConsumer builds it."""
+    """A ReceiveMessageRequest as the official SimpleConsumer builds it; ``auto_renew``: as
+    a PushConsumer builds it (no invisible duration: the proxy renews)."""
     request = api.ReceiveMessageRequest(
         group=pb.Resource(name=group),
         message_queue=pb.MessageQueue(
@@ -215,7 +217,9 @@ def receive_request(
         batch_size=batch,
         long_polling_timeout=millis(await_ms),
     )
-    if invisible_ms is not None:
+    if auto_renew:
+        request.auto_renew = True
+    elif invisible_ms is not None:
         request.invisible_duration.CopyFrom(millis(invisible_ms))
     return request
 

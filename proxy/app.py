@@ -28,7 +28,8 @@ from proxy.brokers import BrokerPool
 from proxy.collector import FullCollections
 from proxy.config import ProxyConfig
 from proxy.fleet.members import Members
-from proxy.fleet.transport import FleetLinks
+from proxy.fleet.settle import FleetSettles
+from proxy.fleet.transport import FleetLinks, PeerHandlers
 from proxy.groups import GroupSettings
 from proxy.observability.eventlog import EventLog
 from proxy.observability.metrics import ProxyMetrics
@@ -154,6 +155,9 @@ class ProxyApp:
         self.session = SessionActivity(
             config, self.groups, self.renewer, self.transactions, self.lite
         )
+        self.renewer.streams_open = self.session.holds_stream
+        # In a fleet, an ack of a message another member renews borrows its checkpoint.
+        self.settles = FleetSettles(self.fleet, self.renewer) if self.fleet is not None else None
         self.service = MessagingService(
             route=self.route,
             session=self.session,
@@ -165,7 +169,7 @@ class ProxyApp:
                 config.max_lite_topic_size,
             ),
             receive=self.receive,
-            ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer),
+            ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer, self.settles),
             metrics=self.metrics,
             transaction=TransactionActivity(self.transactions),
             lite=LiteActivity(self.lite, config.max_lite_topic_size),
@@ -262,12 +266,16 @@ class ProxyApp:
                         step.name, took)  # fmt: skip
 
     async def _start_fleet(self) -> None:
-        if self.fleet is not None and self.engine.shared is not None:
-            await self.fleet.start(self.engine.shared)
+        if self.fleet is not None:
+            await self.fleet.start(PeerHandlers(self.engine.shared, self.settles))
+            self.renewer.member = self.fleet.self_id  # known once its port is bound
 
     async def _stop_fleet(self) -> None:
         if self.fleet is not None:
+            self.renewer.member = ""
             await self.fleet.close()
+        if self.settles is not None:
+            await self.settles.close()
 
     async def _start_grpc(self) -> None:
         config = self.config
@@ -404,11 +412,17 @@ class ProxyApp:
         }
 
     def _fleet_status(self) -> dict[str, object] | None:
-        """The links, and what the shared hub sent and fell back on (None: no fleet)."""
-        if self.fleet is None or self.engine.shared is None:
+        """The links, what the shared hub sent and fell back on, and the settles of
+        messages another member renews (None: no fleet)."""
+        if self.fleet is None or self.engine.shared is None or self.settles is None:
             return None
-        shared = self.engine.shared
+        shared, settles = self.engine.shared, self.settles
         return self.fleet.status() | {
             "sent": {kind.value: n for kind, n in shared.sent.items()},
             "fallbacks": shared.fallbacks,
+            "settles": {
+                "lent": settles.lent,
+                "borrowed": settles.borrowed,
+                "expired": settles.expired,
+            },
         }

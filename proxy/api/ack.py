@@ -3,7 +3,9 @@ receipt handles and report, per entry, what the consumer processor did."""
 
 from __future__ import annotations
 
+import functools
 import time
+from typing import Protocol
 
 from proxy.api import validation as check
 from proxy.api.context import Context
@@ -11,19 +13,37 @@ from proxy.api.errors import ApiError, Code, ack_error, dead_letter_error, ok
 from proxy.api.handles import ReceiptHandle, parse_receipt_handle
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from proxy.fleet.messages import Outcome
+from proxy.fleet.settle import FleetSettles, Lent
 from proxy.processor.consumer import ConsumerProcessor, Popped
-from proxy.processor.renewal import HandleRenewer, Renewal
+from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.client import RemotingError
 from proxy.remoting.popinfo import PopCheckpointInfo
 
 
+class Finish(Protocol):
+    """Ends a settle made with a current checkpoint (``HandleRenewer.end_settle`` here,
+    ``FleetSettles.give_back`` at the member that lent it)."""
+
+    def __call__(self, settled: bool, *, by_ack: bool = False) -> None: ...
+
+
+# A message acked already (by the member that renews it): a retry, answered OK.
+ACKED_ALREADY = None
+
+
 class AckActivity:
     def __init__(
-        self, consumer: ConsumerProcessor, max_delivery_attempts: int, renewer: HandleRenewer
+        self,
+        consumer: ConsumerProcessor,
+        max_delivery_attempts: int,
+        renewer: HandleRenewer,
+        settles: FleetSettles | None = None,
     ) -> None:
         self.consumer = consumer
         self.max_delivery_attempts = max_delivery_attempts
         self.renewer = renewer
+        self.settles = settles  # set when the proxy joins a fleet
 
     async def _current(
         self,
@@ -32,18 +52,33 @@ class AckActivity:
         now_ms: int | None = None,
         lite_topic: str | None = None,
         handle: ReceiptHandle | None = None,
-    ) -> tuple[ReceiptHandle, Renewal | None]:
-        """The handle to settle: for a message this proxy renews, its current checkpoint
-        (the client's may have expired meanwhile) and its renewal, which the caller ends
-        (``end_settle``) with the outcome; else the client's, and None. ``handle``: the
-        client's, already parsed with expiry allowed (``_loose``)."""
+    ) -> tuple[ReceiptHandle | None, Finish | None]:
+        """The handle to settle, and what ends the settle:
+
+        - for a message this proxy renews, its current checkpoint (the client's may have
+          expired meanwhile), and ``end_settle`` of its renewal;
+        - for one another member of the fleet renews (the handle names it), the current
+          checkpoint borrowed from it, and ``give_back``; or None (``ACKED_ALREADY``)
+          when that member acked it lately;
+        - else the client's, and no ``Finish``.
+
+        The caller calls the ``Finish`` with the outcome, whatever happens. ``handle``:
+        the client's, already parsed with expiry allowed (``_loose``)."""
         if handle is None:
             handle = _loose(text)
         if handle is not None:
             renewal = await self.renewer.begin_settle(group, handle.checkpoint, lite_topic)
             if renewal is not None:
                 current = PopCheckpointInfo.parse(renewal.popped.checkpoint)
-                return ReceiptHandle(current, handle.commit_log_offset), renewal
+                finish = functools.partial(self.renewer.end_settle, renewal)
+                return ReceiptHandle(current, handle.commit_log_offset), finish
+            if handle.renewer and self.settles is not None:
+                lent = await self.settles.lend(handle.renewer, group, handle.checkpoint, lite_topic)
+                if isinstance(lent, Lent):
+                    finish = functools.partial(self.settles.give_back, lent)
+                    return ReceiptHandle(lent.checkpoint, handle.commit_log_offset), finish
+                if lent is Outcome.ACKED:
+                    return ACKED_ALREADY, None
         return parse_receipt_handle(text, now_ms=now_ms), None
 
     async def ack_message(
@@ -54,7 +89,7 @@ class AckActivity:
         if not request.entries:
             raise ApiError(Code.BAD_REQUEST, "no entry to ack")
         statuses: list[pb.Status | None] = [None] * len(request.entries)
-        parsed: list[tuple[int, PopCheckpointInfo, Renewal | None]] = []
+        parsed: list[tuple[int, PopCheckpointInfo, Finish | None]] = []
         now_ms = int(time.time() * 1000)
         acked = ok()  # one object for every entry: the response copies it into each
         for i, entry in enumerate(request.entries):
@@ -66,10 +101,13 @@ class AckActivity:
                     # wait for: its handle has expired meanwhile, but the message is acked.
                     statuses[i] = acked
                     continue
-                current, renewal = await self._current(
+                current, finish = await self._current(
                     group, entry.receipt_handle, now_ms, lite, loose
                 )
-                parsed.append((i, current.checkpoint, renewal))
+                if current is ACKED_ALREADY:
+                    statuses[i] = acked
+                    continue
+                parsed.append((i, current.checkpoint, finish))
             except ApiError as err:
                 statuses[i] = err.status
         errors: list[RemotingError | None] | None = None
@@ -83,10 +121,9 @@ class AckActivity:
         finally:
             # Failed, or cancelled (the client's deadline passed): the renewal goes on, and
             # the client's retry settles its current checkpoint.
-            for n, (_, _, renewal) in enumerate(parsed):
-                if renewal is not None:
-                    settled = errors is not None and errors[n] is None
-                    self.renewer.end_settle(renewal, settled=settled, by_ack=True)
+            for n, (_, _, finish) in enumerate(parsed):
+                if finish is not None:
+                    finish(errors is not None and errors[n] is None, by_ack=True)
         for (i, ck, _), error in zip(parsed, errors, strict=True):
             statuses[i] = acked if error is None else ack_error(ck.broker_name, error).status
         entries = [
@@ -110,7 +147,9 @@ class AckActivity:
         topic = check.validate_topic(request.topic.name)
         invisible = check.validate_invisible(check.duration_ms(request.invisible_duration), 0)
         lite = _lite_topic(request)
-        handle, renewal = await self._current(group, request.receipt_handle, lite_topic=lite)
+        handle, finish = await self._current(group, request.receipt_handle, lite_topic=lite)
+        if handle is ACKED_ALREADY:
+            raise ApiError(Code.INVALID_RECEIPT_HANDLE, "the message has been acked")
         changed = False
         try:
             checkpoint = await self.consumer.change_invisible(
@@ -120,8 +159,8 @@ class AckActivity:
         except RemotingError as exc:
             raise ack_error(handle.broker, exc) from None
         finally:
-            if renewal is not None:
-                self.renewer.end_settle(renewal, settled=changed)
+            if finish is not None:
+                finish(changed)
         return api.ChangeInvisibleDurationResponse(
             status=ok(), receipt_handle=f"{checkpoint} {handle.commit_log_offset}"
         )
@@ -134,7 +173,9 @@ class AckActivity:
         group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
         lite = _lite_topic(request)
-        handle, renewal = await self._current(group, request.receipt_handle, lite_topic=lite)
+        handle, finish = await self._current(group, request.receipt_handle, lite_topic=lite)
+        if handle is ACKED_ALREADY:
+            raise ApiError(Code.INVALID_RECEIPT_HANDLE, "the message has been acked")
         max_attempts = request.max_delivery_attempts or self.max_delivery_attempts
         popped = Popped(
             handle.broker,
@@ -152,8 +193,8 @@ class AckActivity:
         except RemotingError as exc:
             raise dead_letter_error(handle.broker, exc) from None
         finally:
-            if renewal is not None:
-                self.renewer.end_settle(renewal, settled=forwarded)
+            if finish is not None:
+                finish(forwarded)
         return api.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 

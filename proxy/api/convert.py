@@ -77,8 +77,9 @@ def _priority(props: dict[str, str]) -> int | None:
     return priority if priority >= 0 else None
 
 
-def to_api_message(polled: PolledMessage, namespace: str = "") -> pb.Message:
-    """A popped message as the client receives it, its receipt handle included."""
+def to_api_message(polled: PolledMessage, namespace: str = "", renewer: str = "") -> pb.Message:
+    """A popped message as the client receives it, its receipt handle included; with the
+    fleet address of the proxy that renews it, if one does (``handles.py``)."""
     msg = polled.message
     props = msg.properties
     body = msg.body
@@ -94,7 +95,9 @@ def to_api_message(polled: PolledMessage, namespace: str = "") -> pb.Message:
         "born_host": _host(msg.born_host),
         "store_timestamp": _time_fields(msg.store_timestamp),
         "store_host": _host(msg.store_host),
-        "receipt_handle": polled.receipt_handle,
+        "receipt_handle": f"{polled.receipt_handle} {renewer}"
+        if renewer
+        else polled.receipt_handle,
         "queue_id": msg.queue_id,
         "queue_offset": msg.queue_offset,
         "invisible_duration": _duration_fields(int(props[Prop.POP_CK].split(" ")[2])),

@@ -3,6 +3,11 @@
 ``startOffset popTime invisibleTime reviveQid retryFlag brokerName queueId offset
 commitLogOffset``. The broker name routes an ack through any proxy, so proxies keep no
 state; the commit-log offset lets a message be forwarded to the dead-letter queue.
+
+A push consumer's message delivered by a proxy of a fleet has a tenth: the fleet address
+(``host:port``) of that proxy, which renews it, so that another proxy can settle it with
+its current checkpoint (``proxy/fleet/settle.py``). Clients do not read handles; they
+hand them back as they got them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from proxy.remoting.popinfo import PopCheckpointInfo
 class ReceiptHandle:
     checkpoint: PopCheckpointInfo
     commit_log_offset: int
+    renewer: str = ""  # the fleet member that renews the message, if one does
 
     @property
     def extra_info(self) -> str:
@@ -28,7 +34,8 @@ class ReceiptHandle:
         return self.checkpoint.broker_name
 
     def encode(self) -> str:
-        return f"{self.checkpoint.encode()} {self.commit_log_offset}"
+        tail = f" {self.renewer}" if self.renewer else ""
+        return f"{self.checkpoint.encode()} {self.commit_log_offset}{tail}"
 
     def expired(self, now_ms: int | None = None) -> bool:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -43,8 +50,12 @@ def parse_receipt_handle(
     if not text or not text.strip():
         raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is blank")
     head, _, offset = text.rpartition(" ")
+    renewer = ""
+    if ":" in offset:  # host:port, never an offset: the renewer's tenth field
+        renewer = offset
+        head, _, offset = head.rpartition(" ")
     try:
-        handle = ReceiptHandle(PopCheckpointInfo.parse(head), int(offset))
+        handle = ReceiptHandle(PopCheckpointInfo.parse(head), int(offset), renewer)
     except ValueError as exc:
         raise ApiError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}") from None
     if not allow_expired and handle.expired(now_ms):

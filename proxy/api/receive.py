@@ -93,7 +93,9 @@ class ReceiveActivity:
             rec.is_short_polling_hit = result.is_short_polling_hit
             rec.pops = result.pops
             rec.notifications = result.probes
-            await self._write(result.messages, context, rec)
+            # A push consumer's messages are renewed here: in a fleet, their handles say so.
+            renewer = self.renewer.member if request.auto_renew else ""
+            await self._write(result.messages, context, rec, renewer)
             if result.timeline is not None:
                 result.timeline.mark(loop.time(), "written", str(rec.messages))
                 ids = ",".join(m.message.msg_id for m in result.messages[: rec.messages])
@@ -176,9 +178,10 @@ class ReceiveActivity:
         messages: list[PolledMessage],
         context: Context,
         rec: ReceiveRecord,
+        renewer: str = "",
     ) -> None:
         """Write the answer; hand back, and leave out of the record, every message the
-        client did not get."""
+        client did not get. ``renewer``: the fleet address the handles name (``handles.py``)."""
         if not messages:
             await context.write(api.ReceiveMessageResponse(status=_NOT_FOUND))
             rec.ended(Outcome.EMPTY, code_name(Code.MESSAGE_NOT_FOUND))
@@ -187,7 +190,8 @@ class ReceiveActivity:
         try:
             await context.write(api.ReceiveMessageResponse(status=ok()))
             for polled in messages:
-                await context.write(api.ReceiveMessageResponse(message=to_api_message(polled)))
+                message = to_api_message(polled, renewer=renewer)
+                await context.write(api.ReceiveMessageResponse(message=message))
                 written += 1
             await context.write(
                 api.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))

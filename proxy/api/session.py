@@ -126,6 +126,10 @@ class SessionActivity:
             task.cancel()
         return len(self._streams)
 
+    def holds_stream(self, client_id: str) -> bool:
+        """Whether ``client_id`` has a Telemetry stream open here: it is alive."""
+        return client_id in self._per_client
+
     async def heartbeat(
         self, request: api.HeartbeatRequest, context: Context
     ) -> api.HeartbeatResponse:

@@ -32,7 +32,7 @@ import grpc
 
 from proxy.background import start_background, stop_background
 from proxy.fleet.members import Members
-from proxy.fleet.messages import PeerKind, PeerMessage
+from proxy.fleet.messages import SETTLE_KINDS, Outcome, PeerKind, PeerMessage
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ FRAME = 256  # messages per frame at most
 
 
 class PeerHandler(Protocol):
-    """What the links tell: ``SharedProbeHub`` (``proxy/receive/shared.py``)."""
+    """What the links tell: ``SharedProbeHub`` (``proxy/receive/shared.py``) and
+    ``FleetSettles`` (``settle.py``), through ``PeerHandlers``."""
 
     def receive(self, peer: str, message: PeerMessage) -> None: ...
 
@@ -57,11 +58,39 @@ class PeerHandler(Protocol):
     def members_changed(self) -> None: ...
 
 
+class PeerHandlers:
+    """Each message to the part it is about: a settle's to ``settles``, the rest to
+    ``probes``; a lost peer and a change of members to both."""
+
+    def __init__(self, probes: PeerHandler | None, settles: PeerHandler | None) -> None:
+        self.parts = [p for p in (probes, settles) if p is not None]
+        self.probes = probes
+        self.settles = settles
+
+    def receive(self, peer: str, message: PeerMessage) -> None:
+        part = self.settles if message.kind in SETTLE_KINDS else self.probes
+        if part is not None:
+            part.receive(peer, message)
+
+    def peer_lost(self, peer: str) -> None:
+        for part in self.parts:
+            part.peer_lost(peer)
+
+    def members_changed(self) -> None:
+        for part in self.parts:
+            part.members_changed()
+
+
 def _row(m: PeerMessage) -> list[object]:
-    return [
+    row: list[object] = [
         m.kind.value, m.group, m.topic, list(m.brokers), round(m.remaining_s, 3),
         int(m.order), int(m.missed),
     ]  # fmt: skip
+    if m.kind in SETTLE_KINDS:
+        # Only the settle kinds carry these, so that a proxy of an earlier version, which
+        # knows seven fields, still reads the probe messages of a newer one.
+        row += [m.ref, m.handle, m.outcome.value]
+    return row
 
 
 def encode(messages: Sequence[PeerMessage]) -> bytes:
@@ -72,11 +101,13 @@ def decode(frame: bytes) -> list[PeerMessage]:
     """The messages of a frame; ValueError for anything else."""
     try:
         out = []
-        for kind, group, topic, brokers, remaining, order, missed in json.loads(frame):
-            names = tuple(str(b) for b in brokers)
+        for row in json.loads(frame):
+            kind, group, topic, brokers, remaining, order, missed, *settle = row
+            ref, handle, outcome = settle if settle else (0, "", "")
             out.append(
-                PeerMessage(PeerKind(kind), str(group), str(topic), names, float(remaining),
-                            bool(order), bool(missed))
+                PeerMessage(PeerKind(kind), str(group), str(topic),
+                            tuple(str(b) for b in brokers), float(remaining), bool(order),
+                            bool(missed), int(ref), str(handle), Outcome(outcome))
             )  # fmt: skip
         return out
     except (TypeError, ValueError, KeyError) as exc:

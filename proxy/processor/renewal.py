@@ -19,17 +19,21 @@ consumes it; they rely on the proxy, as the Apache proxy does it
   message acked is remembered for ``acked_memory_s`` (60 s), so that the client's retry of
   an ack whose answer it did not wait for is answered OK, not "expired";
 - a client that says goodbye (NotifyClientTermination) or is not heard from for
-  ``client_idle_s`` has its messages handed back with ``clear_invisible_ms`` (1 s).
+  ``client_idle_s`` has its messages handed back with ``clear_invisible_ms`` (1 s); a
+  client that holds a Telemetry stream here is heard (``streams_open``): after its
+  connection's age GOAWAY its calls go to another proxy, but its stream stays here.
 
 The state: one entry per message delivered to a push consumer and not yet settled, at most
 ``max_handles`` (past that a message simply keeps its slice and is redelivered after it if
 its consumer is slower). If this proxy dies the renewals stop: each message comes back when
 its current slice ends and is delivered again with the attempt counted up: at-least-once,
 as with any lost consumer. The client's later ack with its original handle then finds a
-checkpoint the renewals replaced: the message is consumed twice. A push consumer's requests
-must therefore reach the proxy that delivered to it: one gRPC channel per endpoint (one
-connection at a time, gRPC's pick_first) does this, through any L4 balancer too; an L7
-balancer must pin a client (``x-mq-client-id``) to one proxy.
+checkpoint the renewals replaced: the message is consumed twice. A push consumer's acks
+must therefore reach the proxy that delivered to it. One gRPC channel per endpoint (one
+connection at a time, gRPC's pick_first) does this, through any L4 balancer too, until
+the connection ages or its proxy drains; in a fleet, the handle names this proxy
+(``member``) and the proxy the ack reaches borrows the current checkpoint from it
+(``proxy/fleet/settle.py``).
 """
 
 from __future__ import annotations
@@ -111,6 +115,10 @@ class HandleRenewer:
         self._acked: OrderedDict[HandleKey, tuple[float, int]] = OrderedDict()
         self._last_seen: dict[str, float] = {}  # client id -> loop time
         self._task: asyncio.Task[None] | None = None
+        # This proxy's fleet address, which the handles it delivers name ("" without a
+        # fleet), and whether a client holds a Telemetry stream here: both set by the app.
+        self.member = ""
+        self.streams_open: Callable[[str], bool] = lambda client_id: False
         self.renewed = 0
         self.dropped = 0  # not tracked: over max_handles
 
@@ -224,7 +232,11 @@ class HandleRenewer:
     async def renew_due(self) -> None:
         """One round: clear idle clients' handles, renew those due."""
         now = asyncio.get_running_loop().time()
-        idle = {c for c, at in self._last_seen.items() if now - at > self.client_idle_s}
+        idle = {
+            c
+            for c, at in self._last_seen.items()
+            if now - at > self.client_idle_s and not self.streams_open(c)
+        }
         for client_id in idle:
             log.info("push consumer %s not heard from; handing back its messages", client_id)
             self.client_gone(client_id)
