@@ -111,11 +111,12 @@ class Process:
 
 
 async def _spawn(
-    name: str, module: str, func: str, *args: str, stderr=None, group: int | None = None
-) -> Process:
+    name: str, module: str, func: str, *args: str, stderr=None, group: int | None = None,
+    env: dict[str, str] | None = None,
+) -> Process:  # fmt: skip
     """Start ``module.func()`` with ``args``; ``stderr``: a file for its log (default
     inherited); ``group``: the group id it runs under (``bench/netfault.py`` tells its
-    packets by it)."""
+    packets by it); ``env``: added to this process's environment."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -124,6 +125,7 @@ async def _spawn(
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
         group=group,
+        env=dict(os.environ, **env) if env else None,
     )
     try:
         assert proc.stdout is not None  # PIPE

@@ -128,7 +128,8 @@ class Resources:
 class Cluster:
     """Name server, three brokers and ``proxies`` proxies, each restartable on its own
     ports. ``log_dir``: each proxy's stderr (its log) goes to ``<name>.log`` there;
-    ``proxy_args``: added to every proxy's command line."""
+    ``proxy_args``: added to every proxy's command line; ``fleet``: the proxies are the
+    members of one fleet (``[fleet]``, each on a fleet port of its own)."""
 
     def __init__(
         self,
@@ -138,8 +139,11 @@ class Cluster:
         proxies: int = 2,
         log_dir: str | None = None,
         proxy_args: tuple[str, ...] = (),
+        fleet: bool = False,
     ) -> None:
         self.backend = backend
+        self.fleet = fleet
+        self.fleet_ports: dict[str, int] = {}
         self.resources = resources or Resources({TOPIC: None}, {GROUP: False})
         self.proxy_count = proxies
         self.log_dir = log_dir
@@ -169,7 +173,10 @@ class Cluster:
         await self._create_resources()
         for i in range(1, self.proxy_count + 1):
             self.proxies[f"proxy-{i}"] = ((free_port_block(), free_port_block()), None)
-            await self.start_proxy(f"proxy-{i}")
+            if self.fleet:
+                self.fleet_ports[f"proxy-{i}"] = free_port_block()
+        for name in self.proxies:
+            await self.start_proxy(name)
 
     async def _create_resources(self, brokers: dict[str, str] | None = None) -> None:
         """The topics and groups on every broker (or those of ``brokers``, name -> address)."""
@@ -219,12 +226,22 @@ class Cluster:
         ]  # fmt: skip
         # In the run's own network, each proxy under a group of its own (``disturb``).
         group = self.proxy_gid(name) if netfault.in_own_network() else None
+        env = {}
+        if self.fleet:
+            peers = ",".join(f"127.0.0.1:{port}" for port in self.fleet_ports.values())
+            env = {
+                "RMQ_PROXY_FLEET_PEERS": peers,
+                "RMQ_PROXY_FLEET_HOST": "127.0.0.1",
+                "RMQ_PROXY_FLEET_PORT": str(self.fleet_ports[name]),
+            }
         if self.log_dir is None:
-            proc = await _spawn(name, "proxy.cli", "main", *args, group=group)
+            proc = await _spawn(name, "proxy.cli", "main", *args, group=group, env=env)
         else:
             os.makedirs(self.log_dir, exist_ok=True)
             with (Path(self.log_dir) / f"{name}.log").open("ab") as log:
-                proc = await _spawn(name, "proxy.cli", "main", *args, stderr=log, group=group)
+                proc = await _spawn(
+                    name, "proxy.cli", "main", *args, stderr=log, group=group, env=env
+                )
         self.proxies[name] = ((grpc_port, http_port), proc)
 
     def proxy_gid(self, name: str) -> int:

@@ -475,9 +475,12 @@ async def run(
     workdir: Path, proxies: int = 3, lang: str | None = None, rate: float = 2.0,
     consume_ms: int = 20, interval: float = 60.0, drain_s: float = 120.0, grace_s: float = 30.0,
     proxy_args: tuple[str, ...] = (), ordered: bool = False, direct: bool = False,
+    fleet: bool = True,
 ) -> dict:  # fmt: skip
     """Start the cluster and the clients, run the faults for ``seconds``, stop the
-    producers, drain until every group has every message (at most ``drain_s``), stop."""
+    producers, drain until every group has every message (at most ``drain_s``), stop.
+    ``fleet``: the proxies form one (``[fleet]``), as a deployment of several does: they
+    share their probes, and settle what another member renews."""
     if set(faults) & set(NETWORK_FAULTS) and not netfault.in_own_network():
         raise RuntimeError("the cut and loss faults need the run's own network: run main()")
     rng = random.Random(seed)
@@ -486,7 +489,7 @@ async def run(
     control.mkdir(parents=True)
     cluster = Cluster(
         backend, Resources(TOPICS, GROUPS), proxies=proxies,
-        log_dir=str(workdir / "proxies"), proxy_args=proxy_args,
+        log_dir=str(workdir / "proxies"), proxy_args=proxy_args, fleet=fleet,
     )  # fmt: skip
     settings = argparse.Namespace(rate=rate, consume_ms=consume_ms)
     clients: list[Client] = []
@@ -767,6 +770,11 @@ def main(argv: list[str] | None = None) -> int:
         "--direct", action="store_true",
         help="Python and Java clients dial every proxy, not the balancer",
     )  # fmt: skip
+    p.add_argument(
+        "--no-fleet", action="store_true",
+        help="the proxies do not form a fleet: each probes for itself, and a push "
+        "consumer's ack reaching another proxy than the renewing one is not passed on",
+    )  # fmt: skip
     p.add_argument("--workdir", default="results/soak-official/run")
     p.add_argument("--out", help="write the report here (JSON)")
     args = p.parse_args(argv)
@@ -781,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
             roster_kind=args.roster, workdir=Path(args.workdir), proxies=args.proxies,
             lang=args.lang,
             rate=args.rate, interval=args.interval, drain_s=args.drain, ordered=args.ordered,
-            direct=args.direct,
+            direct=args.direct, fleet=not args.no_fleet,
         )
     )  # fmt: skip
     text = json.dumps(report, indent=2)

@@ -405,6 +405,12 @@ class ProxyApp:
             "receive": self.engine.status(),
             # Open Telemetry streams, and the streams their limits refused or ended.
             "telemetry": self.session.status(),
+            # Push consumers' messages renewed here: held now, renewals made, not held.
+            "renewals": {
+                "held": self.renewer.size,
+                "renewed": self.renewer.renewed,
+                "dropped": self.renewer.dropped,
+            },
             # Every task on the loop: a leak shows as a count that keeps growing.
             "tasks": len(asyncio.all_tasks()),
             "event_log": self.events.stats() if self.events is not None else None,

@@ -32,6 +32,7 @@ import pytest
 
 from bench.lean_client import LeanClient
 from broker_stub import BrokerConfig, StubCluster
+from proxy.api.errors import Code
 from proxy.fleet.members import owner_of
 from tests.support.ports import free_port
 from tests.support.proxy_process import ready_line
@@ -41,6 +42,12 @@ POLL_MS = 20_000
 # A dead or frozen owner is noticed by its link's keepalive (1 s ping, 1 s timeout) or by
 # the fallback (1 s without WATCHING); then the poll's proxy probes itself.
 NOTICED_S = 4.0
+# A push consumer's message is renewed in slices this long (every 5 s, 10 s ahead): at the
+# first round after its delivery.
+RENEW_SLICE_MS = 8_000
+# After its invisible time, a real broker's revive scan brings a message back within
+# about 10 s; a stub's at once.
+REVIVE_S = {"stub": 2.0, "real": 10.0}
 
 
 @dataclass
@@ -83,6 +90,10 @@ class Fleet:
     topic: str
     stubs: StubCluster | None  # None on real brokers
 
+    @property
+    def backend(self) -> str:
+        return "real" if self.stubs is None else "stub"
+
     def parked(self) -> list[int] | None:
         """NOTIFICATIONs parked on each stub broker (None on real brokers: not told)."""
         if self.stubs is None:
@@ -114,6 +125,7 @@ async def fleet_of_three(tmp_path: Path, namesrv: str, names: tuple[str, str], s
             "[fleet]\n"
             f"peers = {json.dumps(addresses)}\n"
             f'host = "127.0.0.1"\nport = {address.rsplit(":", 1)[1]}\n'
+            f"[receive]\nrenew_slice_ms = {RENEW_SLICE_MS}\n"
         )
         proxies.append(FleetProxy(f"fleet-{i}", address, config))
     try:
@@ -230,3 +242,47 @@ async def test_a_restarted_owner_takes_its_keys_back(fleet):
     finally:
         for client in clients:
             await client.close()
+
+
+async def test_a_push_consumers_ack_through_another_proxy_settles_the_renewed_message(fleet):
+    """A push consumer's connection moves (its age GOAWAY, a drain) between a message's
+    delivery and its ack. The proxy the ack reaches borrows the current checkpoint from the
+    one that renews the message (``proxy/fleet/settle.py``): the message is settled, not
+    renewed on until its client is thought gone and then consumed again."""
+    delivering, acking = fleet.proxies[0], fleet.proxies[1]
+    before = await status(delivering)
+    consumer = LeanClient(delivering.ready["grpc"], "push-consumer")
+    moved = LeanClient(acking.ready["grpc"], "push-consumer")
+    try:
+        sent = await send(fleet, delivering, 1)
+        got = await consumer.receive(
+            fleet.group, fleet.topic, await_ms=POLL_MS, batch=1, auto_renew=True
+        )
+        assert [m.system_properties.message_id for m in got.messages] == sent
+        handle = got.messages[0].system_properties.receipt_handle
+        assert handle.endswith(f" {delivering.fleet}"), handle  # names its renewer
+        for _ in range(150):  # renewed: the client's handle settles nothing on the broker now
+            renewals = (await status(delivering))["renewals"]
+            if renewals["renewed"] > before["renewals"]["renewed"]:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"not renewed: {renewals}")
+        renewed_at = asyncio.get_running_loop().time()
+        answer = await moved.ack(fleet.group, fleet.topic, got.messages)
+        assert answer.status.code == Code.OK, answer
+        for _ in range(50):  # the renewal ends as the RETURN arrives, just after the answer
+            after = await status(delivering)
+            if after["renewals"]["held"] == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert after["renewals"]["held"] == 0, after["renewals"]
+        assert after["fleet"]["settles"]["lent"] == before["fleet"]["settles"]["lent"] + 1
+        # Settled with the current checkpoint: not back after that slice and a revive scan.
+        wait_ms = int((renewed_at + RENEW_SLICE_MS / 1000 + REVIVE_S[fleet.backend]
+                       - asyncio.get_running_loop().time()) * 1000)  # fmt: skip
+        again = await moved.receive(fleet.group, fleet.topic, await_ms=wait_ms, batch=1)
+        assert again.messages == [], [m.system_properties.message_id for m in again.messages]
+    finally:
+        await consumer.close()
+        await moved.close()
