@@ -16,13 +16,13 @@ from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.popinfo import PopCheckpointInfo
 from tests.support.ports import free_port
 from tests.support.waits import wait_until
-from tests.unit.test_renewal import NOW, _Consumer, popped
+from tests.unit.test_renewal import NOW, _Consumer, popped, renewer
 
 
 class Member:
     def __init__(self, address: str, peers: list[str], **settle_options: float) -> None:
         self.consumer = _Consumer()
-        self.renewer = HandleRenewer(self.consumer, clock_ms=lambda: NOW[0])
+        self.renewer: HandleRenewer = renewer(self.consumer)
         self.links = FleetLinks(Members(peers, 5.0), address)
         self.settles = FleetSettles(self.links, self.renewer, **settle_options)
 
@@ -42,11 +42,12 @@ async def fleet(
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     renewing = Member(addresses[0], addresses, **(renewer_options or {}))
     settling = Member(addresses[1], addresses, **(settler_options or {}))
+    linked = [(renewing, addresses[1]), (settling, addresses[0])]
     for member in (renewing, settling):
         await member.start()
     try:
         await wait_until(
-            lambda: all(len(m.links.status()["up"]) == 1 for m in (renewing, settling)), 10
+            lambda: all(m.links.status()["up"] == [other] for m, other in linked), 10
         )
         yield renewing, settling
     finally:
