@@ -200,9 +200,10 @@ class ProxyConfig:
     # (docs/reliability.md, "Drain"); it also spreads a fleet's connections again after a
     # scale-up. 0 = connections never age (a drain then costs a few CANCELLED calls under load).
     # Off by default: a new connection can reach another proxy, or another worker of this
-    # one, than the one renewing a push consumer's messages, which then refuses its ack of
-    # a message consumed longer than a slice (its handle has expired) and the message is
-    # consumed twice. Turn it on (10) for fleets without push consumers that consume long.
+    # one, than the one renewing a push consumer's messages, which on its own cannot settle
+    # a message renewed since its delivery: it is consumed twice. A fleet ([fleet] peers,
+    # one worker per member) passes such a settle to the renewer over its links, so turn it
+    # on (10) in a fleet, or where no push consumer consumes a message longer than a slice.
     grpc_max_connection_age_s: float = 0.0
     # Seconds between full collections of Python's garbage collector, which otherwise runs
     # one every few seconds with thousands of idle polls and stalls them all; 0 = CPython's
