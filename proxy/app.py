@@ -273,6 +273,10 @@ class ProxyApp:
     async def _stop_fleet(self) -> None:
         if self.fleet is not None:
             self.renewer.member = ""
+            if self.settles is not None:
+                # The gRPC server has stopped: no settle reaches this proxy but through
+                # the links. What it renews goes to its heir before they close.
+                await self.settles.hand_over()
             await self.fleet.close()
         if self.settles is not None:
             await self.settles.close()
@@ -430,5 +434,6 @@ class ProxyApp:
                 "lent": settles.lent,
                 "borrowed": settles.borrowed,
                 "expired": settles.expired,
+                "adopted": settles.adopted,
             },
         }

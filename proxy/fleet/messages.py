@@ -8,7 +8,9 @@ seconds remaining, not as instants: the proxies' clocks are not the same clock.
 
 A settle is three messages: LEND asks the proxy that renews a message for its current
 checkpoint, LENT answers (and stops renewing it meanwhile), RETURN says how the ack, change
-or forward made with it ended. ``ref`` pairs them; ``handle`` carries a receipt handle.
+or forward made with it ended. ``ref`` pairs them; ``handle`` carries a checkpoint. A
+proxy that leaves sends each message it renews to its heir in an ADOPT (``handle``: the
+renewal, as JSON).
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ class PeerKind(enum.Enum):
     LEND = "lend"  # settler -> renewer: this handle is being settled; its current checkpoint?
     LENT = "lent"  # renewer -> settler: the checkpoint (outcome LENT), or why not
     RETURN = "return"  # settler -> renewer: the settle ended so (SETTLED, ACKED or KEPT)
+    ADOPT = "adopt"  # a renewer leaving -> its heir: renew this message from now on
 
 
 # The kinds about renewals; the others are about shared probes.
-SETTLE_KINDS = frozenset({PeerKind.LEND, PeerKind.LENT, PeerKind.RETURN})
+SETTLE_KINDS = frozenset({PeerKind.LEND, PeerKind.LENT, PeerKind.RETURN, PeerKind.ADOPT})
 
 
 class Outcome(enum.Enum):

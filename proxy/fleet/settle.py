@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 from proxy.background import start_background, stop_background
 from proxy.fleet.links import PeerLinks
+from proxy.fleet.members import owner_of
 from proxy.fleet.messages import Outcome, PeerKind, PeerMessage
+from proxy.processor.consumer import Popped
 from proxy.processor.renewal import HandleRenewer, Renewal
 from proxy.remoting.popinfo import PopCheckpointInfo
 
@@ -49,6 +53,19 @@ ASK_S = 1.0
 # settler's broker request and more. Under the renewal's lead (``ahead_ms``, 10 s) so that
 # a message whose settler vanished is renewed again before its slice ends.
 LEND_S = 6.0
+# How long a leaving proxy waits for its ADOPTs to be written to its heir's stream.
+HAND_OVER_S = 2.0
+# What rendezvous hashing names an heir by (a member's renewals, not a key's probes).
+HEIRS = "renewals of"
+
+
+class SettleLinks(PeerLinks, Protocol):
+    """What settles need of the transport: the probes' links, and a flush for the ADOPTs
+    of a proxy about to close them."""
+
+    async def flush(self, peer: str, timeout_s: float) -> bool:
+        """Wait until what was queued for ``peer`` is written; False if it was not."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +88,7 @@ class FleetSettles:
     and the renewer's answers to its peers (``receive``, from the links)."""
 
     def __init__(
-        self, links: PeerLinks, renewer: HandleRenewer, *, ask_s: float = ASK_S,
+        self, links: SettleLinks, renewer: HandleRenewer, *, ask_s: float = ASK_S,
         lend_s: float = LEND_S,
     ) -> None:  # fmt: skip
         self.links = links
@@ -85,16 +102,33 @@ class FleetSettles:
         self.lent = 0  # messages lent to a settler
         self.borrowed = 0  # checkpoints borrowed from a renewer
         self.expired = 0  # loans given back for want of news
+        self.adopted = 0  # renewals taken over from a member that left
 
     # -- the settler ----------------------------------------------------------------------
+
+    def heir(self, member: str) -> str | None:
+        """The member that takes ``member``'s renewals when it leaves: one for all of them,
+        by rendezvous hashing over the others, so that every member names the same."""
+        others = [m for m in self.links.members() if m != member]
+        return owner_of(others, HEIRS, member) if others else None
 
     async def lend(
         self, member: str, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None
     ) -> Lent | Outcome:
-        """Borrow from ``member`` the current checkpoint of the message the client's
-        ``checkpoint`` names: ``Lent`` (then ``give_back`` it, whatever happens), ACKED
-        (the member acked it lately), or ABSENT (settle with the client's own handle:
-        not renewed there, or no answer in ``ask_s``)."""
+        """Borrow the current checkpoint of the message the client's ``checkpoint`` names
+        from the renewer its handle names, ``member``, or else from that member's heir (it
+        left, and handed its renewals over): ``Lent`` (then ``give_back`` it, whatever
+        happens), ACKED (acked there lately), or ABSENT (settle with the client's own
+        handle: renewed by neither, or no answer in ``ask_s``)."""
+        got = await self._lend(member, group, checkpoint, lite_topic)
+        heir = self.heir(member)
+        if got is Outcome.ABSENT and heir is not None:
+            got = await self._lend(heir, group, checkpoint, lite_topic)
+        return got
+
+    async def _lend(
+        self, member: str, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None
+    ) -> Lent | Outcome:
         if member == self.links.self_id or member not in self.links.members():
             return Outcome.ABSENT
         ref = next(self._refs)
@@ -124,6 +158,28 @@ class FleetSettles:
         outcome = (Outcome.ACKED if by_ack else Outcome.SETTLED) if settled else Outcome.KEPT
         self.links.send(lent.peer, _returned(lent.ref, outcome))
 
+    async def hand_over(self, timeout_s: float = HAND_OVER_S) -> int:
+        """This proxy is leaving (its gRPC server has stopped, its links are about to
+        close): send every message it renews to its heir, which renews them from now on,
+        so that they do not come back after their slice while their clients consume them.
+        The number handed over; what the heir did not get comes back after its slice, as
+        after a crash."""
+        heir = self.heir(self.links.self_id)
+        if heir is None:
+            return 0
+        handed = 0
+        for renewal in self.renewer.hand_over():
+            adopt = PeerMessage(
+                PeerKind.ADOPT, renewal.popped.group, renewal.popped.topic,
+                handle=_renewal_json(renewal),
+            )  # fmt: skip
+            handed += self.links.send(heir, adopt)
+        if handed and not await self.links.flush(heir, timeout_s):
+            log.warning("renewals handed over to %s may not have reached it", heir)
+        if handed:
+            log.info("%d renewals handed over to %s", handed, heir)
+        return handed
+
     # -- what the links deliver -----------------------------------------------------------
 
     def receive(self, peer: str, message: PeerMessage) -> None:
@@ -137,6 +193,14 @@ class FleetSettles:
             loan = self._loans.pop((peer, message.ref), None)
             if loan is not None:
                 self._end(loan, message.outcome)
+        elif message.kind is PeerKind.ADOPT:
+            try:
+                renewal = _renewal_from_json(message.handle)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("an ADOPT from %s refused: %s", peer, exc)
+                return
+            self.renewer.adopt(renewal)
+            self.adopted += 1
 
     def peer_lost(self, peer: str) -> None:
         """What ``peer`` borrowed comes back unsettled; what was asked of it gets no answer."""
@@ -224,3 +288,31 @@ def _with(message: PeerMessage, outcome: Outcome, handle: str = "") -> PeerMessa
     return PeerMessage(
         message.kind, message.group, message.topic, ref=message.ref, handle=handle, outcome=outcome
     )
+
+
+def _renewal_json(renewal: Renewal) -> str:
+    popped = renewal.popped
+    return json.dumps(
+        {
+            "client": renewal.client_id, "broker": popped.broker, "group": popped.group,
+            "topic": popped.topic, "checkpoint": popped.checkpoint,
+            "commit_log_offset": popped.commit_log_offset, "msg_id": popped.msg_id,
+            "lite_topic": popped.lite_topic, "reconsume_times": renewal.reconsume_times,
+            "delivered_ms": renewal.delivered_ms, "handed_pop_time": renewal.handed_pop_time,
+        },
+        separators=(",", ":"),
+    )  # fmt: skip
+
+
+def _renewal_from_json(text: str) -> Renewal:
+    d = json.loads(text)
+    popped = Popped(
+        str(d["broker"]), str(d["group"]), str(d["topic"]), str(d["checkpoint"]),
+        int(d["commit_log_offset"]), str(d["msg_id"]),
+        str(d["lite_topic"]) if d["lite_topic"] is not None else None,
+    )  # fmt: skip
+    PopCheckpointInfo.parse(popped.checkpoint)  # ValueError if it is not one
+    return Renewal(
+        str(d["client"]), popped, int(d["reconsume_times"]), int(d["delivered_ms"]),
+        int(d["handed_pop_time"]),
+    )  # fmt: skip

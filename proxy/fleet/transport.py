@@ -125,6 +125,7 @@ class _Outbound:
         self.links = links
         self.peer = peer
         self.outbox: deque[PeerMessage] = deque()
+        self.writing = 0  # messages of the frame being written
         self.ready = asyncio.Event()
         self.up = False
         self.task = start_background(self._run(), name=f"fleet link {peer}", log=log)
@@ -186,7 +187,9 @@ class _Outbound:
                         ended.result()  # the call's error, if it failed
                         raise ConnectionError("the peer ended the link")
                 frame = [self.outbox.popleft() for _ in range(min(FRAME, len(self.outbox)))]
+                self.writing = len(frame)
                 await asyncio.wait_for(call.write(encode(frame)), SILENCE_S)  # [] = heartbeat
+                self.writing = 0
         finally:
             ended.cancel()
 
@@ -228,6 +231,17 @@ class FleetLinks:
     def send(self, peer: str, message: PeerMessage) -> bool:
         outbound = self._outbound.get(peer)
         return outbound is not None and outbound.send(message)
+
+    async def flush(self, peer: str, timeout_s: float) -> bool:
+        """Wait until what was sent to ``peer`` has been written to its stream (a proxy
+        about to close its links); False if the link went down or ``timeout_s`` passed."""
+        outbound = self._outbound.get(peer)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while outbound is not None and outbound.up and (outbound.outbox or outbound.writing):
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return outbound is not None and outbound.up
 
     def lost(self, peer: str) -> None:
         if self.handler is not None:

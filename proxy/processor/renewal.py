@@ -213,6 +213,27 @@ class HandleRenewer:
         while self._acked and next(iter(self._acked.values()))[0] < horizon:
             self._acked.popitem(last=False)
 
+    def hand_over(self) -> list[Renewal]:
+        """Every renewal not being renewed or settled right now, no longer renewed here:
+        this proxy is leaving, and an heir takes them (``adopt``, on that proxy)."""
+        leaving = [
+            (k, e) for k, e in self._handles.items() if e.renewing is None and not e.settling
+        ]
+        for key, _ in leaving:
+            del self._handles[key]
+        return [entry for _, entry in leaving]
+
+    def adopt(self, renewal: Renewal) -> None:
+        """Renew from here on a message another proxy renewed until it left (``hand_over``
+        there). Its client counts as heard now: it may never call this proxy at all."""
+        popped = renewal.popped
+        key = handle_key(popped.group, renewal.checkpoint, popped.lite_topic)
+        if key not in self._handles and len(self._handles) >= self.max_handles:
+            self.dropped += 1
+            return
+        self._handles[key] = renewal
+        self._last_seen[renewal.client_id] = asyncio.get_running_loop().time()
+
     def client_gone(self, client_id: str) -> None:
         """The client ended its session: hand back whatever it had not settled."""
         self._last_seen.pop(client_id, None)

@@ -244,6 +244,34 @@ async def test_a_restarted_owner_takes_its_keys_back(fleet):
             await client.close()
 
 
+async def delivered_and_renewed(fleet: Fleet, delivering: FleetProxy, consumer: LeanClient):
+    """A message sent, delivered to a push consumer through ``delivering``, and renewed
+    there once: the client's handle no longer settles it on the broker. The message, and
+    the loop time of the renewal."""
+    before = (await status(delivering))["renewals"]["renewed"]
+    sent = await send(fleet, delivering, 1)
+    got = await consumer.receive(
+        fleet.group, fleet.topic, await_ms=POLL_MS, batch=1, auto_renew=True
+    )
+    assert [m.system_properties.message_id for m in got.messages] == sent
+    handle = got.messages[0].system_properties.receipt_handle
+    assert handle.endswith(f" {delivering.fleet}"), handle  # names its renewer
+    for _ in range(150):
+        renewals = (await status(delivering))["renewals"]
+        if renewals["renewed"] > before:
+            return got.messages[0], asyncio.get_running_loop().time()
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not renewed: {renewals}")
+
+
+async def not_back(fleet: Fleet, client: LeanClient, renewed_at: float) -> None:
+    """Settled with the current checkpoint: not back after its slice and a revive scan."""
+    wait_ms = int((renewed_at + RENEW_SLICE_MS / 1000 + REVIVE_S[fleet.backend]
+                   - asyncio.get_running_loop().time()) * 1000)  # fmt: skip
+    again = await client.receive(fleet.group, fleet.topic, await_ms=wait_ms, batch=1)
+    assert again.messages == [], [m.system_properties.message_id for m in again.messages]
+
+
 async def test_a_push_consumers_ack_through_another_proxy_settles_the_renewed_message(fleet):
     """A push consumer's connection moves (its age GOAWAY, a drain) between a message's
     delivery and its ack. The proxy the ack reaches borrows the current checkpoint from the
@@ -254,22 +282,8 @@ async def test_a_push_consumers_ack_through_another_proxy_settles_the_renewed_me
     consumer = LeanClient(delivering.ready["grpc"], "push-consumer")
     moved = LeanClient(acking.ready["grpc"], "push-consumer")
     try:
-        sent = await send(fleet, delivering, 1)
-        got = await consumer.receive(
-            fleet.group, fleet.topic, await_ms=POLL_MS, batch=1, auto_renew=True
-        )
-        assert [m.system_properties.message_id for m in got.messages] == sent
-        handle = got.messages[0].system_properties.receipt_handle
-        assert handle.endswith(f" {delivering.fleet}"), handle  # names its renewer
-        for _ in range(150):  # renewed: the client's handle settles nothing on the broker now
-            renewals = (await status(delivering))["renewals"]
-            if renewals["renewed"] > before["renewals"]["renewed"]:
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError(f"not renewed: {renewals}")
-        renewed_at = asyncio.get_running_loop().time()
-        answer = await moved.ack(fleet.group, fleet.topic, got.messages)
+        message, renewed_at = await delivered_and_renewed(fleet, delivering, consumer)
+        answer = await moved.ack(fleet.group, fleet.topic, [message])
         assert answer.status.code == Code.OK, answer
         for _ in range(50):  # the renewal ends as the RETURN arrives, just after the answer
             after = await status(delivering)
@@ -278,11 +292,42 @@ async def test_a_push_consumers_ack_through_another_proxy_settles_the_renewed_me
             await asyncio.sleep(0.1)
         assert after["renewals"]["held"] == 0, after["renewals"]
         assert after["fleet"]["settles"]["lent"] == before["fleet"]["settles"]["lent"] + 1
-        # Settled with the current checkpoint: not back after that slice and a revive scan.
-        wait_ms = int((renewed_at + RENEW_SLICE_MS / 1000 + REVIVE_S[fleet.backend]
-                       - asyncio.get_running_loop().time()) * 1000)  # fmt: skip
-        again = await moved.receive(fleet.group, fleet.topic, await_ms=wait_ms, batch=1)
-        assert again.messages == [], [m.system_properties.message_id for m in again.messages]
+        await not_back(fleet, moved, renewed_at)
     finally:
         await consumer.close()
         await moved.close()
+
+
+async def test_a_draining_proxy_hands_its_renewals_to_its_heir(fleet):
+    """The proxy renewing a push consumer's message drains (SIGTERM) while the client
+    consumes it: it hands the renewal to its heir, the client's ack through another proxy
+    borrows the current checkpoint from the heir, and the message is not consumed again."""
+    delivering = fleet.proxies[0]
+    consumer = LeanClient(delivering.ready["grpc"], "push-consumer")
+    moved: LeanClient | None = None
+    try:
+        message, _ = await delivered_and_renewed(fleet, delivering, consumer)
+        await consumer.close()
+        assert delivering.proc is not None
+        delivering.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(delivering.proc.wait(), 30) == 0
+        heirs = [p for p in fleet.proxies if p is not delivering]
+        adopted = {p.name: (await status(p))["fleet"]["settles"]["adopted"] for p in heirs}
+        assert sorted(adopted.values()) == [0, 1], adopted  # one heir, for all of them
+        heir = next(p for p in heirs if adopted[p.name] == 1)
+        acking = next(p for p in heirs if p is not heir)  # the heir is asked over the link
+        moved = LeanClient(acking.ready["grpc"], "push-consumer")
+        answer = await moved.ack(fleet.group, fleet.topic, [message])
+        assert answer.status.code == Code.OK, answer
+        for _ in range(50):
+            held = (await status(heir))["renewals"]["held"]
+            if held == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert held == 0
+        # The heir renewed it last at some time before now: not back a slice after now.
+        await not_back(fleet, moved, asyncio.get_running_loop().time())
+    finally:
+        await consumer.close()
+        if moved is not None:
+            await moved.close()

@@ -46,9 +46,7 @@ async def fleet(
     for member in (renewing, settling):
         await member.start()
     try:
-        await wait_until(
-            lambda: all(m.links.status()["up"] == [other] for m, other in linked), 10
-        )
+        await wait_until(lambda: all(m.links.status()["up"] == [other] for m, other in linked), 10)
         yield renewing, settling
     finally:
         for member in (settling, renewing):
@@ -158,3 +156,38 @@ async def test_a_lost_settler_gives_its_loans_back():
         await settling.links.close()  # its links go silent: lost within SILENCE_S
         await wait_until(lambda: entry.settling == 0, 10)
         assert renewing.settles.expired == 0
+
+
+async def test_a_leaving_renewer_hands_its_messages_to_its_heir_who_lends_them():
+    """Three members: the renewer leaves (a drain) and hands what it renews to its heir;
+    an ack at the third member, with a handle naming the one that left, borrows from the
+    heir."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    members = [Member(a, addresses) for a in addresses]
+    for member in members:
+        await member.start()
+    try:
+        await wait_until(lambda: all(len(m.links.status()["up"]) == 2 for m in members), 10)
+        leaving = members[0]
+        heir_id = leaving.settles.heir(leaving.links.self_id)
+        heir = next(m for m in members if m.links.self_id == heir_id)
+        settler = next(m for m in members if m not in (leaving, heir))
+        await renewed_once(leaving, 11)
+        current = next(iter(leaving.renewer._handles.values())).checkpoint
+        assert await leaving.settles.hand_over() == 1
+        assert leaving.renewer.size == 0
+        await wait_until(lambda: heir.renewer.size == 1, 5)
+        assert heir.settles.adopted == 1
+        # The heir renews it from now on, from its current checkpoint.
+        NOW[0] += 25_000
+        await heir.renewer.renew_due()
+        assert [PopCheckpointInfo.parse(ck) for ck, _ in heir.consumer.client.changes] == [current]
+        await leaving.links.close()
+        lent = await settler.settles.lend(leaving.links.self_id, "G", client_checkpoint(11), None)
+        assert isinstance(lent, Lent) and lent.peer == heir_id
+        assert lent.checkpoint.pop_time == NOW[0]  # the heir's renewal
+        settler.settles.give_back(lent, True, by_ack=True)
+        await wait_until(lambda: heir.renewer.size == 0, 5)
+    finally:
+        for member in members:
+            await member.close()
