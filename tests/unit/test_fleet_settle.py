@@ -167,7 +167,13 @@ async def test_a_leaving_renewer_hands_its_messages_to_its_heir_who_lends_them()
     for member in members:
         await member.start()
     try:
-        await wait_until(lambda: all(len(m.links.status()["up"]) == 2 for m in members), 10)
+        await wait_until(
+            lambda: all(
+                m.links.status()["up"] == sorted(set(addresses) - {m.links.self_id})
+                for m in members
+            ),
+            10,
+        )
         leaving = members[0]
         heir_id = leaving.settles.heir(leaving.links.self_id)
         heir = next(m for m in members if m.links.self_id == heir_id)
