@@ -57,6 +57,8 @@ LEND_S = 6.0
 HAND_OVER_S = 2.0
 # What rendezvous hashing names an heir by (a member's renewals, not a key's probes).
 HEIRS = "renewals of"
+# Members asked for a message at most: the one its handle names, its heir, that one's heir.
+HOPS = 3
 
 
 class SettleLinks(PeerLinks, Protocol):
@@ -117,14 +119,19 @@ class FleetSettles:
     ) -> Lent | Outcome:
         """Borrow the current checkpoint of the message the client's ``checkpoint`` names
         from the renewer its handle names, ``member``, or else from that member's heir (it
-        left, and handed its renewals over): ``Lent`` (then ``give_back`` it, whatever
-        happens), ACKED (acked there lately), or ABSENT (settle with the client's own
-        handle: renewed by neither, or no answer in ``ask_s``)."""
-        got = await self._lend(member, group, checkpoint, lite_topic)
-        heir = self.heir(member)
-        if got is Outcome.ABSENT and heir is not None:
-            got = await self._lend(heir, group, checkpoint, lite_topic)
-        return got
+        left, and handed its renewals over), and so on for ``HOPS`` members (a rolling
+        restart passes a message on at each drain): ``Lent`` (then ``give_back`` it,
+        whatever happens), ACKED (acked there lately), or ABSENT (settle with the client's
+        own handle: renewed by none of them, or no answer in ``ask_s``)."""
+        asked: set[str] = set()
+        renewer: str | None = member
+        while renewer is not None and renewer not in asked and len(asked) < HOPS:
+            asked.add(renewer)
+            got = await self._lend(renewer, group, checkpoint, lite_topic)
+            if got is not Outcome.ABSENT:
+                return got
+            renewer = self.heir(renewer)
+        return Outcome.ABSENT
 
     async def _lend(
         self, member: str, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None
