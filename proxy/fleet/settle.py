@@ -45,9 +45,10 @@ from proxy.remoting.popinfo import PopCheckpointInfo
 
 log = logging.getLogger(__name__)
 
-# How long a settler waits for LENT before it settles with the client's handle: a peer on
-# the same network answers in a millisecond, unless a renewal of the message is in flight
-# (one broker request).
+# How long a settler waits for LENT, from all the members it asks, before it settles with
+# the client's handle: a peer on the same network answers in a millisecond, unless a
+# renewal of the message is in flight (one broker request). The client's deadline (3 s in
+# the official clients) leaves the rest to the broker's ack.
 ASK_S = 1.0
 # How long a member keeps a message lent, unrenewed, without news of its settle: the
 # settler's broker request and more. Under the renewal's lead (``ahead_ms``, 10 s) so that
@@ -123,19 +124,26 @@ class FleetSettles:
         restart passes a message on at each drain): ``Lent`` (then ``give_back`` it,
         whatever happens), ACKED (acked there lately), or ABSENT (settle with the client's
         own handle: renewed by none of them, or no answer in ``ask_s``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ask_s  # for all of them: the broker's ack comes after
         asked: set[str] = set()
         renewer: str | None = member
         while renewer is not None and renewer not in asked and len(asked) < HOPS:
             asked.add(renewer)
-            got = await self._lend(renewer, group, checkpoint, lite_topic)
+            left = deadline - loop.time()
+            if left <= 0:
+                log.info("no LENT in %.1f s: settling with the client's handle", self.ask_s)
+                break
+            got = await self._lend(renewer, group, checkpoint, lite_topic, left)
             if got is not Outcome.ABSENT:
                 return got
             renewer = self.heir(renewer)
         return Outcome.ABSENT
 
     async def _lend(
-        self, member: str, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None
-    ) -> Lent | Outcome:
+        self, member: str, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None,
+        timeout_s: float,
+    ) -> Lent | Outcome:  # fmt: skip
         if member == self.links.self_id or member not in self.links.members():
             return Outcome.ABSENT
         ref = next(self._refs)
@@ -147,11 +155,9 @@ class FleetSettles:
             return Outcome.ABSENT
         self._asks[ref] = (member, answer)
         try:
-            result = await asyncio.wait_for(answer, self.ask_s)
+            result = await asyncio.wait_for(answer, timeout_s)
         except TimeoutError:
-            log.info(
-                "no LENT from %s in %.1f s: settling with the client's handle", member, self.ask_s
-            )
+            log.info("no LENT from %s in %.2f s", member, timeout_s)
             return Outcome.ABSENT
         finally:
             self._asks.pop(ref, None)

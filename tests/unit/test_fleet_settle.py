@@ -136,7 +136,7 @@ async def test_a_loan_whose_settler_says_nothing_is_renewed_again():
 
 
 async def test_a_loan_that_comes_after_the_settler_gave_up_is_returned_at_once():
-    async with fleet(settler_options={"ask_s": 0.0}) as (renewing, settling):
+    async with fleet(settler_options={"ask_s": 0.0001}) as (renewing, settling):
         await renewed_once(renewing, 9)
         late = await settling.settles.lend(renewing.links.self_id, "G", client_checkpoint(9), None)
         assert late is Outcome.ABSENT
