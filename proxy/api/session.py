@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import time
 from collections.abc import AsyncIterator, Callable
@@ -92,9 +93,9 @@ class SessionActivity:
         self.renewer = renewer
         self.transactions = transactions
         self.lite = lite
-        # The task serving each open Telemetry stream, and whether its client is the Python
-        # one (see _end_for_drain): ``drain`` ends them all.
-        self._streams: dict[asyncio.Task[object], bool] = {}
+        # The task serving each open Telemetry stream, and how a drain ends it
+        # (``DrainEnd``): ``drain`` ends them all.
+        self._streams: dict[asyncio.Task[object], DrainEnd] = {}
         # Open streams per client id, and the limits (STREAMS_PER_CLIENT, the pace of
         # each stream's commands) with what they did.
         self._per_client: dict[str, int] = {}
@@ -188,7 +189,7 @@ class SessionActivity:
             self.streams_refused += 1
             yield api.TelemetryCommand(status=refused.status)
             return
-        self._streams[task] = check.metadata_value(context, "x-mq-language") == "PYTHON"
+        self._streams[task] = DrainEnd.of(check.metadata_value(context, "x-mq-language"))
         self._per_client[client_id] = held + 1
         try:
             async for out in self._serve(commands, client_id):
@@ -197,10 +198,12 @@ class SessionActivity:
             if not self.draining:
                 raise  # the client went away, or the server stops the call
             task.uncancel()  # our own cancel (drain), delivered: the stream ends cleanly
-            yield api.TelemetryCommand(
-                reconnect_endpoints_command=api.ReconnectEndpointsCommand(nonce=client_id)
-            )
-            if self._streams.get(task):
+            end = self._streams.get(task, DrainEnd.COMMAND)
+            if end is not DrainEnd.QUIET:
+                yield api.TelemetryCommand(
+                    reconnect_endpoints_command=api.ReconnectEndpointsCommand(nonce=client_id)
+                )
+            if end is DrainEnd.UNAVAILABLE:
                 await _end_for_drain(context)
         finally:
             self._streams.pop(task, None)
@@ -337,6 +340,31 @@ class SessionActivity:
             # means the writer is gone too; it is cancelled with the stream.
             with contextlib.suppress(asyncio.QueueFull):
                 outbox.put_nowait(None)
+
+
+class DrainEnd(enum.Enum):
+    """How a drain ends a client's Telemetry stream, by the client's ``x-mq-language``.
+
+    - COMMAND (Java, and any other): a ReconnectEndpointsCommand, then an OK end. The Java
+      client logs the command and reopens its stream a second after the end, by then on
+      a new connection (the server's GOAWAY left 0.2 s before).
+    - UNAVAILABLE (Python, "PYTHON"): the command (dropped without a word), then an
+      UNAVAILABLE end (``_end_for_drain``).
+    - QUIET (Node, which says "HTTP"): no command, an OK end. The Node client answers the
+      command by reopening its stream at once on the same channel, whose connection is the
+      one being drained: gRPC's core holds that new call, which no handler takes any more,
+      until the server's grace ends, then cancels it ("UNAVAILABLE: Cancelling all calls",
+      an ERROR in the client's log), and the drain lasts its whole grace. After an OK end
+      it reopens a second later, on a new connection.
+    """
+
+    COMMAND = "command"
+    UNAVAILABLE = "unavailable"
+    QUIET = "quiet"
+
+    @classmethod
+    def of(cls, language: str | None) -> DrainEnd:
+        return {"PYTHON": cls.UNAVAILABLE, "HTTP": cls.QUIET}.get(language or "", cls.COMMAND)
 
 
 async def _end_for_drain(context: Context) -> None:

@@ -157,12 +157,20 @@ class _Outbound:
                 self.up = True
                 log.info("fleet link to %s up", self.peer)
                 await self._pump(call)
-            except (grpc.aio.AioRpcError, TimeoutError, ConnectionError) as exc:
+            # A write on a call that has just ended raises InvalidStateError ("RPC already
+            # finished"), not the call's error: the link is lost all the same.
+            except (
+                grpc.aio.AioRpcError,
+                TimeoutError,
+                ConnectionError,
+                asyncio.InvalidStateError,
+            ) as exc:
                 if self.up:
-                    log.warning("fleet link to %s lost: %s", self.peer, exc)
+                    log.warning("fleet link to %s lost: %r", self.peer, exc)
             finally:
                 was_up, self.up = self.up, False
                 self.outbox.clear()
+                self.writing = 0
                 await channel.close(None)
                 if was_up:
                     self.links.lost(self.peer)

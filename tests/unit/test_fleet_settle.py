@@ -67,6 +67,14 @@ async def renewed_once(member: Member, offset: int) -> None:
     assert len(member.consumer.client.changes) == 1
 
 
+async def lent_after_a_renewal(renewing: Member, settling: Member, offset: int) -> Lent:
+    """The message at ``offset``, renewed once by ``renewing``, lent to ``settling``."""
+    await renewed_once(renewing, offset)
+    lent = await settling.settles.lend(renewing.links.self_id, "G", client_checkpoint(offset), None)
+    assert isinstance(lent, Lent)
+    return lent
+
+
 def test_a_handle_names_its_renewer_and_parses_back():
     ck = client_checkpoint(5)
     tagged = ReceiptHandle(ck, 105, "10.0.0.7:7070").encode()
@@ -79,9 +87,7 @@ def test_a_handle_names_its_renewer_and_parses_back():
 
 async def test_an_ack_elsewhere_borrows_the_current_checkpoint_and_ends_the_renewal():
     async with fleet() as (renewing, settling):
-        await renewed_once(renewing, 5)
-        lent = await settling.settles.lend(renewing.links.self_id, "G", client_checkpoint(5), None)
-        assert isinstance(lent, Lent)
+        lent = await lent_after_a_renewal(renewing, settling, 5)
         assert lent.checkpoint.pop_time == NOW[0]  # the renewal's, not the client's
         # Lent: not renewed while the settle is under way, however due.
         NOW[0] += 25_000
@@ -98,9 +104,7 @@ async def test_an_ack_elsewhere_borrows_the_current_checkpoint_and_ends_the_rene
 
 async def test_a_failed_settle_elsewhere_leaves_the_renewal_going():
     async with fleet() as (renewing, settling):
-        await renewed_once(renewing, 6)
-        lent = await settling.settles.lend(renewing.links.self_id, "G", client_checkpoint(6), None)
-        assert isinstance(lent, Lent)
+        lent = await lent_after_a_renewal(renewing, settling, 6)
         settling.settles.give_back(lent, False)
         entry = next(iter(renewing.renewer._handles.values()))
         await wait_until(lambda: entry.settling == 0, 5)
@@ -123,9 +127,7 @@ async def test_a_message_not_renewed_there_is_settled_with_the_clients_handle():
 
 async def test_a_loan_whose_settler_says_nothing_is_renewed_again():
     async with fleet(renewer_options={"lend_s": 0.3}) as (renewing, settling):
-        await renewed_once(renewing, 8)
-        lent = await settling.settles.lend(renewing.links.self_id, "G", client_checkpoint(8), None)
-        assert isinstance(lent, Lent)
+        await lent_after_a_renewal(renewing, settling, 8)
         entry = next(iter(renewing.renewer._handles.values()))
         assert entry.settling == 1
         await wait_until(lambda: entry.settling == 0, 5)  # no RETURN: the loan expired
@@ -149,9 +151,7 @@ async def test_a_loan_that_comes_after_the_settler_gave_up_is_returned_at_once()
 
 async def test_a_lost_settler_gives_its_loans_back():
     async with fleet(renewer_options={"lend_s": 60.0}) as (renewing, settling):
-        await renewed_once(renewing, 10)
-        lent = await settling.settles.lend(renewing.links.self_id, "G", client_checkpoint(10), None)
-        assert isinstance(lent, Lent)
+        await lent_after_a_renewal(renewing, settling, 10)
         entry = next(iter(renewing.renewer._handles.values()))
         await settling.links.close()  # its links go silent: lost within SILENCE_S
         await wait_until(lambda: entry.settling == 0, 10)
