@@ -92,26 +92,14 @@ class AckActivity:
         parsed: list[tuple[int, PopCheckpointInfo, Finish | None]] = []
         now_ms = int(time.time() * 1000)
         acked = ok()  # one object for every entry: the response copies it into each
-        for i, entry in enumerate(request.entries):
-            try:
-                lite = _lite_topic(entry)
-                loose = _loose(entry.receipt_handle)
-                if loose is not None and self.renewer.was_acked(group, loose.checkpoint, lite):
-                    # A retry of an ack this proxy made, whose answer the client did not
-                    # wait for: its handle has expired meanwhile, but the message is acked.
-                    statuses[i] = acked
-                    continue
-                current, finish = await self._current(
-                    group, entry.receipt_handle, now_ms, lite, loose
-                )
-                if current is ACKED_ALREADY:
-                    statuses[i] = acked
-                    continue
-                parsed.append((i, current.checkpoint, finish))
-            except ApiError as err:
-                statuses[i] = err.status
         errors: list[RemotingError | None] | None = None
         try:
+            for i, entry in enumerate(request.entries):
+                try:
+                    if await self._look_up(group, i, entry, now_ms, parsed):
+                        statuses[i] = acked
+                except ApiError as err:
+                    statuses[i] = err.status
             errors = await self.consumer.ack(
                 group,
                 topic,
@@ -119,8 +107,9 @@ class AckActivity:
                 [_lite_topic(request.entries[i]) for i, _, _ in parsed],
             )
         finally:
-            # Failed, or cancelled (the client's deadline passed): the renewal goes on, and
-            # the client's retry settles its current checkpoint.
+            # Failed, or cancelled (the client's deadline passed, even while a later entry
+            # was being looked up): each renewal goes on, and the client's retry settles
+            # its current checkpoint.
             for n, (_, _, finish) in enumerate(parsed):
                 if finish is not None:
                     finish(errors is not None and errors[n] is None, by_ack=True)
@@ -139,6 +128,28 @@ class AckActivity:
             else pb.Status(code=Code.MULTIPLE_RESULTS, message="entries have different results")
         )
         return api.AckMessageResponse(status=status, entries=entries)
+
+    async def _look_up(
+        self,
+        group: str,
+        i: int,
+        entry: api.AckMessageEntry,
+        now_ms: int,
+        parsed: list[tuple[int, PopCheckpointInfo, Finish | None]],
+    ) -> bool:
+        """Entry ``i`` of an ack: True for a message acked already (answered OK at once),
+        else its checkpoint to ack joins ``parsed``, with what ends its settle."""
+        lite = _lite_topic(entry)
+        loose = _loose(entry.receipt_handle)
+        if loose is not None and self.renewer.was_acked(group, loose.checkpoint, lite):
+            # A retry of an ack this proxy made, whose answer the client did not wait
+            # for: its handle has expired meanwhile, but the message is acked.
+            return True
+        current, finish = await self._current(group, entry.receipt_handle, now_ms, lite, loose)
+        if current is ACKED_ALREADY:
+            return True
+        parsed.append((i, current.checkpoint, finish))
+        return False
 
     async def change_invisible_duration(
         self, request: api.ChangeInvisibleDurationRequest, context: Context

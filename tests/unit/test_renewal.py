@@ -245,3 +245,47 @@ async def test_an_ack_cancelled_in_flight_leaves_the_renewal_going():
         await call
     renewal = await r.begin_settle("G", PopCheckpointInfo.parse(original.checkpoint))
     assert renewal is not None and renewal.settling == 1  # only this one: the cancelled ended
+
+
+class _SilentLinks:
+    """Fleet links to a member that never answers (``FleetSettles`` waits ``ask_s``)."""
+
+    self_id = "127.0.0.1:1"
+
+    def members(self):
+        return [self.self_id, "127.0.0.1:2"]
+
+    def send(self, peer, message):
+        return True
+
+    async def flush(self, peer, timeout_s):
+        return True
+
+
+async def test_an_ack_cancelled_while_a_later_entry_is_looked_up_ends_the_earlier_settles():
+    """A batch ack whose client gives up while its second entry waits on the fleet member
+    that renews it: the first entry's settle, begun already, ends too, so its renewal goes
+    on; it would otherwise never be renewed again."""
+    from proxy.api.ack import AckActivity
+    from proxy.api.v2 import service_pb2 as api
+    from proxy.fleet.settle import FleetSettles
+
+    consumer = _FailingAcks()
+    r, first = await renewed_once(consumer, 13)
+    elsewhere = popped(14)  # renewed by the silent member, its handle says
+    request = _ack_request(first)
+    request.entries.append(
+        api.AckMessageEntry(
+            message_id=elsewhere.msg_id,
+            receipt_handle=f"{elsewhere.checkpoint} {elsewhere.commit_log_offset} 127.0.0.1:2",
+        )
+    )
+    settles = FleetSettles(_SilentLinks(), r, ask_s=30.0)
+    activity = AckActivity(consumer, 16, r, settles)  # type: ignore[arg-type]
+    call = asyncio.ensure_future(activity.ack_message(request, None))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)  # the first entry looked up, the second waiting on its renewer
+    assert next(iter(r._handles.values())).settling == 1
+    call.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    assert next(iter(r._handles.values())).settling == 0
