@@ -56,7 +56,7 @@ class PeerMessage:
     order: bool = False  # WATCH: a FIFO group's key
     missed: bool = False  # DONE
     ref: int = 0  # LEND, LENT, RETURN: which settle
-    handle: str = ""  # LEND: the client's receipt handle; LENT: the current one
+    handle: str = ""  # LEND: the client's checkpoint; LENT: the current one; ADOPT: the renewal
     outcome: Outcome = Outcome.NONE  # LENT, RETURN
 
     @property

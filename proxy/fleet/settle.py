@@ -105,7 +105,7 @@ class FleetSettles:
         self.lent = 0  # messages lent to a settler
         self.borrowed = 0  # checkpoints borrowed from a renewer
         self.expired = 0  # loans given back for want of news
-        self.adopted = 0  # renewals taken over from a member that left
+        self.adopted = 0  # renewals taken over from a member that left (and held)
 
     # -- the settler ----------------------------------------------------------------------
 
@@ -212,8 +212,7 @@ class FleetSettles:
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("an ADOPT from %s refused: %s", peer, exc)
                 return
-            self.renewer.adopt(renewal)
-            self.adopted += 1
+            self.adopted += self.renewer.adopt(renewal)
 
     def peer_lost(self, peer: str) -> None:
         """What ``peer`` borrowed comes back unsettled; what was asked of it gets no answer."""

@@ -140,14 +140,18 @@ class HandleRenewer:
     def add(self, client_id: str, popped: Popped, reconsume_times: int) -> None:
         """A message delivered to a push consumer: keep it invisible until it is settled."""
         checkpoint = PopCheckpointInfo.parse(popped.checkpoint)
-        key = handle_key(popped.group, checkpoint, popped.lite_topic)
+        renewal = Renewal(client_id, popped, reconsume_times, self.clock_ms(), checkpoint.pop_time)
+        self._hold(handle_key(popped.group, checkpoint, popped.lite_topic), renewal)
+
+    def _hold(self, key: HandleKey, renewal: Renewal) -> bool:
+        """Renew ``renewal`` from now on, its client heard now; False (counted as
+        ``dropped``) when ``max_handles`` are held already."""
         if key not in self._handles and len(self._handles) >= self.max_handles:
             self.dropped += 1
-            return
-        self._handles[key] = Renewal(
-            client_id, popped, reconsume_times, self.clock_ms(), checkpoint.pop_time
-        )
-        self._last_seen[client_id] = asyncio.get_running_loop().time()
+            return False
+        self._handles[key] = renewal
+        self._last_seen[renewal.client_id] = asyncio.get_running_loop().time()
+        return True
 
     async def begin_settle(
         self, group: str, checkpoint: PopCheckpointInfo, lite_topic: str | None = None
@@ -223,16 +227,12 @@ class HandleRenewer:
             del self._handles[key]
         return [entry for _, entry in leaving]
 
-    def adopt(self, renewal: Renewal) -> None:
+    def adopt(self, renewal: Renewal) -> bool:
         """Renew from here on a message another proxy renewed until it left (``hand_over``
-        there). Its client counts as heard now: it may never call this proxy at all."""
+        there); False when this one holds its most. Its client counts as heard now: it
+        may never call this proxy at all."""
         popped = renewal.popped
-        key = handle_key(popped.group, renewal.checkpoint, popped.lite_topic)
-        if key not in self._handles and len(self._handles) >= self.max_handles:
-            self.dropped += 1
-            return
-        self._handles[key] = renewal
-        self._last_seen[renewal.client_id] = asyncio.get_running_loop().time()
+        return self._hold(handle_key(popped.group, renewal.checkpoint, popped.lite_topic), renewal)
 
     def client_gone(self, client_id: str) -> None:
         """The client ended its session: hand back whatever it had not settled."""
