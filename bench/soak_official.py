@@ -92,6 +92,9 @@ NETWORK_FAULTS = {"cut": (100, 10.0, 20.0), "loss": (30, 20.0, 40.0)}  # %, seco
 LANGS = ("python", "java", "node")
 READY_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
+# The connection age of a fleet's proxies (``grpc_max_connection_age_s``) in a run from the
+# command line.
+FLEET_CONNECTION_AGE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -783,6 +786,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown faults: {sorted(unknown)}")
     if set(faults) & set(NETWORK_FAULTS):
         netfault.enter_own_network()  # before any thread: everything started inherits it
+    if not args.no_fleet:
+        # A fleet's connections age, as docs/operations.md has a fleet deploy them: a drain
+        # then moves its clients before its server stops. The environment can say otherwise.
+        os.environ.setdefault("RMQ_PROXY_GRPC_MAX_CONNECTION_AGE_S", str(FLEET_CONNECTION_AGE_S))
     report = asyncio.run(
         run(
             args.backend, args.minutes * 60, seed=args.seed, faults=faults,
@@ -790,6 +797,7 @@ def main(argv: list[str] | None = None) -> int:
             lang=args.lang,
             rate=args.rate, interval=args.interval, drain_s=args.drain, ordered=args.ordered,
             direct=args.direct, fleet=not args.no_fleet,
+            proxy_args=("--log-level", "info"),  # the drains' lines: how long, what held them
         )
     )  # fmt: skip
     text = json.dumps(report, indent=2)

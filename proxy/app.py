@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import grpc
 
 from proxy.api.ack import AckActivity
-from proxy.api.connections import Connections
+from proxy.api.connections import Connections, open_peers
 from proxy.api.lite import LiteActivity
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 # How long the gRPC server's GOAWAY gets to reach the clients before the drain answers the
 # calls in flight on their old connections.
 GOAWAY_HEAD_START_S = 0.2
-# How often a drain looks whether its clients' connections have aged.
-MOVE_CHECK_S = 0.1
+# How often a drain looks whether its clients' connections have aged or closed (it reads
+# the kernel's table of connections each time).
+MOVE_CHECK_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ class ProxyApp:
         connection's age GOAWAY (``grpc_max_connection_age_s``) sends its client's next call
         down a new connection, which the balancer, following /readyz, opens to another
         proxy. Unlike the server stop's GOAWAY it leaves the server serving, so a call that
-        crosses it is served, not cancelled. Ends once every busy connection has aged
+        crosses it is served, not cancelled. Ends once every connection still open has aged
         (``Connections.busy``: at most one connection lifetime)."""
         connections = self.service.connections
         if not connections.lifetime_s:
@@ -328,7 +329,8 @@ class ProxyApp:
         started = time.monotonic()
         deadline = started + connections.lifetime_s
         while True:  # polled: grpcio says nothing when a connection goes
-            busy = connections.busy()
+            peers = await asyncio.to_thread(open_peers, self.grpc_port)
+            busy = connections.busy(peers)
             if not busy or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(MOVE_CHECK_S)
@@ -337,8 +339,9 @@ class ProxyApp:
             log.info("proxy %s draining: clients gone after %.1f s", self.config.proxy_id, took)
             return
         # Clients that dial this proxy's own address come back to it after their GOAWAY.
-        log.warning("proxy %s draining: %d connections still busy after %.1f s",
-                    self.config.proxy_id, busy, took)  # fmt: skip
+        log.warning("proxy %s draining: %d connections still busy after %.1f s: %s",
+                    self.config.proxy_id, busy, took,
+                    ", ".join(connections.describe(peers or ())))  # fmt: skip
 
     async def _stop_grpc(self) -> None:
         """The drain. First the clients move away while the server still serves
@@ -362,14 +365,22 @@ class ProxyApp:
             streams = self.session.drain()
             log.info("proxy %s draining: %d telemetry streams ended", self.config.proxy_id,
                      streams)  # fmt: skip
-            # Just before the grace ends, name what gRPC is about to cancel: each is an
-            # error a client sees (CANCELLED), and the line says which calls held the drain.
             _, late = await asyncio.wait({stopping}, timeout=max(grace - 0.2, 0.0))
-            if late and (open_calls := +self.service.open_calls):
-                log.error("proxy %s: the drain's %.1f s grace ran out; cancelling %s",
-                          self.config.proxy_id, grace, dict(open_calls))  # fmt: skip
+            if late:
+                await self._name_what_holds_the_stop(grace)
         finally:
             await stopping
+
+    async def _name_what_holds_the_stop(self, grace: float) -> None:
+        """Just before the grace ends, name what gRPC is about to cancel: each call is an
+        error a client sees (CANCELLED), and the connections still open say who held the
+        stop (gRPC's stop also waits for every connection to close)."""
+        open_calls = +self.service.open_calls
+        peers = await asyncio.to_thread(open_peers, self.grpc_port)
+        held = self.service.connections.describe(peers or ())
+        log.error("proxy %s: the drain's %.1f s grace ran out; cancelling %s; %d connections "
+                  "open: %s", self.config.proxy_id, grace, dict(open_calls) or "no call of ours",
+                  len(held), ", ".join(held))  # fmt: skip
 
     def _observe_broker_call(
         self, request: str, response: str, seconds: float, broker: str, long_polling: bool

@@ -9,18 +9,29 @@ another proxy once this one drains. So a draining proxy may stop its server, who
 GOAWAY cancels the calls that cross it, once every connection that still carries calls
 has aged (``ProxyApp._let_clients_move``).
 
-A connection counts as *busy* while it holds a call (every official client keeps a
-Telemetry stream open on its connection for its whole life) or has finished one within
-``IDLE_S``. A client that closed its channel ends its streams, so its connection stops
-counting within ``IDLE_S``: a test's proxy, or a fleet's, does not wait out the age of
-connections whose clients are gone.
+Which connections are still open, the kernel knows: on Linux the drain reads this
+process's established TCP connections to its gRPC port (``open_peers``: /proc/net/tcp and
+tcp6, kept to this process's own sockets). A connection counts as *busy* while it is open
+and has not aged, whether it carries a call now or not: a client whose Telemetry stream has
+ended (the Python client reopens it only at its next settings sync, minutes later) and that
+sends once a second is quiet most of the time, but its next call would cross the server's
+stop. A connection the kernel lists and no call has named yet (its first call still waits
+in gRPC's queue) opened no later than the drain first saw it. A client that closed its
+channel is gone from the table at once: a test's proxy, or a fleet's, does not wait out the
+age of connections whose clients are gone.
+
+Where the table cannot be read, a connection counts as busy while it holds a call or has
+finished one within ``IDLE_S``, a guess that misses a quiet client.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import os
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -32,11 +43,15 @@ CONNECTION_AGE_JITTER = 0.1
 # After the age GOAWAY is due: time for it to reach the client and for the client's calls
 # already on the wire to arrive.
 AGED_MARGIN_S = 0.5
-# A connection with no call open and none for this long is idle: its client has closed it,
-# or sends so rarely that a call crossing the server's stop is unlikely.
+# Without the kernel's table: a connection with no call open and none for this long is
+# taken to be idle (its client has closed it, or sends so rarely that a call crossing the
+# server's stop is unlikely).
 IDLE_S = 0.5
-# Forget aged connections at most this often (their GOAWAY has gone: no new call on them).
+# Forget aged connections that hold no call at most this often (their GOAWAY has gone: no
+# new call comes on them, and gRPC closes them once their last call ends).
 PRUNE_EVERY_S = 1.0
+# TCP_ESTABLISHED in /proc/net/tcp's "st" column.
+_ESTABLISHED = "01"
 # What a call is wrapped in when connections never age: nothing to note.
 _UNTRACKED: AbstractContextManager[None] = contextlib.nullcontext()
 
@@ -60,6 +75,9 @@ class Connections:
         self._clock = clock
         self._by_peer: dict[str, _Connection] = {}
         self._pruned_at = 0.0
+        # The open connections the kernel listed, from when the drain first saw them: one
+        # no call has named yet opened no later than that.
+        self._listed: dict[str, float] = {}
 
     def call(self, context: Context) -> AbstractContextManager[None]:
         """One call, on the connection its ``context`` names, for as long as it is open.
@@ -86,21 +104,114 @@ class Connections:
             conn.open -= 1
             conn.last_at = self._clock()
 
-    def busy(self) -> int:
-        """Connections not aged yet that hold a call or had one within ``IDLE_S``: a call
-        on them may still come after the server's stop."""
+    def busy(self, open_peers: Collection[str] | None = None) -> int:
+        """Connections a call may still come on after the server's stop: those open
+        (``open_peers``, the kernel's table) that have not aged; or, without the table,
+        those not aged that hold a call or had one within ``IDLE_S``."""
         now = self._clock()
-        return sum(
-            1
-            for c in self._by_peer.values()
-            if now - c.first_at < self.lifetime_s and (c.open or now - c.last_at < IDLE_S)
-        )
+        if open_peers is None:
+            return sum(
+                1
+                for c in self._by_peer.values()
+                if now - c.first_at < self.lifetime_s and (c.open or now - c.last_at < IDLE_S)
+            )
+        self._listed = {p: self._listed.get(p, now) for p in open_peers}
+        return sum(1 for p in open_peers if now - self._opened_by(p) < self.lifetime_s)
+
+    def describe(self, open_peers: Collection[str]) -> list[str]:
+        """Each open connection as a drain's log line names it: its peer, and what is known
+        of it (since its first call, and the calls open; or that no call has named it)."""
+        now = self._clock()
+        described = []
+        for peer in sorted(open_peers):
+            conn = self._by_peer.get(peer)
+            if conn is None:
+                seen = now - self._listed[peer] if peer in self._listed else 0.0
+                described.append(f"{peer} (no call seen; listed {seen:.1f} s ago)")
+            else:
+                described.append(
+                    f"{peer} (first call {now - conn.first_at:.1f} s ago, {conn.open} open)"
+                )
+        return described
+
+    def _opened_by(self, peer: str) -> float:
+        conn = self._by_peer.get(peer)
+        listed = self._listed[peer]
+        return listed if conn is None else min(conn.first_at, listed)
 
     def __len__(self) -> int:
         return len(self._by_peer)
 
     def _prune(self, now: float) -> None:
         self._pruned_at = now
-        aged = [p for p, c in self._by_peer.items() if now - c.first_at >= self.lifetime_s]
+        aged = [
+            p
+            for p, c in self._by_peer.items()
+            if not c.open and now - c.first_at >= self.lifetime_s
+        ]
+        # An aged connection still holding a call (a Telemetry stream) stays known, so that
+        # the kernel's table does not show it to the drain as a connection never named.
         for peer in aged:
-            del self._by_peer[peer]  # a call still open on it holds its own reference
+            del self._by_peer[peer]
+
+
+def open_peers(port: int) -> frozenset[str] | None:
+    """This process's established TCP connections to its local ``port``, each named as gRPC
+    names a call's peer (``ipv4:10.0.0.1:5000``, ``ipv6:[::1]:5000``); ``None`` where the
+    kernel's table cannot be read (not Linux). Reads files: call it off the event loop."""
+    try:
+        mine = _socket_inodes()
+        peers: set[str] = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            if table.endswith("6") and not os.path.exists(table):
+                continue  # a kernel without IPv6
+            with open(table, encoding="ascii") as rows:
+                peers.update(_peers_in(rows, port, mine))
+    except OSError:
+        return None
+    return frozenset(peers)
+
+
+def _socket_inodes() -> set[str]:
+    """The inodes of this process's sockets: /proc/net lists the whole network namespace,
+    other processes' connections to the same port (a proxy's other workers) among them."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed since it was listed
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    return inodes
+
+
+def _peers_in(rows: Iterator[str], port: int, inodes: set[str]) -> Iterator[str]:
+    """The remote ends of the established connections to ``port`` in one /proc/net/tcp*
+    table whose socket is one of ``inodes``."""
+    local_port = f":{port:04X}"
+    next(rows, None)  # the header
+    for row in rows:
+        # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+        fields = row.split()
+        if (
+            len(fields) > 9
+            and fields[3] == _ESTABLISHED
+            and fields[1].endswith(local_port)
+            and fields[9] in inodes
+        ):
+            yield _peer_name(fields[2])
+
+
+def _peer_name(address: str) -> str:
+    """``0100007F:1388`` (the address as 32-bit words printed in the machine's byte order,
+    then the port) as gRPC writes a peer. gRPC writes an IPv4 client of an IPv6 listener as
+    IPv4."""
+    hex_ip, hex_port = address.split(":")
+    raw = b"".join(
+        int(hex_ip[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(hex_ip), 8)
+    )
+    port = int(hex_port, 16)
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return f"ipv6:[{ip}]:{port}"
+    v4 = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else ip
+    return f"ipv4:{v4}:{port}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import os
 import socket
 import threading
@@ -273,16 +274,20 @@ async def test_a_drain_under_load_moves_clients_before_its_server_stops(cluster,
     assert stopped_after < first.service.connections.lifetime_s + 2, stopped_after
 
 
-async def test_a_drain_waits_for_a_quiet_client_whose_stream_holds_its_connection(
-    cluster, tmp_path
+@pytest.mark.parametrize("stream", [True, False], ids=["with-stream", "stream-ended"])
+async def test_a_drain_waits_for_a_quiet_client_until_its_connection_has_aged(
+    cluster, tmp_path, stream
 ):
-    """A client that sends rarely (once a second, as a quiet producer does) but keeps a
-    Telemetry stream open, as every official client does, stays on its connection until
-    that connection's age GOAWAY: the drain must not stop the server before then, else the
-    client's next call can cross the server's stop and be cancelled. (The drain used to end
-    at the first 0.5 s without a call, well before: the CANCELLED calls of the seventh
-    official soak.) Once the connection has aged, the client's calls reach the other proxy,
-    without an error."""
+    """A client that sends rarely (once a second, as a quiet producer does) stays on its
+    connection until that connection's age GOAWAY, whether it keeps a Telemetry stream open
+    there, as every official client does, or not (the Python client's stream, once ended,
+    comes back only at its next settings sync, minutes later): the drain must not stop the
+    server before then, else the client's next call can cross the server's stop and be
+    cancelled. (The drain used to end at the first 0.5 s without a call, and later, without
+    the kernel's table of open connections, at the first 0.5 s in which no call was open on
+    a connection holding no stream: the CANCELLED calls of the seventh official soak and of
+    the rolling restarts.) Once the connection has aged, the client's calls reach the other
+    proxy, without an error."""
     import grpc
 
     from bench.lean_client import LeanClient
@@ -291,11 +296,11 @@ async def test_a_drain_waits_for_a_quiet_client_whose_stream_holds_its_connectio
     age_s = 3.0
     first, second, balancer = await behind_a_balancer(cluster, tmp_path, age_s)
     client = LeanClient(await balancer.start(), "quiet-producer")
-    stream = client.stub.Telemetry(metadata=client.metadata)
+    telemetry = client.stub.Telemetry(metadata=client.metadata)
     errors: list[str] = []
     served: list[str] = []  # by which proxy, from its connections
     try:
-        await stream.write(
+        await telemetry.write(
             api.TelemetryCommand(
                 settings=pb.Settings(
                     client_type=pb.ClientType.PRODUCER,
@@ -303,7 +308,10 @@ async def test_a_drain_waits_for_a_quiet_client_whose_stream_holds_its_connectio
                 )
             )
         )
-        assert (await stream.read()).status.code == pb.Code.OK
+        assert (await telemetry.read()).status.code == pb.Code.OK
+        if not stream:
+            await telemetry.done_writing()
+            assert await telemetry.read() is grpc.aio.EOF
         opened = asyncio.get_running_loop().time()
         assert len(first.service.connections) == 1  # the balancer sent it to the first
 
@@ -325,7 +333,7 @@ async def test_a_drain_waits_for_a_quiet_client_whose_stream_holds_its_connectio
         stopped = loop.time()
         await asyncio.wait_for(sends, 30)
     finally:
-        stream.cancel()
+        telemetry.cancel()
         await client.close()
         await balancer.close()
         await first.stop()
@@ -338,8 +346,8 @@ async def test_a_drain_waits_for_a_quiet_client_whose_stream_holds_its_connectio
 
 async def test_a_drain_does_not_wait_for_clients_that_have_closed(cluster, tmp_path):
     """Clients that held streams and closed their channels before the stop cost the drain
-    nothing: their streams ended with them, and their connections are idle within 0.5 s,
-    far before they would age (60 s here)."""
+    nothing: their streams ended with them, and their connections closed, far before they
+    would age (60 s here)."""
     from bench.lean_client import LeanClient
     from proxy.api.v2 import service_pb2 as api
 
@@ -357,6 +365,10 @@ async def test_a_drain_does_not_wait_for_clients_that_have_closed(cluster, tmp_p
             assert (await stream.read()).status.code == pb.Code.OK
             assert (await client.send("T", b"x")).status.code == pb.Code.OK
             await client.close()
+            # gRPC closes a closed channel's connection once nothing holds its calls, as
+            # when a client's process exits; until then it is open, and may still be used.
+            del stream, client
+            gc.collect()
         assert len(app.service.connections) == 4
         loop = asyncio.get_running_loop()
         started = loop.time()

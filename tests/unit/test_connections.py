@@ -1,9 +1,24 @@
 """The connections a drain waits for (proxy/api/connections.py), on a clock the test moves:
-busy while a call is open or just ended, until the connection has aged."""
+busy while open (the kernel's table) or, without the table, while a call is open or just
+ended, until the connection has aged; and the kernel's table, read for real sockets."""
 
 from __future__ import annotations
 
-from proxy.api.connections import AGED_MARGIN_S, CONNECTION_AGE_JITTER, IDLE_S, Connections
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.api.connections import (
+    AGED_MARGIN_S,
+    CONNECTION_AGE_JITTER,
+    IDLE_S,
+    PRUNE_EVERY_S,
+    Connections,
+    open_peers,
+)
 
 NOW = [100.0]
 
@@ -107,3 +122,113 @@ def test_connections_that_never_age_are_not_tracked():
         assert c.busy() == 0 and len(c) == 0
     assert c.lifetime_s == 0
     assert context.asked == 0  # not even the peer asked for: every call pays for this
+
+
+# With the kernel's table of open connections (Linux): what is open and has not aged.
+
+
+def test_a_quiet_connection_still_open_is_busy_until_it_has_aged():
+    """A client whose stream has ended and that sends once a second: between its calls it
+    holds none, but its connection is open, and its next call would cross the server's
+    stop. Without the table it looks idle."""
+    NOW[0] = 100.0
+    c = connections()
+    with c.on("ipv4:10.0.0.1:5000"):
+        pass
+    NOW[0] += IDLE_S * 4
+    assert c.busy() == 0  # the guess without the table
+    assert c.busy({"ipv4:10.0.0.1:5000"}) == 1
+    assert c.busy(set()) == 0  # closed: gone from the table
+    NOW[0] = 100.0 + c.lifetime_s + 0.001
+    assert c.busy({"ipv4:10.0.0.1:5000"}) == 0  # aged: no new call comes on it
+
+
+def test_an_open_connection_no_call_has_named_ages_from_when_it_was_first_seen():
+    NOW[0] = 100.0
+    c = connections()
+    assert c.busy({"ipv4:10.0.0.9:7000"}) == 1
+    NOW[0] += 5.0
+    with c.on("ipv4:10.0.0.9:7000"):  # its first call, taken up late
+        pass
+    NOW[0] = 100.0 + c.lifetime_s + 0.001
+    assert c.busy({"ipv4:10.0.0.9:7000"}) == 0  # from when first seen, not its first call
+    NOW[0] = 200.0
+    assert c.busy(set()) == 0
+    assert c.busy({"ipv4:10.0.0.9:7000"}) == 0  # the call's record: aged long ago
+
+
+def test_an_aged_connection_holding_a_stream_is_not_taken_for_a_new_one():
+    NOW[0] = 100.0
+    c = connections(max_age_s=1.0)
+    with c.on("ipv4:10.0.0.1:5000"):  # a Telemetry stream outliving its connection's age
+        NOW[0] += c.lifetime_s + PRUNE_EVERY_S + 1
+        with c.on("ipv4:10.0.0.2:6000"):  # prunes
+            pass
+        assert c.busy({"ipv4:10.0.0.1:5000"}) == 0
+    NOW[0] += PRUNE_EVERY_S + c.lifetime_s
+    with c.on("ipv4:10.0.0.3:6000"):
+        pass
+    assert len(c) == 1  # forgotten once it held no call
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="the kernel's table is Linux's")
+def test_open_peers_names_this_process_s_connections_to_a_port_as_grpc_names_peers():
+    listener = socket.socket(socket.AF_INET6)
+    listener.bind(("::", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    held = []
+    try:
+        v4 = socket.create_connection(("127.0.0.1", port))
+        v4_side, v4_address = listener.accept()
+        v6 = socket.create_connection(("::1", port))
+        v6_side, v6_address = listener.accept()
+        held += [v4, v4_side, v6, v6_side]
+        assert open_peers(port) == {
+            f"ipv4:127.0.0.1:{v4_address[1]}",  # an IPv4 client of an IPv6 listener
+            f"ipv6:[::1]:{v6_address[1]}",
+        }
+        v4.close()
+        v4_side.close()
+        assert open_peers(port) == {f"ipv6:[::1]:{v6_address[1]}"}
+    finally:
+        for s in held:
+            s.close()
+        listener.close()
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="the kernel's table is Linux's")
+def test_open_peers_leaves_out_another_process_s_connections():
+    """/proc/net/tcp lists every socket of the network namespace: a proxy's other workers
+    accept on the same port, and their connections are not this worker's to wait for."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import socket, sys\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+            "print(s.getsockname()[1], flush=True)\n"
+            "a, _ = s.accept(); print('accepted', flush=True); sys.stdin.read()\n"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        with socket.create_connection(("127.0.0.1", port)):
+            assert child.stdout.readline().strip() == "accepted"
+            assert open_peers(port) == set()
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+def test_a_drain_names_the_open_connections_it_waits_for():
+    NOW[0] = 100.0
+    c = connections()
+    with c.on("ipv4:10.0.0.1:5000"):
+        NOW[0] += 2.0
+        c.busy({"ipv4:10.0.0.1:5000", "ipv4:10.0.0.2:6000"})
+        NOW[0] += 1.0
+        assert c.describe({"ipv4:10.0.0.2:6000", "ipv4:10.0.0.1:5000"}) == [
+            "ipv4:10.0.0.1:5000 (first call 3.0 s ago, 1 open)",
+            "ipv4:10.0.0.2:6000 (no call seen; listed 1.0 s ago)",
+        ]
