@@ -341,7 +341,7 @@ class ProxyApp:
         # Clients that dial this proxy's own address come back to it after their GOAWAY.
         log.warning("proxy %s draining: %d connections still busy after %.1f s: %s",
                     self.config.proxy_id, busy, took,
-                    ", ".join(connections.describe(peers or ())))  # fmt: skip
+                    ", ".join(connections.describe(peers or (), busy_only=True)))  # fmt: skip
 
     async def _stop_grpc(self) -> None:
         """The drain. First the clients move away while the server still serves

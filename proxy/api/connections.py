@@ -118,20 +118,19 @@ class Connections:
         self._listed = {p: self._listed.get(p, now) for p in open_peers}
         return sum(1 for p in open_peers if now - self._opened_by(p) < self.lifetime_s)
 
-    def describe(self, open_peers: Collection[str]) -> list[str]:
-        """Each open connection as a drain's log line names it: its peer, and what is known
-        of it (since its first call, and the calls open; or that no call has named it)."""
+    def describe(self, open_peers: Collection[str], busy_only: bool = False) -> list[str]:
+        """Open connections as a drain's log line names them: each peer, how long since it
+        opened at the latest, the calls open on it. ``busy_only``: those not aged yet."""
         now = self._clock()
+        self._listed = {p: self._listed.get(p, now) for p in open_peers}
         described = []
         for peer in sorted(open_peers):
+            age = now - self._opened_by(peer)
+            if busy_only and age >= self.lifetime_s:
+                continue
             conn = self._by_peer.get(peer)
-            if conn is None:
-                seen = now - self._listed[peer] if peer in self._listed else 0.0
-                described.append(f"{peer} (no call seen; listed {seen:.1f} s ago)")
-            else:
-                described.append(
-                    f"{peer} (first call {now - conn.first_at:.1f} s ago, {conn.open} open)"
-                )
+            calls = "no call seen" if conn is None else f"{conn.open} calls open"
+            described.append(f"{peer} (opened {age:.1f} s ago or more, {calls})")
         return described
 
     def _opened_by(self, peer: str) -> float:

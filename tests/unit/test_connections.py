@@ -229,6 +229,10 @@ def test_a_drain_names_the_open_connections_it_waits_for():
         c.busy({"ipv4:10.0.0.1:5000", "ipv4:10.0.0.2:6000"})
         NOW[0] += 1.0
         assert c.describe({"ipv4:10.0.0.2:6000", "ipv4:10.0.0.1:5000"}) == [
-            "ipv4:10.0.0.1:5000 (first call 3.0 s ago, 1 open)",
-            "ipv4:10.0.0.2:6000 (no call seen; listed 1.0 s ago)",
+            "ipv4:10.0.0.1:5000 (opened 3.0 s ago or more, 1 calls open)",
+            "ipv4:10.0.0.2:6000 (opened 1.0 s ago or more, no call seen)",
+        ]
+        NOW[0] += c.lifetime_s - 2.0  # the first has aged, the second not yet
+        assert c.describe({"ipv4:10.0.0.2:6000", "ipv4:10.0.0.1:5000"}, busy_only=True) == [
+            f"ipv4:10.0.0.2:6000 (opened {c.lifetime_s - 1.0:.1f} s ago or more, no call seen)",
         ]
