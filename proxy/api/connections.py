@@ -50,8 +50,10 @@ IDLE_S = 0.5
 # Forget aged connections that hold no call at most this often (their GOAWAY has gone: no
 # new call comes on them, and gRPC closes them once their last call ends).
 PRUNE_EVERY_S = 1.0
-# TCP_ESTABLISHED in /proc/net/tcp's "st" column.
-_ESTABLISHED = "01"
+# TCP states in /proc/net/tcp's "st" column: ESTABLISHED, and the states of a connection
+# one side has begun to close (FIN_WAIT1, FIN_WAIT2, CLOSE_WAIT, LAST_ACK, CLOSING).
+_ESTABLISHED = frozenset({"01"})
+_CLOSING = frozenset({"04", "05", "08", "09", "0B"})
 # What a call is wrapped in when connections never age: nothing to note.
 _UNTRACKED: AbstractContextManager[None] = contextlib.nullcontext()
 
@@ -154,10 +156,13 @@ class Connections:
             del self._by_peer[peer]
 
 
-def open_peers(port: int) -> frozenset[str] | None:
+def open_peers(port: int, closing: bool = False) -> frozenset[str] | None:
     """This process's established TCP connections to its local ``port``, each named as gRPC
     names a call's peer (``ipv4:10.0.0.1:5000``, ``ipv6:[::1]:5000``); ``None`` where the
-    kernel's table cannot be read (not Linux). Reads files: call it off the event loop."""
+    kernel's table cannot be read (not Linux). ``closing``: also those being closed, which
+    carry no new call but can still hold gRPC's stop. Reads files: call it off the event
+    loop."""
+    states = _ESTABLISHED | _CLOSING if closing else _ESTABLISHED
     try:
         mine = _socket_inodes()
         peers: set[str] = set()
@@ -165,7 +170,7 @@ def open_peers(port: int) -> frozenset[str] | None:
             if table.endswith("6") and not os.path.exists(table):
                 continue  # a kernel without IPv6
             with open(table, encoding="ascii") as rows:
-                peers.update(_peers_in(rows, port, mine))
+                peers.update(_peers_in(rows, port, mine, states))
     except OSError:
         return None
     return frozenset(peers)
@@ -183,9 +188,11 @@ def _socket_inodes() -> set[str]:
     return inodes
 
 
-def _peers_in(rows: Iterator[str], port: int, inodes: set[str]) -> Iterator[str]:
-    """The remote ends of the established connections to ``port`` in one /proc/net/tcp*
-    table whose socket is one of ``inodes``."""
+def _peers_in(
+    rows: Iterator[str], port: int, inodes: set[str], states: frozenset[str]
+) -> Iterator[str]:
+    """The remote ends of the connections to ``port`` in one /proc/net/tcp* table whose
+    socket is one of ``inodes`` and whose state is one of ``states``."""
     local_port = f":{port:04X}"
     next(rows, None)  # the header
     for row in rows:
@@ -193,7 +200,7 @@ def _peers_in(rows: Iterator[str], port: int, inodes: set[str]) -> Iterator[str]
         fields = row.split()
         if (
             len(fields) > 9
-            and fields[3] == _ESTABLISHED
+            and fields[3] in states
             and fields[1].endswith(local_port)
             and fields[9] in inodes
         ):

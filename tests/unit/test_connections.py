@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,27 @@ def test_a_drain_names_the_open_connections_it_waits_for():
         assert c.describe({"ipv4:10.0.0.2:6000", "ipv4:10.0.0.1:5000"}, busy_only=True) == [
             f"ipv4:10.0.0.2:6000 (opened {c.lifetime_s - 1.0:.1f} s ago or more, no call seen)",
         ]
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="the kernel's table is Linux's")
+def test_a_connection_its_client_closed_is_not_open_but_can_still_be_named():
+    """Closed by its client and not yet by this side (CLOSE_WAIT): no new call comes on
+    it, but it can still hold gRPC's stop, and the drain's last log line names it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    server_side, address = listener.accept()
+    try:
+        client.close()
+        peer = f"ipv4:127.0.0.1:{address[1]}"
+        for _ in range(100):  # the FIN, on loopback: at once, but bounded
+            if open_peers(port) == set():
+                break
+            time.sleep(0.01)
+        assert open_peers(port) == set()
+        assert open_peers(port, closing=True) == {peer}
+    finally:
+        server_side.close()
+        listener.close()
