@@ -117,14 +117,14 @@ class Connections:
                 for c in self._by_peer.values()
                 if now - c.first_at < self.lifetime_s and (c.open or now - c.last_at < IDLE_S)
             )
-        self._listed = {p: self._listed.get(p, now) for p in open_peers}
+        self._note_listed(open_peers, now)
         return sum(1 for p in open_peers if now - self._opened_by(p) < self.lifetime_s)
 
     def describe(self, open_peers: Collection[str], busy_only: bool = False) -> list[str]:
         """Open connections as a drain's log line names them: each peer, how long since it
         opened at the latest, the calls open on it. ``busy_only``: those not aged yet."""
         now = self._clock()
-        self._listed = {p: self._listed.get(p, now) for p in open_peers}
+        self._note_listed(open_peers, now)
         described = []
         for peer in sorted(open_peers):
             age = now - self._opened_by(peer)
@@ -134,6 +134,10 @@ class Connections:
             calls = "no call seen" if conn is None else f"{conn.open} calls open"
             described.append(f"{peer} (opened {age:.1f} s ago or more, {calls})")
         return described
+
+    def _note_listed(self, open_peers: Collection[str], now: float) -> None:
+        """Keep when each open connection was first listed; forget those gone."""
+        self._listed = {p: self._listed.get(p, now) for p in open_peers}
 
     def _opened_by(self, peer: str) -> float:
         conn = self._by_peer.get(peer)
