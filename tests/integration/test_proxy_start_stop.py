@@ -311,7 +311,7 @@ async def test_a_drain_waits_for_a_quiet_client_until_its_connection_has_aged(
         assert (await telemetry.read()).status.code == pb.Code.OK
         if not stream:
             await telemetry.done_writing()
-            assert await telemetry.read() is grpc.aio.EOF
+            assert await telemetry.read() is grpc.aio.EOF  # type: ignore[attr-defined]
         opened = asyncio.get_running_loop().time()
         assert len(first.service.connections) == 1  # the balancer sent it to the first
 

@@ -185,13 +185,15 @@ def test_open_peers_names_this_process_s_connections_to_a_port_as_grpc_names_pee
         v6 = socket.create_connection(("::1", port))
         v6_side, v6_address = listener.accept()
         held += [v4, v4_side, v6, v6_side]
-        assert open_peers(port) == {
-            f"ipv4:127.0.0.1:{v4_address[1]}",  # an IPv4 client of an IPv6 listener
-            f"ipv6:[::1]:{v6_address[1]}",
-        }
+        assert open_peers(port) == frozenset(
+            {
+                f"ipv4:127.0.0.1:{v4_address[1]}",  # an IPv4 client of an IPv6 listener
+                f"ipv6:[::1]:{v6_address[1]}",
+            }
+        )
         v4.close()
         v4_side.close()
-        assert open_peers(port) == {f"ipv6:[::1]:{v6_address[1]}"}
+        assert open_peers(port) == frozenset({f"ipv6:[::1]:{v6_address[1]}"})
     finally:
         for s in held:
             s.close()
@@ -216,7 +218,7 @@ def test_open_peers_leaves_out_another_process_s_connections():
         port = int(child.stdout.readline())
         with socket.create_connection(("127.0.0.1", port)):
             assert child.stdout.readline().strip() == "accepted"
-            assert open_peers(port) == set()
+            assert open_peers(port) == frozenset()
     finally:
         child.kill()
         child.wait(10)
@@ -253,11 +255,11 @@ def test_a_connection_its_client_closed_is_not_open_but_can_still_be_named():
         client.close()
         peer = f"ipv4:127.0.0.1:{address[1]}"
         for _ in range(100):  # the FIN, on loopback: at once, but bounded
-            if open_peers(port) == set():
+            if open_peers(port) == frozenset():
                 break
             time.sleep(0.01)
-        assert open_peers(port) == set()
-        assert open_peers(port, closing=True) == {peer}
+        assert open_peers(port) == frozenset()
+        assert open_peers(port, closing=True) == frozenset({peer})
     finally:
         server_side.close()
         listener.close()
