@@ -14,7 +14,8 @@ Faults (``--faults``, on a schedule drawn from ``--seed``): ``proxy`` SIGKILL of
 a restart on the same ports; ``broker`` SIGKILL and restart of a broker; ``stop`` SIGSTOP
 of a broker, SIGCONT some seconds later; ``namesrv`` the name server killed and
 restarted; ``client`` a consumer killed mid-poll (its channel closed under a pending
-ReceiveMessage) and one killed mid-ack (it received, and dies before acking).
+ReceiveMessage) and one killed mid-ack (it received, and dies before acking). The faults go
+on past ``--minutes`` until each kind given has struck once.
 
 Accounting: each message body is a unique id. ``confirmed``: the send answered OK.
 ``delivered``: received at least once. ``duplicates``: deliveries past the first.
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
 TOPIC, GROUP = "SoakTopic", "SoakGroup"
 FAULTS = ("proxy", "broker", "stop", "namesrv", "client")
 INVISIBLE_MS = 10_000
+# The longest one fault may take: a rolling restart of three slow-starting proxies.
+FAULT_MAX_S = 120.0
 Code = pb.Code
 
 
@@ -524,6 +527,23 @@ async def client_faults(ledger: Ledger, cluster: Cluster, t0: float) -> None:
     ledger.faults.append((time.monotonic() - t0, "client killed mid-ack"))
 
 
+async def every_fault_played(
+    played: asyncio.Event, chaos: asyncio.Future, faults: list[str], interval: float
+) -> None:
+    """Wait, past the run's time, until every kind of fault has run once (``played``) or the
+    ``chaos`` task has ended: a short run on a slow machine, where restarts take longer,
+    would otherwise end before its last fault.
+    Bounded: a fault and the pause before it take at most 1.5 intervals plus
+    ``FAULT_MAX_S``."""
+    bound = len(faults) * (1.5 * interval + FAULT_MAX_S)
+    waiter = asyncio.ensure_future(played.wait())
+    try:
+        await asyncio.wait({waiter, chaos}, timeout=bound, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+
+
 async def chaos(
     ledger: Ledger,
     cluster: Cluster,
@@ -532,8 +552,12 @@ async def chaos(
     stop: asyncio.Event,
     t0: float,
     interval: float,
+    played: asyncio.Event,
 ) -> None:
+    """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order, until
+    ``stop``; ``played`` is set once every kind has run."""
     plan = itertools.cycle(rng.sample(faults, len(faults)))
+    done: set[str] = set()
     await asyncio.sleep(interval / 2)
     while not stop.is_set():
         fault = next(plan)
@@ -555,6 +579,9 @@ async def chaos(
             ledger.faults.append((started, "SIGKILL+restart namesrv"))
         elif fault == "client":
             await client_faults(ledger, cluster, t0)
+        done.add(fault)
+        if done >= set(faults):
+            played.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval * rng.uniform(0.5, 1.5))
 
@@ -584,10 +611,12 @@ async def run(
         t0 = time.monotonic()
         tasks = [asyncio.ensure_future(produce(ledger, c, stop_producing, rate)) for c in producers]
         tasks += [asyncio.ensure_future(consume(ledger, c, stop_consuming, t0)) for c in consumers]
+        played = asyncio.Event()
         chaos_task = asyncio.ensure_future(
-            chaos(ledger, cluster, faults, rng, stop_producing, t0, interval)
+            chaos(ledger, cluster, faults, rng, stop_producing, t0, interval, played)
         )
         await asyncio.sleep(seconds)
+        await every_fault_played(played, chaos_task, faults, interval)
         stop_producing.set()
         await chaos_task
         # Drain: until every confirmed message was delivered and acked, or the drain ends.

@@ -23,7 +23,9 @@ its messages are lost, reported, not failed); ``stop`` SIGSTOP of a broker for 3
 ``namesrv`` the name server killed and restarted; ``cut`` one broker unreachable from one
 proxy for 10-20 s (every packet that proxy sends it dropped), ``loss`` 30 % of them dropped
 for 20-40 s (a slow link: TCP resends after its timeout). The last two run in a network
-namespace of the run's own, with nftables (``bench/netfault.py``; root needed).
+namespace of the run's own, with nftables (``bench/netfault.py``; root needed). The faults
+go on past ``--minutes`` until each kind given has struck once (a slow machine fits fewer
+in a short run).
 
 Accounting, per consumer group (each topic has one or two groups, and every group must get
 every message of its topic): ``lost`` confirmed and never received by the group when the
@@ -61,7 +63,7 @@ from pathlib import Path
 import aiohttp
 
 from bench import netfault
-from bench.soak import Cluster, Resources
+from bench.soak import Cluster, Resources, every_fault_played
 from proxy.background import start_background, stop_background
 from tests.interop._harness import driver_command
 
@@ -421,12 +423,13 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 async def fault_loop(
     cluster: Cluster, faults: list[str], rng: random.Random, stop: asyncio.Event,
-    interval: float, log: list[dict], grace_s: float, ordered: bool = False,
-    balancer: Balancer | None = None,
+    interval: float, log: list[dict], grace_s: float, played: asyncio.Event,
+    ordered: bool = False, balancer: Balancer | None = None,
 ) -> None:  # fmt: skip
     """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order (in the
-    order given, ``ordered``). A rolling restart takes each proxy out of the ``balancer``
-    before its SIGTERM, as Kubernetes takes a pod it deletes out of its Service."""
+    order given, ``ordered``), until ``stop``; ``played`` is set once every kind has run.
+    A rolling restart takes each proxy out of the ``balancer`` before its SIGTERM, as
+    Kubernetes takes a pod it deletes out of its Service."""
     plan = itertools.cycle(faults if ordered else rng.sample(faults, len(faults)))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), interval / 2)
@@ -469,6 +472,8 @@ async def fault_loop(
         record["took_s"] = round(time.time() - at, 1)
         log.append(record)
         print(f"fault {fault} {record}", file=sys.stderr, flush=True)
+        if set(faults) <= {f["fault"] for f in log}:
+            played.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval * rng.uniform(0.5, 1.5))
 
@@ -527,12 +532,16 @@ async def run(
                 raise RuntimeError(f"clients not ready in {READY_TIMEOUT_S:.0f} s: {late}")
             await asyncio.sleep(0.5)
         started = time.time()
-        stop = asyncio.Event()
+        stop, played = asyncio.Event(), asyncio.Event()
         chaos = asyncio.ensure_future(
-            fault_loop(cluster, faults, rng, stop, interval, fault_log, grace_s, ordered, balancer)
-        )
+            fault_loop(
+                cluster, faults, rng, stop, interval, fault_log, grace_s, played, ordered,
+                balancer,
+            )
+        )  # fmt: skip
         try:
             await asyncio.sleep(seconds)
+            await every_fault_played(played, chaos, faults, interval)
         finally:
             stop.set()
             await chaos  # the fault under way ends (a restarted part serves again)

@@ -345,8 +345,13 @@ async def test_coupled_poll_refused_by_a_full_broker_is_too_many_requests():
 
 
 # Tag filters: at most this many pops, and this many notifications, per delivered message.
+# Measured with the miss pause: 1.3-3.6 pops, 1.0-2.9 notifications, and 2.6 / 3.3 once in a
+# CI run on a loaded machine (a probe that ends empty at its poll's deadline counts too, and
+# a slow machine stretches the sending over more of them). Without the pause: 6.9-9.8 /
+# 6.5-9.1 on the stubs, 3.5-8.0 / 3.2-7.5 on RocketMQ 5.5.0 depending on the machine's load:
+# the stubs' case is the one that always tells the two apart.
 FILTERED_POPS_PER_MESSAGE = 4.0
-FILTERED_NOTIFICATIONS_PER_MESSAGE = 3.0
+FILTERED_NOTIFICATIONS_PER_MESSAGE = 4.0
 
 
 async def test_a_filter_that_drops_most_messages_does_not_storm_the_brokers(backend, lean):
@@ -360,7 +365,7 @@ async def test_a_filter_that_drops_most_messages_does_not_storm_the_brokers(back
     poll's probe budget). The notify poll now pauses before probing a broker again after
     empty pops (``notify.MISS_BACKOFF_S``, up to 0.4 s, the count carried from poll to
     poll): measured 1.6-3.6 pops and 1.2-2.9 notifications per delivered message. The bound
-    (5 and 4) leaves room for a loaded machine and fails the old behaviour. What remains
+    (``FILTERED_*``) leaves room for a loaded machine and fails the old behaviour. What remains
     per delivered message is the poll's first pop, the pop that finds it, and a pause or
     two of misses. The cost: a matching message waits up to one pause longer (median
     ~0.1-0.2 s, max ~0.55 s measured) while filtered traffic flows.
