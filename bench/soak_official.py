@@ -37,7 +37,9 @@ twice (a send the client retried after its first try was stored);
 message sent before it in its message group by the same producer; transactions
 ``resolved_wrongly``: a rolled-back message received, or a committed or orphaned (checked)
 one never received; ``errors`` what each client saw (the events' kinds) and what it logged
-at ERROR; redelivery delay after each fault.
+at ERROR; ``errors_by_restart_phase`` the clients' errors during rolling restarts by where
+in one they were reported (a proxy draining, a proxy starting, all serving); redelivery
+delay after each fault.
 """
 
 from __future__ import annotations
@@ -431,6 +433,10 @@ async def fault_loop(
     A rolling restart takes each proxy out of the ``balancer`` before its SIGTERM, as
     Kubernetes takes a pod it deletes out of its Service."""
     plan = itertools.cycle(faults if ordered else rng.sample(faults, len(faults)))
+    if not faults:  # a baseline run: the same load, no fault
+        played.set()
+        await stop.wait()
+        return
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), interval / 2)
     while not stop.is_set():
@@ -443,11 +449,18 @@ async def fault_loop(
             record["target"] = name
         elif fault == "rolling":
             record["exit_s"] = {}
+            record["steps"] = []  # per proxy: SIGTERM, exit, ready again (epoch ms)
             for name in sorted(cluster.proxies):
                 address = cluster.proxy_address(name)
                 if balancer is not None:
                     balancer.terminating(address)
-                record["exit_s"][name] = round(await cluster.restart_proxy(name, grace_s), 2)
+                term = time.time()
+                exit_s = await cluster.restart_proxy(name, grace_s)
+                record["exit_s"][name] = round(exit_s, 2)
+                record["steps"].append({
+                    "proxy": name, "term": int(term * 1000),
+                    "exit": int((term + exit_s) * 1000), "ready": int(time.time() * 1000),
+                })  # fmt: skip
                 if balancer is not None:
                     balancer.started(address)
                 await asyncio.sleep(2)  # the restarted one serves before the next goes
@@ -601,6 +614,24 @@ def during(t: int | None, faults: list[dict], stopping_at: int | None = None) ->
     return label
 
 
+def restart_phase(t: int, faults: list[dict]) -> str | None:
+    """Where in a rolling restart epoch-ms ``t`` falls: ``drain`` (a proxy between its
+    SIGTERM and its exit), ``start`` (between its exit and its ready line: the others carry
+    its clients while its boot takes CPU), ``serving`` (every proxy up, between two steps),
+    or None outside a rolling restart."""
+    for fault in faults:
+        steps = fault.get("steps")
+        if not steps or t < fault["t"] or t > fault["t"] + fault["took_s"] * 1000:
+            continue
+        for step in steps:
+            if step["term"] <= t < step["exit"]:
+                return "drain"
+            if step["exit"] <= t < step["ready"]:
+                return "start"
+        return "serving"
+    return None
+
+
 def account(
     clients: list[Client], faults: list[dict] | None = None, stopping_at: int | None = None
 ) -> dict:
@@ -616,6 +647,7 @@ def account(
     tx_outcome: dict[str, str] = {}
     receipts: dict[str, list[tuple[int, int, dict]]] = collections.defaultdict(list)
     errors: dict[str, dict[str, int]] = {}
+    by_phase: collections.Counter[str] = collections.Counter()  # rolling restarts' errors
     for index, client in enumerate(clients):
         role = client.role
         kinds: collections.Counter[str] = collections.Counter()
@@ -637,6 +669,9 @@ def account(
             ):
                 kinds[f"{kind}:{ev.get('kind')}"] += 1
                 by_fault[f"{during(ev['t'], faults, stopping_at)}:{kind}:{ev.get('kind')}"] += 1
+                phase = restart_phase(ev["t"], faults)
+                if phase is not None:
+                    by_phase[f"{phase}:{kind}:{ev.get('kind')}"] += 1
         logged = client.logged_errors()
         if logged:
             kinds["logged ERROR lines"] = len(logged)
@@ -694,6 +729,7 @@ def account(
         "receipts_without_handle": without_handle,
         "errors": errors,
         "errors_during": errors_during,
+        "errors_by_restart_phase": dict(by_phase),
         "logged_errors": logged_errors,
         "_receipts": receipts,
     }
@@ -770,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=("real", "stub"), default="real")
     p.add_argument("--minutes", type=float, default=30)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--faults", default=",".join(FAULTS))
+    p.add_argument("--faults", default=",".join(FAULTS), help='"" for none: a baseline')
     p.add_argument("--roster", choices=("full", "short"), default="full")
     p.add_argument("--proxies", type=int, default=3)
     p.add_argument("--lang", choices=LANGS, help="every role played by this client")
