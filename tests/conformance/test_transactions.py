@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
+
+import pytest
 
 from proxy.remoting.broker_client import BrokerClient, BrokerError
 from proxy.remoting.codes import (
@@ -26,6 +29,7 @@ from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader, now_ms
 from proxy.remoting.message import MessageExt, Prop, decode_messages
 from proxy.remoting.recall import RecallHandle
+from rocketmq_local.launcher import LOWEST_PRIORITY, SPINNING_THREAD
 from tests.conformance._util import pop_eventually
 from tests.support.waits import pop_all
 
@@ -177,3 +181,17 @@ async def test_recalled_timed_message_is_never_delivered(backend):
         assert exc.code == ResponseCode.ILLEGAL_OPERATION
     else:
         raise AssertionError("a recall after the delivery time succeeded")
+
+
+@pytest.mark.real
+def test_the_real_brokers_spinning_thread_runs_at_the_lowest_priority(real_cluster):
+    """RocketMQ 5.5.0's op-batch thread loops without waiting once a broker has ended a
+    transaction (``rocketmq_local/launcher.py``, ``SPINNING_THREAD``): the launcher gives it
+    the lowest priority, or it takes a core of the 2-core test machine from everything
+    else. Fails if the launcher stops doing so, or if RocketMQ renames the thread (then look
+    again whether it still spins)."""
+    for broker in real_cluster.brokers:
+        threads = broker.process.threads_named(SPINNING_THREAD)
+        assert threads, f"{broker.name}: no thread named {SPINNING_THREAD}"
+        for tid in threads:
+            assert os.getpriority(os.PRIO_PROCESS, tid) == LOWEST_PRIORITY, (broker.name, tid)
