@@ -178,8 +178,11 @@ class JavaProcess:
         ]
         env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
         with open(self.out_log, "wb") as out:
-            # A session of its own: a Ctrl-C meant for the test runner does not reach the
-            # JVM first, so the owner stops it in order.
+            # A process group of its own: a Ctrl-C meant for the test runner does not reach
+            # the JVM first, so the owner stops it in order. Not a session of its own: Linux
+            # schedules each session as one group ("autogroup") that gets its fair share of
+            # the CPU whatever its threads' priorities, so a spinning thread given the lowest
+            # priority (``_lower_spinning_thread``) would still take a whole core.
             self.proc = subprocess.Popen(
                 argv,
                 cwd=self.home,
@@ -187,7 +190,7 @@ class JavaProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,
+                process_group=0,
             )
 
     def wait_ready(self, timeout_s: float) -> None:
