@@ -599,12 +599,18 @@ def seq_of(message_id: str) -> int:
     return int(message_id.rsplit("-", 1)[1])
 
 
-def during(t: int | None, faults: list[dict], stopping_at: int | None = None) -> str:
+def during(
+    t: int | None, faults: list[dict], stopping_at: int | None = None, ready_at: int | None = None
+) -> str:
     """The fault an error belongs to: the last one that started before it ("none" before
-    the first; "unknown" for a log line without a time; "stop" once the clients were told
-    to stop, at ``stopping_at``, epoch ms: what a client logs as it shuts down)."""
+    the first; "unknown" for a log line without a time; "start" before the client said it
+    was ready, at ``ready_at``: what it logs of its own first calls, retried until they
+    succeed; "stop" once the clients were told to stop, at ``stopping_at``, epoch ms: what a
+    client logs as it shuts down)."""
     if t is None:
         return "unknown"
+    if ready_at is not None and t < ready_at:
+        return "start"
     if stopping_at is not None and t >= stopping_at:
         return "stop"
     label = "none"
@@ -652,9 +658,12 @@ def account(
         role = client.role
         kinds: collections.Counter[str] = collections.Counter()
         by_fault: collections.Counter[str] = collections.Counter()
+        ready_at = None
         for line, ev in enumerate(client.events()):
             kind = ev.get("ev")
-            if kind == "sent":
+            if kind == "ready":  # the last start's (a failed start is started again)
+                ready_at = ev["t"]
+            elif kind == "sent":
                 sent[role.topic][ev["id"]] = ev
             elif kind == "send_error":
                 send_failed[role.topic].add(ev["id"])
@@ -676,7 +685,7 @@ def account(
         if logged:
             kinds["logged ERROR lines"] = len(logged)
             logged_errors[role.name] = [
-                f"{during(t, faults, stopping_at)}: {text}" for t, text in logged
+                f"{during(t, faults, stopping_at, ready_at)}: {text}" for t, text in logged
             ]
         errors[role.name] = dict(kinds)
         errors_during[role.name] = dict(by_fault)

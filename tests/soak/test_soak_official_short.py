@@ -23,6 +23,14 @@ pytestmark = pytest.mark.slow
 # never made, once at start.
 KNOWN_CLIENT_ERRORS = ("'NoneType' object has no attribute 'get_meter'",)
 
+# What a client reports of a call that crossed the end of its connection inside gRPC, before
+# the proxy could see it: gRPC's core cancels a call it had queued when the server stops
+# (CANCELLED); the Java client builds its channel with gRPC's retries off (``disableRetry``
+# in rocketmq-client-java 5.2.0), so a call it starts on a connection just as that
+# connection's GOAWAY arrives fails ("UNAVAILABLE: GOAWAY shut down transport") where gRPC
+# would otherwise send it again on the next connection.
+CROSSED_A_CONNECTION_END = ("CANCELLED", "GOAWAY shut down transport")
+
 
 def assert_every_message_accounted(report: dict, at_least: int) -> None:
     """Each group got at least ``at_least`` messages, every one its topic had: none lost,
@@ -39,11 +47,14 @@ def assert_every_message_accounted(report: dict, at_least: int) -> None:
 
 def assert_drains_cost_at_most_cancelled_calls(report: dict) -> None:
     """After a rolling restart, no client error but CANCELLED, at most one per drain; no
-    ERROR line at all but those, the known ones (``KNOWN_CLIENT_ERRORS``), those after the
-    SIGKILL (``proxy:``) and those of a client's own shutdown at the end (``stop:``: the
-    Python PushConsumer logs "process received message error" for each receive it cancels
-    as it closes its channel). A CANCELLED is counted once per client whether it was
-    reported as an event, logged, or both (a Python PushConsumer's ack is only logged)."""
+    ERROR line at all but those and the Java client's failed call that crossed a GOAWAY
+    (``CROSSED_A_CONNECTION_END``, within the same budget), the known ones
+    (``KNOWN_CLIENT_ERRORS``), those after the SIGKILL (``proxy:``), those of a client's
+    start, before it said it was ready (``start:``: its first calls, retried until they
+    succeeded), and those of a client's own shutdown at the end (``stop:``: the Python
+    PushConsumer logs "process received message error" for each receive it cancels as it
+    closes its channel). A CANCELLED is counted once per client whether it was reported as
+    an event, logged, or both (a Python PushConsumer's ack is only logged)."""
     rolling = [f for f in report["faults"] if f["fault"] == "rolling"]
     drains = sum(len(f["exit_s"]) for f in rolling)
     cancelled = 0
@@ -55,12 +66,13 @@ def assert_drains_cost_at_most_cancelled_calls(report: dict) -> None:
         reported = sum(v for k, v in during_rolling.items() if k.endswith("CANCELLED"))
         unexplained = [  # "<fault before it>: <line>"
             line for line in report["logged_errors"].get(client, [])
-            if not line.startswith(("proxy:", "stop:"))
+            if not line.startswith(("proxy:", "stop:", "start:"))
             and not any(k in line for k in KNOWN_CLIENT_ERRORS)
         ]  # fmt: skip
         logged = [
-            line for line in unexplained if line.startswith("rolling:") and "CANCELLED" in line
-        ]
+            line for line in unexplained
+            if line.startswith("rolling:") and any(k in line for k in CROSSED_A_CONNECTION_END)
+        ]  # fmt: skip
         unexplained = [line for line in unexplained if line not in logged]
         assert not unexplained, (client, unexplained[:5])
         cancelled += max(reported, len(logged))
@@ -91,9 +103,12 @@ async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
     # connection's GOAWAY can still wait in gRPC's queue, not yet taken up by an event loop
     # that is seconds behind, when the server stops (docs/reliability.md, "Drain": none in
     # the drains of the runs since, on stubs and real brokers, but a machine at a load of
-    # 60 makes it possible). At most one per drain is let through, nothing else. The
-    # SIGKILL may cost errors: calls in flight on the killed proxy fail, and each client
-    # retries them or moves on; those are reported, not failed.
+    # 60 makes it possible). The Java client, with gRPC's retries off, can fail a call it
+    # starts just as its connection's GOAWAY arrives (CROSSED_A_CONNECTION_END: once in a CI
+    # run at a load of 38, with connections aging every 3 s). At most one of either per
+    # drain is let through, nothing else. The SIGKILL may cost errors: calls in flight on
+    # the killed proxy fail, and each client retries them or moves on; those are reported,
+    # not failed.
     assert_drains_cost_at_most_cancelled_calls(report)
     assert all(code == 0 for code in report["exits"].values()), report["exits"]
 
