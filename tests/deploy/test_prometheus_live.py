@@ -283,13 +283,25 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
         done = time.time()
 
         def scraped_after_workload() -> bool:
-            stamps = prom.query(
-                "timestamp(rocketmq_proxy_ready)"
-                " and on() timestamp(instance:rocketmq_proxy_long_polls_in_flight:ratio_limit)"
+            # Two scrapes at least since the workload ended: a series its last calls made
+            # (a notify poll that ran out empty counts its probes as it ends) then has the
+            # two samples a rate() needs. One was not always enough: a CI run on a loaded
+            # machine found the notification error ratio empty.
+            # And the rules evaluated after the last of them.
+            since = max(1, int(time.time() - done))
+            scrapes = prom.query(f"count_over_time(rocketmq_proxy_ready[{since}s])")
+            scraped = prom.query("timestamp(rocketmq_proxy_ready)")
+            evaluated = prom.query(
+                "timestamp(instance:rocketmq_proxy_long_polls_in_flight:ratio_limit)"
             )
-            return bool(stamps) and float(stamps[0]["value"][1]) > done + 2
+            return (
+                bool(scrapes and scraped and evaluated)
+                and float(scrapes[0]["value"][1]) >= 2
+                and float(scraped[0]["value"][1]) > done + 2
+                and float(evaluated[0]["value"][1]) > float(scraped[0]["value"][1])
+            )
 
-        wait_for("a scrape and a rule evaluation after the workload", scraped_after_workload)
+        wait_for("two scrapes, then a rule evaluation, after the workload", scraped_after_workload)
         live = Live(prom, ops, started, time.time(), procs=procs)
 
         if REPORT.exists():
