@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 TOPIC, GROUP = "SoakTopic", "SoakGroup"
 FAULTS = ("proxy", "broker", "stop", "namesrv", "client")
 INVISIBLE_MS = 10_000
-# The longest one fault may take: a rolling restart of three slow-starting proxies.
+# The longest one fault may take: the official soak's rolling restart of three proxies,
+# each slow to start on a loaded machine (``every_fault_played`` serves both soaks).
 FAULT_MAX_S = 120.0
 Code = pb.Code
 

@@ -283,11 +283,11 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
         done = time.time()
 
         def scraped_after_workload() -> bool:
-            # Two scrapes at least since the workload ended: a series its last calls made
-            # (a notify poll that ran out empty counts its probes as it ends) then has the
-            # two samples a rate() needs. One was not always enough: a CI run on a loaded
-            # machine found the notification error ratio empty.
-            # And the rules evaluated after the last of them.
+            # Two scrapes at least since the workload ended, and the rules evaluated after
+            # the last of them: a series its last calls made (a notify poll that ran out
+            # empty counts its probes as it ends) then has the two samples a rate() needs.
+            # One was not always enough: a CI run on a loaded machine found the notification
+            # error ratio empty.
             since = max(1, int(time.time() - done))
             scrapes = prom.query(f"count_over_time(rocketmq_proxy_ready[{since}s])")
             scraped = prom.query("timestamp(rocketmq_proxy_ready)")
