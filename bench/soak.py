@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -37,6 +38,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -545,46 +547,64 @@ async def every_fault_played(
         await asyncio.gather(waiter, return_exceptions=True)
 
 
-async def chaos(
-    ledger: Ledger,
-    cluster: Cluster,
+#: Strikes one fault of the kind it is given and returns once the part it struck serves
+#: again. Each soak has its own: what it strikes, and how it records the fault.
+Strike = Callable[[str], Awaitable[None]]
+
+
+async def fault_cycle(
     faults: list[str],
+    strike: Strike,
     rng: random.Random,
     stop: asyncio.Event,
-    t0: float,
     interval: float,
     played: asyncio.Event,
+    *,
+    ordered: bool = False,
 ) -> None:
-    """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order, until
-    ``stop``; ``played`` is set once every kind has run."""
-    plan = itertools.cycle(rng.sample(faults, len(faults)))
-    done: set[str] = set()
-    await asyncio.sleep(interval / 2)
+    """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order (in the
+    order given, ``ordered``), until ``stop``; ``played`` is set once every kind has struck.
+    With no faults (a baseline run: the same load, nothing struck) it waits for ``stop``."""
+    if not faults:
+        played.set()
+        await stop.wait()
+        return
+    plan = itertools.cycle(faults if ordered else rng.sample(faults, len(faults)))
+    struck: set[str] = set()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), interval / 2)
     while not stop.is_set():
         fault = next(plan)
-        started = time.monotonic() - t0
-        if fault == "proxy":
-            name = rng.choice(list(cluster.proxies))
-            await cluster.kill_proxy(name)
-            ledger.faults.append((started, f"SIGKILL+restart {name}"))
-        elif fault == "broker":
-            name = rng.choice(cluster.broker_names())
-            await cluster.kill_broker(name)
-            ledger.faults.append((started, f"SIGKILL+restart {name}"))
-        elif fault == "stop":
-            name = rng.choice(cluster.broker_names())
-            await cluster.pause_broker(name, rng.uniform(3, 8))
-            ledger.faults.append((started, f"SIGSTOP/SIGCONT {name}"))
-        elif fault == "namesrv":
-            await cluster.kill_namesrv()
-            ledger.faults.append((started, "SIGKILL+restart namesrv"))
-        elif fault == "client":
-            await client_faults(ledger, cluster, t0)
-        done.add(fault)
-        if done >= set(faults):
+        await strike(fault)
+        struck.add(fault)
+        if struck >= set(faults):
             played.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval * rng.uniform(0.5, 1.5))
+
+
+async def strike(
+    ledger: Ledger, cluster: Cluster, rng: random.Random, t0: float, fault: str
+) -> None:
+    """This soak's faults; each is recorded in the ledger at the time it began."""
+    started = time.monotonic() - t0
+    if fault == "proxy":
+        name = rng.choice(list(cluster.proxies))
+        await cluster.kill_proxy(name)
+        ledger.faults.append((started, f"SIGKILL+restart {name}"))
+    elif fault == "broker":
+        name = rng.choice(cluster.broker_names())
+        await cluster.kill_broker(name)
+        ledger.faults.append((started, f"SIGKILL+restart {name}"))
+    elif fault == "stop":
+        name = rng.choice(cluster.broker_names())
+        await cluster.pause_broker(name, rng.uniform(3, 8))
+        ledger.faults.append((started, f"SIGSTOP/SIGCONT {name}"))
+    elif fault == "namesrv":
+        await cluster.kill_namesrv()
+        ledger.faults.append((started, "SIGKILL+restart namesrv"))
+    elif fault == "client":
+        await client_faults(ledger, cluster, t0)
 
 
 async def run(
@@ -614,7 +634,14 @@ async def run(
         tasks += [asyncio.ensure_future(consume(ledger, c, stop_consuming, t0)) for c in consumers]
         played = asyncio.Event()
         chaos_task = asyncio.ensure_future(
-            chaos(ledger, cluster, faults, rng, stop_producing, t0, interval, played)
+            fault_cycle(
+                faults,
+                functools.partial(strike, ledger, cluster, rng, t0),
+                rng,
+                stop_producing,
+                interval,
+                played,
+            )
         )
         await asyncio.sleep(seconds)
         await every_fault_played(played, chaos_task, faults, interval)

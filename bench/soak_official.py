@@ -49,6 +49,7 @@ import asyncio
 import collections
 import contextlib
 import datetime
+import functools
 import itertools
 import json
 import logging
@@ -65,7 +66,7 @@ from pathlib import Path
 import aiohttp
 
 from bench import netfault
-from bench.soak import Cluster, Resources, every_fault_played
+from bench.soak import Cluster, Resources, every_fault_played, fault_cycle
 from proxy.background import start_background, stop_background
 from tests.interop._harness import driver_command
 
@@ -423,72 +424,57 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 # -- the run ------------------------------------------------------------------------------
 
 
-async def fault_loop(
-    cluster: Cluster, faults: list[str], rng: random.Random, stop: asyncio.Event,
-    interval: float, log: list[dict], grace_s: float, played: asyncio.Event,
-    ordered: bool = False, balancer: Balancer | None = None,
+async def strike(
+    cluster: Cluster, rng: random.Random, log: list[dict], grace_s: float,
+    balancer: Balancer | None, fault: str,
 ) -> None:  # fmt: skip
-    """One fault every ``interval`` s (0.5x-1.5x), kinds cycling in a seeded order (in the
-    order given, ``ordered``), until ``stop``; ``played`` is set once every kind has run.
-    A rolling restart takes each proxy out of the ``balancer`` before its SIGTERM, as
+    """This soak's faults, each recorded in ``log`` with its targets and what it took. A
+    rolling restart takes each proxy out of the ``balancer`` before its SIGTERM, as
     Kubernetes takes a pod it deletes out of its Service."""
-    plan = itertools.cycle(faults if ordered else rng.sample(faults, len(faults)))
-    if not faults:  # a baseline run: the same load, no fault
-        played.set()
-        await stop.wait()
-        return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), interval / 2)
-    while not stop.is_set():
-        fault = next(plan)
-        at = time.time()
-        record: dict = {"t": int(at * 1000), "fault": fault}
-        if fault == "proxy":
-            name = rng.choice(sorted(cluster.proxies))
-            await cluster.kill_proxy(name)
-            record["target"] = name
-        elif fault == "rolling":
-            record["exit_s"] = {}
-            record["steps"] = []  # per proxy: SIGTERM, exit, ready again (epoch ms)
-            for name in sorted(cluster.proxies):
-                address = cluster.proxy_address(name)
-                if balancer is not None:
-                    balancer.terminating(address)
-                term = time.time()
-                exit_s = await cluster.restart_proxy(name, grace_s)
-                record["exit_s"][name] = round(exit_s, 2)
-                record["steps"].append({
-                    "proxy": name, "term": int(term * 1000),
-                    "exit": int((term + exit_s) * 1000), "ready": int(time.time() * 1000),
-                })  # fmt: skip
-                if balancer is not None:
-                    balancer.started(address)
-                await asyncio.sleep(2)  # the restarted one serves before the next goes
-        elif fault == "broker":
-            name = rng.choice(cluster.broker_names())
-            await cluster.kill_broker(name)
-            record["target"] = name
-        elif fault == "stop":
-            name = rng.choice(cluster.broker_names())
-            seconds = rng.uniform(3, 8)
-            await cluster.pause_broker(name, seconds)
-            record.update(target=name, seconds=round(seconds, 1))
-        elif fault == "namesrv":
-            await cluster.kill_namesrv()
-        elif fault in NETWORK_FAULTS:
-            percent, shortest, longest = NETWORK_FAULTS[fault]
-            proxy = rng.choice(sorted(cluster.proxies))
-            broker = rng.choice(cluster.broker_names())
-            seconds = rng.uniform(shortest, longest)
-            record.update(target=f"{proxy}->{broker}", percent=percent, seconds=round(seconds, 1))
-            await cluster.disturb(proxy, broker, percent, seconds)
-        record["took_s"] = round(time.time() - at, 1)
-        log.append(record)
-        print(f"fault {fault} {record}", file=sys.stderr, flush=True)
-        if set(faults) <= {f["fault"] for f in log}:
-            played.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval * rng.uniform(0.5, 1.5))
+    at = time.time()
+    record: dict = {"t": int(at * 1000), "fault": fault}
+    if fault == "proxy":
+        name = rng.choice(sorted(cluster.proxies))
+        await cluster.kill_proxy(name)
+        record["target"] = name
+    elif fault == "rolling":
+        record["exit_s"] = {}
+        record["steps"] = []  # per proxy: SIGTERM, exit, ready again (epoch ms)
+        for name in sorted(cluster.proxies):
+            address = cluster.proxy_address(name)
+            if balancer is not None:
+                balancer.terminating(address)
+            term = time.time()
+            exit_s = await cluster.restart_proxy(name, grace_s)
+            record["exit_s"][name] = round(exit_s, 2)
+            record["steps"].append({
+                "proxy": name, "term": int(term * 1000),
+                "exit": int((term + exit_s) * 1000), "ready": int(time.time() * 1000),
+            })  # fmt: skip
+            if balancer is not None:
+                balancer.started(address)
+            await asyncio.sleep(2)  # the restarted one serves before the next goes
+    elif fault == "broker":
+        name = rng.choice(cluster.broker_names())
+        await cluster.kill_broker(name)
+        record["target"] = name
+    elif fault == "stop":
+        name = rng.choice(cluster.broker_names())
+        seconds = rng.uniform(3, 8)
+        await cluster.pause_broker(name, seconds)
+        record.update(target=name, seconds=round(seconds, 1))
+    elif fault == "namesrv":
+        await cluster.kill_namesrv()
+    elif fault in NETWORK_FAULTS:
+        percent, shortest, longest = NETWORK_FAULTS[fault]
+        proxy = rng.choice(sorted(cluster.proxies))
+        broker = rng.choice(cluster.broker_names())
+        seconds = rng.uniform(shortest, longest)
+        record.update(target=f"{proxy}->{broker}", percent=percent, seconds=round(seconds, 1))
+        await cluster.disturb(proxy, broker, percent, seconds)
+    record["took_s"] = round(time.time() - at, 1)
+    log.append(record)
+    print(f"fault {fault} {record}", file=sys.stderr, flush=True)
 
 
 async def run(
@@ -547,9 +533,9 @@ async def run(
         started = time.time()
         stop, played = asyncio.Event(), asyncio.Event()
         chaos = asyncio.ensure_future(
-            fault_loop(
-                cluster, faults, rng, stop, interval, fault_log, grace_s, played, ordered,
-                balancer,
+            fault_cycle(
+                faults, functools.partial(strike, cluster, rng, fault_log, grace_s, balancer),
+                rng, stop, interval, played, ordered=ordered,
             )
         )  # fmt: skip
         try:

@@ -13,7 +13,7 @@ run). Tests share a proxy but never a topic or a group: ``new_topic(prefix)`` cr
 topic on every broker of the backend before a client asks for its route.
 
 RMQ_INTEROP_MODE=notify|coupled|slicing|adaptive picks the mode in which every scenario runs
-(default adaptive; the receive scenarios run in every mode regardless), and
+(default adaptive; the receive scenarios run in every mode on the real brokers regardless), and
 RMQ_INTEROP_PROXY=/path/to/rmq-proxy tests another build than this checkout's.
 """
 
@@ -39,10 +39,11 @@ if DEFAULT_MODE not in MODES:
     raise pytest.UsageError(f"RMQ_INTEROP_MODE={DEFAULT_MODE!r} is not one of {MODES}")
 
 
-def targets(modes: tuple[str, ...] = MODES) -> list:
-    """``target`` parameters: every backend in each of ``modes``; real ones marked ``real``."""
+def targets(modes: tuple[str, ...] = MODES, backends: tuple[str, ...] = BACKENDS) -> list:
+    """``target`` parameters: each of ``backends`` in each of ``modes``; real ones marked
+    ``real``."""
     params = []
-    for backend in BACKENDS:
+    for backend in backends:
         marks = [pytest.mark.real] if backend == "real" else []
         for mode in modes:
             params.append(pytest.param((backend, mode), marks=marks, id=f"{backend}-{mode}"))

@@ -1,7 +1,12 @@
-"""The official-client soak's accounting: which part of a rolling restart an error falls in."""
+"""The soaks' schedule and accounting: the faults both soaks strike, in a seeded cycle, and
+which part of a rolling restart an error falls in."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+
+from bench.soak import fault_cycle
 from bench.soak_official import restart_phase
 
 ROLLING = {
@@ -27,3 +32,56 @@ def test_an_error_is_placed_in_the_step_of_the_restart_it_came_in():
     assert restart_phase(30_000, faults) == "start"
     assert restart_phase(31_000, faults) == "serving"
     assert restart_phase(40_001, faults) is None  # after the restart ended
+
+
+async def test_every_kind_strikes_in_a_seeded_cycle_and_played_says_when_all_have():
+    struck: list[str] = []
+    stop, played = asyncio.Event(), asyncio.Event()
+
+    async def strike(fault: str) -> None:
+        struck.append(fault)
+        if len(struck) == 7:
+            stop.set()
+
+    kinds = ["proxy", "broker", "stop"]
+    await asyncio.wait_for(
+        fault_cycle(kinds, strike, random.Random(7), stop, 0.002, played), timeout=5
+    )
+    assert sorted(struck[:3]) == sorted(kinds)  # each kind once per cycle...
+    assert struck[3:6] == struck[:3]  # ...in the same order each time
+    assert played.is_set()
+    again: list[str] = []
+
+    async def record(fault: str) -> None:
+        again.append(fault)
+        if len(again) == 7:
+            stop.set()
+
+    stop.clear()
+    await asyncio.wait_for(
+        fault_cycle(kinds, record, random.Random(7), stop, 0.002, asyncio.Event()), timeout=5
+    )
+    assert again == struck  # the seed decides the schedule
+
+
+async def test_played_waits_for_the_last_kind_and_a_baseline_strikes_nothing():
+    stop, played = asyncio.Event(), asyncio.Event()
+    seen: list[bool] = []
+
+    async def strike(fault: str) -> None:
+        seen.append(played.is_set())
+        if len(seen) == 2:
+            stop.set()
+
+    await asyncio.wait_for(
+        fault_cycle(["a", "b"], strike, random.Random(1), stop, 0.002, played), timeout=5
+    )
+    assert seen == [False, False]  # not before the second kind has struck
+    assert played.is_set()
+    baseline = asyncio.Event()
+    stop.clear()
+    task = asyncio.ensure_future(fault_cycle([], strike, random.Random(1), stop, 0.002, baseline))
+    await asyncio.wait_for(baseline.wait(), timeout=5)
+    stop.set()
+    await asyncio.wait_for(task, timeout=5)
+    assert len(seen) == 2  # nothing struck
