@@ -24,6 +24,7 @@ from proxy.api.service import MessagingService
 from proxy.api.session import SessionActivity
 from proxy.api.transaction import TransactionActivity
 from proxy.api.v2 import service_pb2_grpc
+from proxy.background import waiting_at
 from proxy.brokers import BrokerPool
 from proxy.collector import FullCollections
 from proxy.config import ProxyConfig
@@ -55,15 +56,22 @@ MOVE_CHECK_S = 0.25
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the start: what it starts, and the undo that stops it."""
+    """One step of the start: what it starts, and the undo that stops it. ``watched``: a
+    stop still under way after ``STUCK_STOP_S`` is logged with the line it waits at (the
+    gRPC server's drain names what holds it by itself, and legitimately takes longer)."""
 
     name: str
     start: Callable[[], Awaitable[None]]
     stop: Callable[[], Awaitable[None]]
+    watched: bool = True
 
 
-# A part whose stop takes longer than this is logged (``ProxyApp._timed_stop``).
+# A part whose stop takes longer than this is logged once it ends (``ProxyApp._timed_stop``).
 SLOW_STOP_S = 2.0
+# A part still stopping after this is logged while it waits, with where it waits: a stop that
+# never ends holds a rolling restart until the supervisor's SIGKILL, which leaves no other
+# trace of which part it was.
+STUCK_STOP_S = 5.0
 
 
 async def _nothing() -> None:
@@ -230,7 +238,7 @@ class ProxyApp:
             Step("renewer", start_renewer, self.renewer.close),
             Step("receive engine", self.engine.start, self.engine.close),
             Step("fleet links", self._start_fleet, self._stop_fleet),
-            Step("grpc server", self._start_grpc, self._stop_grpc),
+            Step("grpc server", self._start_grpc, self._stop_grpc, watched=False),
         ]
 
     async def start(self) -> None:
@@ -260,7 +268,17 @@ class ProxyApp:
         """Stop ``step``; one that takes long is named (a stop that takes seconds holds a
         rolling restart, and the operator needs to know which part held it)."""
         started = time.monotonic()
-        await step.stop()
+        stopping = asyncio.ensure_future(step.stop())
+        try:
+            if step.watched:
+                await asyncio.wait({stopping}, timeout=STUCK_STOP_S)
+                if not stopping.done():
+                    log.warning("proxy %s: still stopping the %s after %.0f s, waiting at %s",
+                                self.config.proxy_id, step.name, STUCK_STOP_S,
+                                waiting_at(stopping))  # fmt: skip
+            await stopping
+        finally:
+            stopping.cancel()  # this stop cancelled while it waited: so is the part's
         took = time.monotonic() - started
         if took > SLOW_STOP_S:
             log.warning("proxy %s: stopping the %s took %.1f s", self.config.proxy_id,

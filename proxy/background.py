@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -39,6 +41,35 @@ async def stop_background(task: asyncio.Task[Any] | None) -> None:
         return
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+def waiting_at(task: asyncio.Future[Any]) -> str:
+    """Where ``task`` waits now: each coroutine of its await chain, outermost first, as
+    ``function (file:line)``, through the tasks it awaits, directly or by ``gather``.
+    For a log line about a task that should have ended (a traceback shows only where a
+    task failed, and ``Task.get_stack`` only its outermost coroutine)."""
+    places: list[str] = []
+    awaited: Any = task
+    for _ in range(64):  # a chain longer than this is cut: the line is for a human
+        if isinstance(awaited, asyncio.Task):
+            awaited = awaited.get_coro()
+        if type(awaited).__name__ == "FutureIter":  # ``await future``: that future
+            awaited = next(
+                (r for r in gc.get_referents(awaited) if isinstance(r, asyncio.Future)), None
+            )
+            continue
+        frame = getattr(awaited, "cr_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            places.append(f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})")
+            awaited = awaited.cr_await
+        elif children := getattr(awaited, "_children", None):  # gather's own future
+            awaited = next((child for child in children if not child.done()), None)
+        else:
+            if isinstance(awaited, asyncio.Future):
+                places.append("a future")  # an event's waiter, a call's answer, a sleep
+            break
+    return " -> ".join(places) or "nothing: it has ended"
 
 
 def shared_lookup(

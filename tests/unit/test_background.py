@@ -1,12 +1,15 @@
 """proxy.background: a failed background task is logged when it fails, not when its owner
-closes; stopping one cancels it and waits for it to end."""
+closes; stopping one cancels it and waits for it to end; a task that should have ended can
+say where it waits, and a proxy's stop that hangs says so while it hangs."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from proxy.background import start_background, stop_background
+from proxy import app as app_module
+from proxy.background import start_background, stop_background, waiting_at
+from proxy.config import ProxyConfig
 
 
 async def test_a_failure_is_logged_at_once(caplog):
@@ -39,3 +42,62 @@ async def test_stop_cancels_and_waits(caplog):
     assert task.cancelled() and ended.is_set()
     assert caplog.records == []  # a cancellation is not a failure
     await stop_background(None)
+
+
+async def test_waiting_at_names_each_await_of_a_task_down_to_what_it_waits_for():
+    released = asyncio.Event()
+
+    async def inner() -> None:
+        await released.wait()
+
+    async def middle() -> None:
+        await asyncio.gather(start_background(inner(), name="inner", log=logging.getLogger()))
+
+    async def outer() -> None:
+        await middle()
+
+    task = asyncio.ensure_future(outer())
+    await asyncio.sleep(0.01)
+    where = waiting_at(task)
+    names = [place.split(" ")[0] for place in where.split(" -> ")]
+    assert names == ["outer", "middle", "inner", "wait", "a"], where
+    assert where.endswith("a future"), where
+    assert "test_background.py:" in where
+    released.set()
+    await asyncio.wait_for(task, 1)
+    assert waiting_at(task) == "nothing: it has ended"
+
+
+async def test_a_stop_that_hangs_is_named_with_where_it_waits_while_it_waits(caplog, monkeypatch):
+    monkeypatch.setattr(app_module, "STUCK_STOP_S", 0.05)
+    app = app_module.ProxyApp(ProxyConfig())
+    released = asyncio.Event()
+
+    async def close_links() -> None:
+        await released.wait()
+
+    async def nothing() -> None:
+        pass
+
+    step = app_module.Step("fleet links", nothing, close_links)
+    with caplog.at_level(logging.WARNING, logger="proxy.app"):
+        stopping = asyncio.ensure_future(app._timed_stop(step))
+        await asyncio.sleep(0.2)
+        assert not stopping.done()
+        [record] = caplog.records  # logged while the stop still waits
+        message = record.getMessage()
+        assert "still stopping the fleet links" in message and "close_links" in message, message
+        released.set()
+        await asyncio.wait_for(stopping, 1)
+    # A stop that is cancelled cancels the part's stop with it.
+    never = asyncio.Event()
+
+    async def hangs() -> None:
+        await never.wait()
+
+    hung = asyncio.ensure_future(app._timed_stop(app_module.Step("renewer", nothing, hangs)))
+    await asyncio.sleep(0.1)
+    hung.cancel()
+    await asyncio.gather(hung, return_exceptions=True)
+    assert hung.cancelled()
+    assert not [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__name__", "") == "hangs"]
