@@ -20,6 +20,7 @@ import contextlib
 import enum
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -121,15 +122,45 @@ def _port_free(port: int) -> bool:
     return True
 
 
+# Ports chosen ahead for a program to bind later come from below the range the kernel hands
+# out for port 0 and for outgoing connections: one chosen inside that range and released
+# can be taken by any other socket before its program binds it (CI saw a fleet port a test
+# had chosen taken by another proxy's HTTP port 0). Nothing takes a port below the range
+# unasked. From CHOSEN_PORTS_LOW, clear of the well-known defaults (9876, 10911, 9090).
+CHOSEN_PORTS_LOW = 20_000
+_handed_out: set[int] = set()  # this process's choices: never the same port twice
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port_block(offsets: tuple[int, ...] = (0,)) -> int:
-    """A port P such that P + every offset is free now (a broker binds P, P-2 and P+1)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if all(1024 < port + d < 65536 and _port_free(port + d) for d in offsets):
+    """A port P such that P + every offset is free now (a broker binds P, P-2 and P+1),
+    chosen at random below the ephemeral range (``CHOSEN_PORTS_LOW``), and not one this
+    process has chosen before."""
+    low, high = CHOSEN_PORTS_LOW + 2, _ephemeral_low() - 2  # room for the offsets
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randint(low, high) if high - low > 1_000 else _kernel_port()
+        block = {port + d for d in offsets}
+        if block & _handed_out:
+            continue
+        if all(1024 < q < 65536 and _port_free(q) for q in block):
+            _handed_out.update(block)
             return port
     raise LauncherError("no free block of ports found")
+
+
+def _kernel_port() -> int:
+    """A port the kernel picks (a machine whose ephemeral range leaves no room below it)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass

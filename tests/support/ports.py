@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
+from rocketmq_local.launcher import free_port_block
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on: bound once by the OS's choice, then
-    closed (so also a port that refuses connections)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port on 127.0.0.1 that nothing listens on now (so also a port that refuses
+    connections), chosen where the kernel hands out none by itself
+    (``rocketmq_local.launcher.free_port_block``)."""
+    return free_port_block()
