@@ -21,11 +21,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from supervisor import Child, StackError, free_port, stop_in_order
+from supervisor import Child, StackError, stop_in_order
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # the launcher (rocketmq_local) and the proxy's own modules
     sys.path.insert(0, str(REPO))
+from rocketmq_local.launcher import free_port_block  # noqa: E402  (REPO on the path first)
+
 HOST = "127.0.0.1"
 BROKERS = ("broker-a", "broker-b", "broker-c")
 PROXIES = ("proxy-1", "proxy-2")
@@ -72,8 +74,8 @@ class Ports:
     @classmethod
     def free(cls) -> Ports:
         # Prometheus and the Pushgateway cannot report a port they chose, so ask the OS.
-        fleet = (free_port(), free_port())
-        return cls(0, (0, 0, 0), (0, 0), (0, 0), free_port(), free_port(), fleet)
+        fleet = (free_port_block(), free_port_block())
+        return cls(0, (0, 0, 0), (0, 0), (0, 0), free_port_block(), free_port_block(), fleet)
 
 
 @dataclass

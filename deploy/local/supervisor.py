@@ -148,12 +148,3 @@ def stop_in_order(waves: list[list[Child]], say: Callable[[str], None]) -> bool:
             else:
                 say(f"  {child.name:<12} stopped ({took:.1f} s)")
     return clean
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS calls free now (for programs that cannot bind port 0 and tell)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]

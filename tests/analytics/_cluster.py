@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+
+from rocketmq_local.launcher import free_port_block
 
 HOST = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[2]
@@ -166,15 +167,8 @@ class StandaloneCluster:
 
 
 def _free_ports(count: int) -> list[int]:
-    """``count`` different free loopback ports (all bound at once, then closed)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """``count`` different free loopback ports, where the kernel hands out none by itself."""
+    return [free_port_block() for _ in range(count)]
 
 
 def _daemon_env(conf_dir: Path) -> dict[str, str]:
