@@ -73,7 +73,8 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        # Prometheus and the Pushgateway cannot report a port they chose, so ask the OS.
+        # Prometheus and the Pushgateway cannot report a port they chose, and each fleet
+        # member is told its peers' ports before they start: these are chosen ahead.
         fleet = (free_port_block(), free_port_block())
         return cls(0, (0, 0, 0), (0, 0), (0, 0), free_port_block(), free_port_block(), fleet)
 
