@@ -42,6 +42,8 @@ from proxy.processor.producer import ProducerProcessor
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
+from proxy.security.config import TlsMode
+from proxy.security.front import TlsFront, Transport
 from proxy.security.runtime import SecurityRuntime
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,12 @@ SLOW_STOP_S = 2.0
 # never ends holds a rolling restart until the supervisor's SIGKILL, which leaves no other
 # trace of which part it was.
 STUCK_STOP_S = 5.0
+
+
+def _hosts(config: ProxyConfig) -> list[str]:
+    """The names clients reach the proxy at: its gRPC host and its advertised one."""
+    advertised = config.advertise_address.rpartition(":")[0] if config.advertise_address else ""
+    return [h.strip("[]") for h in (config.grpc_host, advertised) if h]
 
 
 async def _nothing() -> None:
@@ -111,7 +119,9 @@ class ProxyApp:
             else None
         )
         # TLS, client authentication and broker signing: all off unless configured.
-        self.security = SecurityRuntime(config.security, self.metrics.registry)
+        self.security = SecurityRuntime(
+            config.security, self.metrics.registry, hosts=_hosts(config)
+        )
         self.pool = BrokerPool(
             config.namesrv_addrs,
             config.route_ttl_s,
@@ -190,6 +200,8 @@ class ProxyApp:
             ready=lambda: self.ready,
         )
         self.grpc_server: grpc.aio.Server | None = None
+        # The client port's front: TLS and plaintext clients on one port (not enforcing).
+        self.front: TlsFront | None = None
 
     def _steps(self) -> list[Step]:
         """The start, in order; ``stop`` undoes it backwards: the gRPC server drains first,
@@ -318,21 +330,49 @@ class ProxyApp:
                 ),
             ]
         )
-        listen = f"{config.grpc_host}:{config.grpc_port}"
+        tls = self.security.tls
         try:
-            if self.security.tls is not None:
-                credentials = self.security.tls.grpc_credentials()
-                self.grpc_port = server.add_secure_port(listen, credentials)
+            if config.security.tls_mode is TlsMode.ENFORCING:
+                # TLS clients only: gRPC takes the client port itself.
+                assert tls is not None  # enforcing has a certificate, configured or made
+                listen = f"{config.grpc_host}:{config.grpc_port}"
+                self.grpc_port = server.add_secure_port(listen, tls.grpc_credentials())
             else:
-                self.grpc_port = server.add_insecure_port(listen)
-            advertise = f"{config.grpc_host}:{self.grpc_port}"
-            self.route.advertise = config.advertise_address or advertise
+                # The front takes the client port and relays to these, on loopback.
+                plaintext = server.add_insecure_port("127.0.0.1:0")
+                secure = None
+                if tls is not None:
+                    secure = server.add_secure_port("127.0.0.1:0", tls.grpc_credentials())
+                self.front = TlsFront(plaintext, secure, self._refusals())
             service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
             await server.start()
+            if self.front is not None:
+                try:
+                    self.grpc_port = await self.front.start(
+                        config.grpc_host, config.grpc_port, reuse_port=self.reuse_port
+                    )
+                except OSError as exc:  # as gRPC reports a port it cannot bind
+                    raise RuntimeError(f"gRPC port: {exc}") from exc
+                self.service.connections.client_of = self.front.client_of
         except BaseException:
             await server.stop(None)  # else its finaliser schedules a stop on a closed loop
+            if self.front is not None:
+                await self.front.close()
             raise
+        advertise = f"{config.grpc_host}:{self.grpc_port}"
+        self.route.advertise = config.advertise_address or advertise
         self.grpc_server = server
+
+    def _refusals(self) -> dict[Transport, str]:
+        """Why the front closes a client it does not take, as its log line says."""
+        if self.config.security.tls_mode is TlsMode.DISABLED:
+            tls = "security.tls_mode is disabled (plaintext clients only)"
+        else:
+            tls = "no TLS certificate (set security.tls_cert_file, or tls_self_signed = true)"
+        return {
+            Transport.TLS: f"{tls}: turn TLS off in the client, or see docs/security.md",
+            Transport.PLAINTEXT: "security.tls_mode is enforcing (TLS clients only)",
+        }
 
     async def _let_clients_move(self) -> bool:
         """The drain's first part: serve on, not ready, until the clients have left. Each
@@ -394,6 +434,8 @@ class ProxyApp:
         grace = min(self.config.shutdown_grace_s, 10.0)
         if moved:
             self._end_calls()
+        if self.front is not None:
+            self.front.stop_accepting()  # as the server's own listener closes
         stopping = asyncio.ensure_future(self.grpc_server.stop(grace=grace))
         try:
             if not moved:
@@ -404,6 +446,8 @@ class ProxyApp:
                 await self._name_what_holds_the_stop(grace)
         finally:
             await stopping
+            if self.front is not None:
+                await self.front.close()  # its relays' gRPC connections have ended
 
     async def _name_what_holds_the_stop(self, grace: float) -> None:
         """Just before the grace ends, name what gRPC is about to cancel: each call is an
@@ -435,8 +479,10 @@ class ProxyApp:
 
     def status(self) -> dict[str, object]:
         status = self._status()
-        if self.security.enabled:
-            status["security"] = self.security.status()
+        security = self.security.status()
+        if self.front is not None:
+            security["front"] = self.front.status()
+        status["security"] = security
         return status
 
     def _status(self) -> dict[str, object]:

@@ -58,6 +58,10 @@ _CLOSING = frozenset({"04", "05", "08", "09", "0B"})
 _UNTRACKED: AbstractContextManager[None] = contextlib.nullcontext()
 
 
+def _same_peer(peer: str) -> str:
+    return peer
+
+
 @dataclass(slots=True)
 class _Connection:
     first_at: float  # its first call: it opened no later, so it ages no later than this + age
@@ -80,12 +84,15 @@ class Connections:
         # The open connections the kernel listed, from when the drain first saw them: one
         # no call has named yet opened no later than that.
         self._listed: dict[str, float] = {}
+        # The client behind the peer gRPC names: the TLS front relays every connection, so
+        # gRPC sees the relay's loopback address (``TlsFront.client_of``).
+        self.client_of: Callable[[str], str] = _same_peer
 
     def call(self, context: Context) -> AbstractContextManager[None]:
         """One call, on the connection its ``context`` names, for as long as it is open.
         With connections that never age, nothing: no peer is asked for (every call pays
         this, so it costs nothing when unused)."""
-        return self.on(context.peer()) if self.lifetime_s else _UNTRACKED
+        return self.on(self.client_of(context.peer())) if self.lifetime_s else _UNTRACKED
 
     @contextlib.contextmanager
     def on(self, peer: str) -> Iterator[None]:
@@ -219,8 +226,13 @@ def _peer_name(address: str) -> str:
     raw = b"".join(
         int(hex_ip[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(hex_ip), 8)
     )
-    port = int(hex_port, 16)
-    ip = ipaddress.ip_address(raw)
+    return grpc_peer(ipaddress.ip_address(raw), int(hex_port, 16))
+
+
+def grpc_peer(host: str | ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
+    """An address as gRPC writes a call's peer: ``ipv4:10.0.0.1:5000``, ``ipv6:[::1]:5000``;
+    an IPv4 client of an IPv6 listener as IPv4."""
+    ip = ipaddress.ip_address(host)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
         return f"ipv6:[{ip}]:{port}"
     v4 = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else ip

@@ -3,11 +3,32 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
+
+
+class TlsMode(enum.StrEnum):
+    """``security.tls_mode``: which clients the gRPC port takes (the Apache proxy's
+    ``tlsMode``, with the same names)."""
+
+    # TLS and plaintext clients on the one port, told apart by their first byte.
+    PERMISSIVE = "permissive"
+    # TLS clients only.
+    ENFORCING = "enforcing"
+    # Plaintext clients only.
+    DISABLED = "disabled"
 
 
 @dataclass
 class SecurityConfig:
+    # Which clients the gRPC port takes: permissive (TLS and plaintext), enforcing (TLS
+    # only), disabled (plaintext only). The official Java client turns TLS on by default,
+    # the Python client leaves it off: permissive serves both unchanged.
+    tls_mode: TlsMode = TlsMode.PERMISSIVE
+    # Without tls_cert_file, permissive and enforcing serve TLS with a certificate the proxy
+    # makes at start (the clients that check certificates refuse it; docs/security.md).
+    # False: no TLS without a configured certificate (permissive then takes plaintext only).
+    tls_self_signed: bool = True
     # TLS on the gRPC port: PEM certificate chain and private key. Both or neither.
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
@@ -35,7 +56,29 @@ class SecurityConfig:
     def authentication(self) -> bool:
         return bool(self.users_file)
 
+    def __post_init__(self) -> None:
+        self.validate_mode()
+
+    def validate_mode(self) -> None:
+        try:
+            self.tls_mode = TlsMode(self.tls_mode)
+        except ValueError:
+            names = ", ".join(m.value for m in TlsMode)
+            raise ValueError(
+                f"security.tls_mode must be one of {names}, not {self.tls_mode!r}"
+            ) from None
+
+    @property
+    def serves_tls(self) -> bool:
+        """Whether the gRPC port takes TLS clients: with a certificate, configured or made."""
+        return self.tls_mode is not TlsMode.DISABLED and (self.tls or self.tls_self_signed)
+
     def validate(self) -> None:
+        self.validate_mode()
+        if self.tls_mode is TlsMode.ENFORCING and not self.serves_tls:
+            raise ValueError(
+                "security.tls_mode = enforcing needs tls_cert_file, or tls_self_signed = true"
+            )
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("security.tls_cert_file and tls_key_file go together")
         if (self.tls_client_ca_file or self.tls_ops) and not self.tls:

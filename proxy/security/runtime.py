@@ -21,8 +21,9 @@ import time
 from prometheus_client import CollectorRegistry, Counter
 
 from proxy.background import start_background, stop_background
-from proxy.security.config import SecurityConfig
+from proxy.security.config import SecurityConfig, TlsMode
 from proxy.security.guard import Guard
+from proxy.security.self_signed import SelfSigned, make_self_signed
 from proxy.security.signing import RemotingSigner
 from proxy.security.tls import ServerTls
 from proxy.security.users import UserFileError, UserStore
@@ -38,11 +39,21 @@ def _stamp(path: str) -> tuple[int, int, int]:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+def _self_signed_tls(hosts: list[str], client_ca_file: str | None) -> tuple[SelfSigned, ServerTls]:
+    made = make_self_signed(hosts)
+    return made, ServerTls(made.cert_file, made.key_file, client_ca_file)
+
+
 class SecurityRuntime:
-    def __init__(self, config: SecurityConfig, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, config: SecurityConfig, registry: CollectorRegistry, hosts: list[str] | None = None
+    ) -> None:
+        """``hosts``: the names the proxy is reached at, for a self-signed certificate."""
         self.config = config
         self._registry = registry
+        self.hosts = hosts or []
         self.tls: ServerTls | None = None
+        self.self_signed: SelfSigned | None = None
         self.guard: Guard | None = None
         self.signer: RemotingSigner | None = None
         if config.broker_access_key and config.broker_secret_key:
@@ -60,17 +71,25 @@ class SecurityRuntime:
         self._task: asyncio.Task[None] | None = None
         self._sighup = False
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.config.tls or self.config.authentication or self.signer)
-
     async def start(self) -> None:
-        """Read the certificate and the user file (off the loop); a bad one is fatal."""
+        """Read the certificate and the user file (off the loop); a bad one is fatal. With
+        TLS served and no certificate configured, make one (``proxy.security.self_signed``)."""
         config = self.config
-        if config.tls_cert_file and config.tls_key_file:
+        if config.tls_mode is TlsMode.DISABLED:
+            pass
+        elif config.tls_cert_file and config.tls_key_file:
             self.tls = await asyncio.to_thread(
                 ServerTls, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file
             )
+        elif config.tls_self_signed:
+            made, self.tls = await asyncio.to_thread(
+                _self_signed_tls, self.hosts, config.tls_client_ca_file
+            )
+            self.self_signed = made
+            log.warning("TLS: no certificate configured; serving a self-signed one made at "
+                        "start (%s). Clients that check the server's certificate refuse it: "
+                        "give the proxy one with security.tls_cert_file (docs/security.md)",
+                        made.cert_file)  # fmt: skip
         if config.users_file:
             self._users_stamp = _stamp(config.users_file)
             users = await asyncio.to_thread(UserStore.load, config.users_file)
@@ -81,7 +100,7 @@ class SecurityRuntime:
                 authorization=config.authorization,
                 clock_skew_s=config.clock_skew_s,
             )
-        if self.tls is not None or self.guard is not None:
+        if (self.tls is not None and self.self_signed is None) or self.guard is not None:
             self._task = start_background(self._watch(), name="security-reload", log=log)
             self._listen_sighup()
 
@@ -142,11 +161,18 @@ class SecurityRuntime:
             self._sighup = False
         task, self._task = self._task, None
         await stop_background(task)
+        if self.self_signed is not None:
+            await asyncio.to_thread(self.self_signed.remove)
+            self.self_signed = None
 
     def status(self) -> dict[str, object]:
         """What /v1/status shows: which protections are on, never a secret."""
+        tls = None
+        if self.tls is not None:
+            tls = self.tls.status() | {"self_signed": self.self_signed is not None}
         return {
-            "tls": self.tls.status() if self.tls is not None else None,
+            "tls_mode": self.config.tls_mode.value,
+            "tls": tls,
             "ops_tls": bool(self.config.tls_ops and self.tls is not None),
             "authentication": self.guard is not None,
             "authorization": bool(self.guard is not None and self.guard.authorization),

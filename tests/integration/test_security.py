@@ -105,19 +105,40 @@ async def test_right_credentials_over_tls_send_receive_ack(secure_proxy, clients
     assert (await alice.ack("billing", "orders", got.messages)).status.code == pb.Code.OK
 
 
-async def test_plaintext_client_cannot_talk_to_a_tls_port(secure_proxy, clients, ca):
-    proxy = await secure_proxy()
-    plain = SecureLeanClient(f"127.0.0.1:{proxy.grpc_port}", access_key="alice", secret_key=SECRET)
-    try:
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await plain.stub.QueryRoute(
-                api.QueryRouteRequest(topic=pb.Resource(name="orders")),
-                metadata=plain.metadata,
-                timeout=3,
-            )
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-    finally:
-        await plain.close()
+@pytest.mark.parametrize(
+    ("mode", "takes"),
+    [
+        ("permissive", {"tls", "plaintext"}),
+        ("enforcing", {"tls"}),
+        ("disabled", {"plaintext"}),
+    ],
+)
+async def test_each_tls_mode_takes_the_clients_it_names(secure_proxy, ca, caplog, mode, takes):
+    proxy = await secure_proxy(tls_mode=mode)
+    for kind in ("tls", "plaintext"):
+        client = SecureLeanClient(
+            f"127.0.0.1:{proxy.grpc_port}",
+            ca=ca.ca_cert if kind == "tls" else None,
+            access_key="alice",
+            secret_key=SECRET,
+        )
+        try:
+            if kind in takes:
+                assert (await client.query_route("orders")).status.code == pb.Code.OK
+                continue
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await client.stub.QueryRoute(
+                    api.QueryRouteRequest(topic=pb.Resource(name="orders")),
+                    metadata=client.metadata,
+                    timeout=3,
+                )
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        finally:
+            await client.close()
+    if mode == "disabled":  # the front names the refused client and why
+        refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert refused and "tls client ipv4:127.0.0.1:" in refused[0], refused
+        assert "security.tls_mode is disabled" in refused[0]
 
 
 async def test_each_bad_credential_gets_unauthorized_and_others_keep_working(
@@ -265,5 +286,8 @@ async def test_security_off_by_default(start_proxy, lean):
     proxy = await start_proxy(topics=("T",))
     client = lean(proxy)
     assert (await client.send("T", b"x")).status.code == pb.Code.OK
-    assert "security" not in proxy.status()
-    assert proxy.security.guard is None and proxy.security.tls is None
+    security = proxy.status()["security"]
+    assert security["authentication"] is False and security["broker_signing"] is False
+    # TLS on by default as well, with a certificate of its own (permissive: plaintext too).
+    assert security["tls_mode"] == "permissive" and security["tls"]["self_signed"] is True
+    assert proxy.security.guard is None
