@@ -65,8 +65,9 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# RUN_ARGS adds flags, e.g. RUN_ARGS="--grpc-port 9081 --http-port 9082" (rmq-proxy --help).
 run: $(STAMP)
-	$(BIN)/rmq-proxy --embedded-brokers 3 --topic TestTopic --topic OrderTopic
+	$(BIN)/rmq-proxy --embedded-brokers 3 --topic TestTopic --topic OrderTopic $(RUN_ARGS)
 
 # Every component a process of its own, on the ports of docs/design.md (STACK_ARGS=--free-ports
 # or --base-port N to move them); prints every URL, stops them all on Ctrl-C.

@@ -45,6 +45,7 @@ from proxy.receive.engine import ReceiveEngine
 from proxy.security.config import TlsMode
 from proxy.security.front import TlsFront, Transport
 from proxy.security.runtime import SecurityRuntime
+from proxy.security.self_signed import proxy_hosts
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +75,6 @@ SLOW_STOP_S = 2.0
 # never ends holds a rolling restart until the supervisor's SIGKILL, which leaves no other
 # trace of which part it was.
 STUCK_STOP_S = 5.0
-
-
-def _hosts(config: ProxyConfig) -> list[str]:
-    """The names clients reach the proxy at: its gRPC host and its advertised one."""
-    advertised = config.advertise_address.rpartition(":")[0] if config.advertise_address else ""
-    return [h.strip("[]") for h in (config.grpc_host, advertised) if h]
 
 
 async def _nothing() -> None:
@@ -120,7 +115,7 @@ class ProxyApp:
         )
         # TLS, client authentication and broker signing: all off unless configured.
         self.security = SecurityRuntime(
-            config.security, self.metrics.registry, hosts=_hosts(config)
+            config.security, self.metrics.registry, hosts=proxy_hosts(config)
         )
         self.pool = BrokerPool(
             config.namesrv_addrs,

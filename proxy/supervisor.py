@@ -41,6 +41,7 @@ from proxy.config import ProxyConfig
 from proxy.embedded import fronting, start_embedded_brokers
 from proxy.observability.metrics import GroupMetrics
 from proxy.observability.ops import OpsServer
+from proxy.security.self_signed import SelfSigned, make_self_signed, proxy_hosts
 from proxy.worker import config_to_json
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class Supervisor:
             await asyncio.to_thread(_clear_metrics_dir, self._metrics_dir)
         cluster: StubCluster | None = None
         reservation: socket.socket | None = None
+        self_signed: SelfSigned | None = None
         ops: OpsServer | None = None
         try:
             cluster = await start_embedded_brokers(config)
@@ -150,6 +152,24 @@ class Supervisor:
             config = self.config = replace(
                 fronting(config, cluster), grpc_port=reservation.getsockname()[1]
             )
+            # One self-signed certificate for every worker, so that a client told to trust
+            # it is served by whichever worker the kernel hands its connection to.
+            security = config.security
+            if security.serves_tls and not security.tls:
+                self_signed = await asyncio.to_thread(make_self_signed, proxy_hosts(config))
+                log.warning("TLS: no certificate configured; the workers serve a self-signed "
+                            "one made at start (%s). Clients that check the server's "
+                            "certificate refuse it: give the proxy one with "
+                            "security.tls_cert_file (docs/security.md)",
+                            self_signed.cert_file)  # fmt: skip
+                config = self.config = replace(
+                    config,
+                    security=replace(
+                        security,
+                        tls_cert_file=self_signed.cert_file,
+                        tls_key_file=self_signed.key_file,
+                    ),
+                )
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)
             )
@@ -185,6 +205,8 @@ class Supervisor:
                 await cluster.stop()
             if own_dir:
                 await asyncio.to_thread(shutil.rmtree, self._metrics_dir, True)
+            if self_signed is not None:
+                await asyncio.to_thread(self_signed.remove)
 
     async def _wait_first_ready(self) -> bool:
         """Every worker ready (True), or a failed start or a signal first (False)."""

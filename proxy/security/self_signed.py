@@ -19,11 +19,15 @@ import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+if TYPE_CHECKING:
+    from proxy.config import ProxyConfig
 
 VALID_DAYS = 365
 
@@ -36,6 +40,12 @@ class SelfSigned:
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def proxy_hosts(config: ProxyConfig) -> list[str]:
+    """The names clients reach a proxy at: its gRPC host and its advertised one."""
+    advertised = config.advertise_address.rpartition(":")[0] if config.advertise_address else ""
+    return [h.strip("[]") for h in (config.grpc_host, advertised) if h]
 
 
 def make_self_signed(hosts: list[str]) -> SelfSigned:

@@ -132,6 +132,7 @@ class ServerTls:
 
     def status(self) -> dict[str, object]:
         return {
+            "cert_file": self.cert_file,
             "cert_sha256": self._current.fingerprint,
             "loaded_at": round(self._current.loaded_at, 3),
             "reloads": self.reloads,
