@@ -158,12 +158,13 @@ def new_topic(target) -> Callable[[str], str]:
 
 @pytest.fixture
 def run_client(tmp_path):
-    """``run_client(lang, *args, timeout=...)`` -> the driver's JSON; HOME is a fresh temp dir
-    per run (runs overlap), so each client's log stays apart and is shown if it fails."""
+    """``run_client(lang, *args, timeout=..., env=...)`` -> the driver's JSON; HOME is a fresh
+    temp dir per run (runs overlap), so each client's log stays apart and is shown if it
+    fails; ``env`` adds to the driver's environment (RMQ_INTEROP_TLS, ...)."""
     runs = itertools.count(1)
 
-    def run(lang: str, *args, timeout: float) -> dict:
+    def run(lang: str, *args, timeout: float, env: dict[str, str] | None = None) -> dict:
         home = tmp_path / f"home-{next(runs)}-{lang}-{args[0] if args else ''}"
-        return _run_client(lang, *args, timeout=timeout, home=home)
+        return _run_client(lang, *args, timeout=timeout, home=home, env=env)
 
     return run

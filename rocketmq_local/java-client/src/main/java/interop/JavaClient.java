@@ -79,7 +79,8 @@
  *
  * What this client (5.2.0) requires of the server, read from its source (the
  * rocketmq-client-java-5.2.0-sources.jar on Maven Central, java/client of apache/rocketmq-clients):
- * - TLS is on by default: the driver turns it off (enableSsl(false)), the proxy serves plaintext.
+ * - TLS is on by default (and any server certificate is trusted). The driver leaves the client's
+ *   default unless RMQ_INTEROP_TLS says otherwise: "0" turns TLS off (enableSsl(false)), "1" on.
  * - Startup (ClientImpl.startUp): QueryRoute for every topic, up to maxStartupAttempts (3) times,
  *   then throws. For each new broker endpoint of a route it opens a Telemetry stream, writes
  *   Settings and waits for the settings answer (ClientSessionImpl's settingsInitFuture, given
@@ -159,6 +160,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientConfigurationBuilder;
 import org.apache.rocketmq.client.apis.ClientException;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
@@ -399,11 +401,14 @@ public final class JavaClient {
     }
 
     private ClientConfiguration configuration() {
-        return ClientConfiguration.newBuilder()
+        ClientConfigurationBuilder builder = ClientConfiguration.newBuilder()
             .setEndpoints(opts.get("soak".equals(command) ? "endpoints" : "endpoint"))
-            .enableSsl(false)
-            .setRequestTimeout(Duration.ofSeconds(REQUEST_TIMEOUT_SECONDS))
-            .build();
+            .setRequestTimeout(Duration.ofSeconds(REQUEST_TIMEOUT_SECONDS));
+        String tls = System.getenv("RMQ_INTEROP_TLS");
+        if (tls != null && !tls.isEmpty()) {
+            builder.enableSsl(!"0".equals(tls));
+        }
+        return builder.build();
     }
 
     /** Epoch seconds, microseconds as the fraction (the other drivers' time.time()). */
