@@ -26,10 +26,11 @@ class Upstream:
         self.peers: list[tuple[str, int]] = []
         self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
+        self.port = 0
 
-    async def start(self) -> int:
+    async def start(self) -> None:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
+        self.port = self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.peers.append(writer.get_extra_info("peername"))
@@ -78,10 +79,7 @@ async def _exchange(port: int, data: bytes) -> bytes:
 
 async def test_each_connection_goes_where_its_first_byte_says(upstreams):
     plain, tls = upstreams
-    front, port = await _front(
-        {Transport.PLAINTEXT: plain.server.sockets[0].getsockname()[1],
-         Transport.TLS: tls.server.sockets[0].getsockname()[1]}  # fmt: skip
-    )
+    front, port = await _front({Transport.PLAINTEXT: plain.port, Transport.TLS: tls.port})
     try:
         assert await _exchange(port, PREFACE) == b"plain:" + PREFACE
         assert await _exchange(port, TLS_HELLO) == b"tls:" + TLS_HELLO
@@ -92,9 +90,7 @@ async def test_each_connection_goes_where_its_first_byte_says(upstreams):
 
 async def test_the_client_behind_a_relay_is_named_as_grpc_names_peers(upstreams):
     plain, _ = upstreams
-    front, port = await _front(
-        {Transport.PLAINTEXT: plain.server.sockets[0].getsockname()[1], Transport.TLS: None}
-    )
+    front, port = await _front({Transport.PLAINTEXT: plain.port, Transport.TLS: None})
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(PREFACE)
@@ -110,9 +106,7 @@ async def test_the_client_behind_a_relay_is_named_as_grpc_names_peers(upstreams)
 
 async def test_a_kind_not_taken_is_closed_with_one_line_that_says_why(upstreams, caplog):
     plain, _ = upstreams
-    front, port = await _front(
-        {Transport.PLAINTEXT: plain.server.sockets[0].getsockname()[1], Transport.TLS: None}
-    )
+    front, port = await _front({Transport.PLAINTEXT: plain.port, Transport.TLS: None})
     caplog.set_level(logging.WARNING, "proxy.security.front")
     try:
         for _ in range(3):
@@ -128,9 +122,7 @@ async def test_a_kind_not_taken_is_closed_with_one_line_that_says_why(upstreams,
 
 async def test_either_end_closing_closes_the_other(upstreams):
     plain, _ = upstreams
-    front, port = await _front(
-        {Transport.PLAINTEXT: plain.server.sockets[0].getsockname()[1], Transport.TLS: None}
-    )
+    front, port = await _front({Transport.PLAINTEXT: plain.port, Transport.TLS: None})
     try:
         # The server ends the connection (gRPC after its GOAWAY): the client sees EOF.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -154,7 +146,7 @@ async def test_either_end_closing_closes_the_other(upstreams):
 async def test_a_silent_client_is_closed_and_close_ends_every_relay(upstreams):
     plain, _ = upstreams
     front, port = await _front(
-        {Transport.PLAINTEXT: plain.server.sockets[0].getsockname()[1], Transport.TLS: None},
+        {Transport.PLAINTEXT: plain.port, Transport.TLS: None},
         first_byte_timeout_s=0.2,
     )
     try:
@@ -174,9 +166,7 @@ async def test_a_silent_client_is_closed_and_close_ends_every_relay(upstreams):
 async def test_a_large_transfer_passes_whole_both_ways(upstreams):
     """More than the relay's buffers hold: reading pauses and resumes, nothing is lost."""
     plain, _ = upstreams
-    front, port = await _front(
-        {Transport.PLAINTEXT: plain.server.sockets[0].getsockname()[1], Transport.TLS: None}
-    )
+    front, port = await _front({Transport.PLAINTEXT: plain.port, Transport.TLS: None})
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         payload = PREFACE + bytes(range(256)) * 16_384  # 4 MiB
