@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -26,9 +27,8 @@ from typing import Any
 
 from proxy.app import ProxyApp
 from proxy.collector import settle_heap
-from proxy.config import FleetConfig, ProxyConfig, ReceiveConfig
+from proxy.config import ProxyConfig
 from proxy.loop import run_main
-from proxy.security.config import SecurityConfig
 
 log = logging.getLogger("proxy.worker")
 
@@ -37,8 +37,6 @@ _PR_SET_PDEATHSIG = 1
 
 def config_to_json(config: ProxyConfig) -> bytes:
     """The configuration as the supervisor hands it to a worker."""
-    import dataclasses
-
     return json.dumps(dataclasses.asdict(config)).encode()
 
 
@@ -46,10 +44,11 @@ def config_from_json(raw: bytes | str) -> ProxyConfig:
     """The supervisor's configuration (on the worker's stdin, so no secret is ever in a
     process's arguments or environment)."""
     data: dict[str, Any] = json.loads(raw)
-    receive = ReceiveConfig(**data.pop("receive"))
-    security = SecurityConfig(**data.pop("security"))
-    fleet = FleetConfig(**data.pop("fleet"))
-    config = ProxyConfig(**data, receive=receive, security=security, fleet=fleet)
+    for f in dataclasses.fields(ProxyConfig):  # the tables: [receive], [security], ...
+        table = f.default_factory
+        if dataclasses.is_dataclass(table) and isinstance(table, type):
+            data[f.name] = table(**data[f.name])
+    config = ProxyConfig(**data)
     config.validate()
     return config
 
