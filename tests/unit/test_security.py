@@ -14,6 +14,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.config import load
 from proxy.remoting.command import RemotingCommand
 from proxy.security import signing
+from proxy.security.config import TlsMode
 from proxy.security.guard import RESOURCES, DenialKind, Denied, Guard
 from proxy.security.users import Pattern, UserFileError, UserStore
 
@@ -244,6 +245,20 @@ def test_security_config_from_toml_and_environment(tmp_path):
     path.write_text("[security]\nnope = 1\n")
     with pytest.raises(ValueError, match="unknown setting"):
         load(str(path), env={})
+
+
+def test_the_tls_mode_and_its_certificate():
+    default = load(env={}).security
+    assert default.tls_mode is TlsMode.PERMISSIVE and default.serves_tls  # self-signed
+    enforcing = load(env={"RMQ_PROXY_SECURITY_TLS_MODE": "enforcing"}).security
+    assert enforcing.tls_mode is TlsMode.ENFORCING and enforcing.serves_tls
+    assert not load(env={"RMQ_PROXY_SECURITY_TLS_MODE": "disabled"}).security.serves_tls
+    no_cert = {"RMQ_PROXY_SECURITY_TLS_SELF_SIGNED": "false"}
+    assert not load(env=no_cert).security.serves_tls  # permissive: plaintext only
+    with pytest.raises(ValueError, match="enforcing needs tls_cert_file"):
+        load(env=no_cert | {"RMQ_PROXY_SECURITY_TLS_MODE": "enforcing"})
+    with pytest.raises(ValueError, match="must be one of permissive, enforcing, disabled"):
+        load(env={"RMQ_PROXY_SECURITY_TLS_MODE": "strict"})
 
 
 def test_the_example_files_load():
