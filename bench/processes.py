@@ -8,6 +8,7 @@ The scenarios talk to either the same way: proxies, ``broker_clients``, ``create
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import signal
@@ -119,7 +120,12 @@ async def _spawn(
 ) -> Process:  # fmt: skip
     """Start ``module.func()`` with ``args``; ``stderr``: a file for its log (default
     inherited); ``group``: the group id it runs under (``bench/netfault.py`` tells its
-    packets by it); ``env``: added to this process's environment."""
+    packets by it); ``env``: added to this process's environment.
+
+    The group is set by ``preexec_fn`` in the child, not by ``group=``: the entry points
+    run on uvloop (``proxy.loop.run_main``), whose ``subprocess_exec`` refuses the keywords
+    only ``subprocess.Popen`` knows (``group``, ``user``, ``process_group``, ...) with
+    "unexpected kwargs", even when they are None."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -127,7 +133,7 @@ async def _spawn(
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
-        group=group,
+        preexec_fn=None if group is None else functools.partial(os.setregid, group, group),
         env=dict(os.environ, **env) if env else None,
     )
     try:
