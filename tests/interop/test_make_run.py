@@ -68,7 +68,9 @@ def make_run(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(STOP_S)
-            raise AssertionError(f"make run did not stop on Ctrl-C\n{log.read_text()[-4000:]}")
+            raise AssertionError(
+                f"make run did not stop on Ctrl-C\n{log.read_text()[-4000:]}"
+            ) from None
         reader.join(STOP_S)
     # make reports the interrupted recipe; the proxy itself stopped cleanly.
     assert "Traceback" not in log.read_text(), log.read_text()[-4000:]
