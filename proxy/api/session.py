@@ -8,37 +8,41 @@ word that a lite topic was taken from them (``processor/lite.py``). A consumer's
 say whether its group is FIFO (``subscription.fifo``, from the group's config on the
 brokers) and carry a lite group's quota. Heartbeats and termination tell the handle renewer
 whether a push consumer is still there; a lite consumer's termination drops its lite
-subscriptions on the brokers.
+subscriptions on the brokers. What one stream carries (its outbox, its pace, its end in a
+drain) is ``proxy.api.outbox``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
-import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from proxy.api import validation as check
 from proxy.api.context import Context
-from proxy.api.convert import half_message_to_api
 from proxy.api.errors import ApiError, Code, ok
+from proxy.api.outbox import (
+    COMMAND_BURST,
+    COMMANDS_PER_S,
+    OUTBOX_LIMIT,
+    CommandPace,
+    DrainEnd,
+    end_for_drain,
+    end_with,
+    lite_unsubscribe_sink,
+    transaction_check_sink,
+)
 from proxy.api.settings import answer_settings
-from proxy.api.transaction import encode_transaction_id
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.config import ProxyConfig
 from proxy.groups import GroupConfig, GroupSettings
 from proxy.processor.lite import LiteProcessor
 from proxy.processor.renewal import HandleRenewer
-from proxy.processor.transaction import TransactionCheck, TransactionProcessor
-
-# Commands queued for one Telemetry stream; a check that does not fit is dropped (the
-# broker asks again), so a client that does not read costs bounded memory.
-OUTBOX_LIMIT = 256
+from proxy.processor.transaction import TransactionProcessor
 
 # Telemetry streams one client id may hold open on this proxy. An official client holds
 # one per proxy (two for a moment when it reopens it); each open stream costs the proxy
@@ -46,37 +50,6 @@ OUTBOX_LIMIT = 256
 # ended, so a client that leaks streams, or opens them on purpose, costs bounded memory
 # (and all clients together at most ``max_telemetry_streams``).
 STREAMS_PER_CLIENT = 8
-
-# Commands one stream may send at once, then per second. The official clients send their
-# settings when they open the stream and again every few minutes, and answer the server's
-# commands (this proxy sends none that ask for an answer). A stream past its rate is
-# answered TOO_MANY_REQUESTS and ended, where a flood would otherwise take the proxy's CPU
-# from every other client. Not slowed down instead: a stream whose commands are read late
-# lets its client fill gRPC's receive window, which grows to megabytes per stream
-# (bench/hostile.py measured 5 MB each), in the proxy's memory.
-COMMAND_BURST = 20
-COMMANDS_PER_S = 1.0
-
-
-class CommandPace:
-    """A token bucket for the commands of one Telemetry stream: ``burst`` at once, then
-    ``per_s`` a second."""
-
-    def __init__(self, burst: int, per_s: float) -> None:
-        self.burst = burst
-        self.per_s = per_s
-        self.tokens = float(burst)
-        self.at = time.monotonic()
-
-    def take(self) -> bool:
-        """Take a token; False when there is none (the stream is past its pace)."""
-        now = time.monotonic()
-        self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.per_s)
-        self.at = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
 
 
 class SessionActivity:
@@ -204,7 +177,7 @@ class SessionActivity:
                     reconnect_endpoints_command=api.ReconnectEndpointsCommand(nonce=client_id)
                 )
             if end is DrainEnd.UNAVAILABLE:
-                await _end_for_drain(context)
+                await end_for_drain(context)
         finally:
             self._streams.pop(task, None)
             left = self._per_client.pop(client_id, 1) - 1
@@ -290,13 +263,13 @@ class SessionActivity:
         self, topics: list[str], outbox: asyncio.Queue[api.TelemetryCommand | None]
     ) -> Callable[[], None]:
         assert self.transactions is not None
-        return self.transactions.register(topics, _sink(outbox))
+        return self.transactions.register(topics, transaction_check_sink(outbox))
 
     def _register_lite(
         self, group: str, client_id: str, outbox: asyncio.Queue[api.TelemetryCommand | None]
     ) -> Callable[[], None]:
         assert self.lite is not None
-        return self.lite.register(group, client_id, _unsubscribe_sink(outbox))
+        return self.lite.register(group, client_id, lite_unsubscribe_sink(outbox))
 
     async def _stream(
         self,
@@ -330,7 +303,7 @@ class SessionActivity:
         try:
             async for command in commands:
                 if (refused := self._too_fast(pace)) is not None:
-                    _end_with(outbox, refused)
+                    end_with(outbox, refused)
                     return
                 answer, _ = await self._answer(command)
                 if answer is not None:
@@ -340,40 +313,6 @@ class SessionActivity:
             # means the writer is gone too; it is cancelled with the stream.
             with contextlib.suppress(asyncio.QueueFull):
                 outbox.put_nowait(None)
-
-
-class DrainEnd(enum.Enum):
-    """How a drain ends a client's Telemetry stream, by the client's ``x-mq-language``.
-
-    - COMMAND (Java, and any other): a ReconnectEndpointsCommand, then an OK end. The Java
-      client logs the command and reopens its stream a second after the end, by then on
-      a new connection (the server's GOAWAY left 0.2 s before).
-    - UNAVAILABLE (Python, "PYTHON"): the command (dropped without a word), then an
-      UNAVAILABLE end (``_end_for_drain``).
-    - QUIET (Node, which says "HTTP"): no command, an OK end. The Node client answers the
-      command by reopening its stream at once on the same channel, whose connection is the
-      one being drained: gRPC's core holds that new call, which no handler takes any more,
-      until the server's grace ends, then cancels it ("UNAVAILABLE: Cancelling all calls",
-      an ERROR in the client's log), and the drain lasts its whole grace. After an OK end
-      it reopens a second later, on a new connection.
-    """
-
-    COMMAND = "command"
-    UNAVAILABLE = "unavailable"
-    QUIET = "quiet"
-
-    @classmethod
-    def of(cls, language: str | None) -> DrainEnd:
-        return {"PYTHON": cls.UNAVAILABLE, "HTTP": cls.QUIET}.get(language or "", cls.COMMAND)
-
-
-async def _end_for_drain(context: Context) -> None:
-    """End a Python client's stream with UNAVAILABLE rather than OK. Each client logs one
-    of the two ends as an error: the Java and Node clients an error status (ERROR), and
-    reopen after a second on both; the Python client (5.1.2) an OK end (it reads the end
-    as a message, an ERROR), a status only at WARN, and reopens on neither (its stream
-    comes back with its next settings sync, within 5 minutes)."""
-    await context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy is draining")
 
 
 _LITE_CONSUMERS = (pb.ClientType.LITE_PUSH_CONSUMER, pb.ClientType.LITE_SIMPLE_CONSUMER)
@@ -387,52 +326,3 @@ def _lite_group(command: api.TelemetryCommand) -> str | None:
     if settings.client_type not in _LITE_CONSUMERS or not settings.subscription.group.name:
         return None
     return settings.subscription.group.name
-
-
-def _end_with(
-    outbox: asyncio.Queue[api.TelemetryCommand | None], last: api.TelemetryCommand
-) -> None:
-    """End a stream with ``last`` as soon as what is being written is: what is still
-    queued is dropped (a transaction check the broker asks again)."""
-    while not outbox.empty():
-        outbox.get_nowait()
-    outbox.put_nowait(last)
-    outbox.put_nowait(None)
-
-
-def _offer(
-    outbox: asyncio.Queue[api.TelemetryCommand | None], command: api.TelemetryCommand
-) -> bool:
-    """Queue a command for the client's stream without waiting; False when it is full."""
-    try:
-        outbox.put_nowait(command)
-    except asyncio.QueueFull:
-        return False
-    return True
-
-
-def _unsubscribe_sink(
-    outbox: asyncio.Queue[api.TelemetryCommand | None],
-) -> Callable[[str], bool]:
-    def deliver(lite_topic: str) -> bool:
-        command = api.TelemetryCommand(
-            notify_unsubscribe_lite_command=api.NotifyUnsubscribeLiteCommand(lite_topic=lite_topic)
-        )
-        return _offer(outbox, command)
-
-    return deliver
-
-
-def _sink(
-    outbox: asyncio.Queue[api.TelemetryCommand | None],
-) -> Callable[[TransactionCheck], bool]:
-    def deliver(check_: TransactionCheck) -> bool:
-        command = api.TelemetryCommand(
-            recover_orphaned_transaction_command=api.RecoverOrphanedTransactionCommand(
-                message=half_message_to_api(check_.message),
-                transaction_id=encode_transaction_id(check_.ref),
-            )
-        )
-        return _offer(outbox, command)
-
-    return deliver
