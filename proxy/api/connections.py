@@ -7,7 +7,7 @@ per TCP connection. Every connection gets an HTTP/2 GOAWAY at its maximum age
 its client opens a new one for its next call: behind a balancer that follows /readyz, to
 another proxy once this one drains. So a draining proxy may stop its server, whose own
 GOAWAY cancels the calls that cross it, once every connection that still carries calls
-has aged (``ProxyApp._let_clients_move``).
+has aged (``Drain._let_clients_move``).
 
 Which connections are still open, the kernel knows: on Linux the drain reads this
 process's established TCP connections to its gRPC port (``open_peers``: /proc/net/tcp and

@@ -78,10 +78,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.transaction = transaction
         self.metrics = metrics
         # Calls being served, by RPC: what a drain that runs out of its grace cancels, named
-        # in its log line (``ProxyApp._stop_grpc``).
+        # in its log line (``Drain.run``).
         self.open_calls: Counter[str] = Counter()
         # The connections the calls come on: a drain waits until the busy ones have aged
-        # (``ProxyApp._let_clients_move``).
+        # (``Drain._let_clients_move``).
         self.connections = Connections(0) if connections is None else connections
 
     @contextlib.contextmanager

@@ -206,7 +206,7 @@ def test_grace_period_outlasts_prestop_the_longest_poll_and_the_drain(docs, tmp_
     config = _proxy_config(docs, tmp_path)
     pre_stop = _container(docs)["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    # ProxyApp._let_clients_move, then grpc_server.stop(grace=...)
+    # Drain._let_clients_move, then grpc_server.stop(grace=...)
     move_s = Connections(config.grpc_max_connection_age_s).lifetime_s
     drain_s = min(config.shutdown_grace_s, 10.0)
     longest_poll_s = config.receive.max_polling_ms / 1000
