@@ -107,7 +107,8 @@ class ProxyApp:
             if config.event_log_dir
             else None
         )
-        # TLS, client authentication and broker signing: all off unless configured.
+        # TLS (permissive, self-signed unless given a certificate), client authentication and
+        # broker signing (off unless configured).
         self.security = SecurityRuntime(
             config.security, self.metrics.registry, hosts=proxy_hosts(config)
         )
