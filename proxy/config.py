@@ -1,9 +1,10 @@
 """Proxy configuration: defaults, then a TOML file, then environment, then flags.
 
 The TOML file has top-level keys for ``ProxyConfig``, a ``[receive]`` table for
-``ReceiveConfig``, a ``[security]`` table for ``SecurityConfig`` and a ``[fleet]`` table for
-``FleetConfig``. Environment variables ``RMQ_PROXY_<KEY>``, ``RMQ_PROXY_RECEIVE_<KEY>``,
-``RMQ_PROXY_SECURITY_<KEY>`` and ``RMQ_PROXY_FLEET_<KEY>`` override it
+``ReceiveConfig``, a ``[security]`` table for ``SecurityConfig``, a ``[fleet]`` table for
+``FleetConfig`` and a ``[limits]`` table for ``LimitsConfig``. Environment variables
+``RMQ_PROXY_<KEY>``, ``RMQ_PROXY_RECEIVE_<KEY>``, ``RMQ_PROXY_SECURITY_<KEY>``,
+``RMQ_PROXY_FLEET_<KEY>`` and ``RMQ_PROXY_LIMITS_<KEY>`` override it
 (``RMQ_PROXY_RECEIVE_MODE=coupled``).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from proxy.security.config import SecurityConfig
 
-_TABLES = ("receive", "security", "fleet")
+_TABLES = ("receive", "security", "fleet", "limits")
 
 
 class PollMode(enum.StrEnum):
@@ -167,6 +168,51 @@ class FleetConfig:
 
 
 @dataclass
+class LimitsConfig:
+    """What one request may carry, checked before any broker is asked: the Apache proxy
+    5.5's limits with its defaults (its ``ProxyConfig`` name after each), refused with its
+    codes and messages (docs/api.md, "Request limits"). ``max_body_bytes`` and
+    ``max_lite_topic_size`` are top-level settings."""
+
+    # User properties one message may carry (userPropertyMaxNum).
+    max_user_property_count: int = 128
+    # UTF-8 bytes of a message's user property names and values, tag and keys together
+    # (maxUserPropertySize).
+    max_user_property_size: int = 16 * 1024
+    # A message group must be shorter than this, in UTF-8 bytes (maxMessageGroupSize; the
+    # Apache proxy refuses a group of exactly this size too); 0 = no limit.
+    max_message_group_size: int = 64
+    # The shortest invisible time a receive may ask for (minInvisibleTimeMillsForRecv;
+    # ChangeInvisibleDuration may ask for 0).
+    min_receive_invisible_ms: int = 10_000
+    # The longest invisible time a receive or ChangeInvisibleDuration may ask for
+    # (maxInvisibleTimeMills); 0 = no limit.
+    max_invisible_ms: int = 12 * 3600 * 1000
+    # How far ahead a timed message may be due (maxDelayTimeMills); 0 = no limit.
+    max_delay_ms: int = 24 * 3600 * 1000
+    # The longest orphaned-transaction recovery time a transactional message may ask for
+    # (maxTransactionRecoverySecond); 0 = no limit.
+    max_transaction_recovery_s: int = 3600
+
+    def validate(self) -> None:
+        if self.max_user_property_count < 0 or self.max_user_property_size < 0:
+            raise ValueError("limits.max_user_property_count and _size must not be negative")
+        if (
+            min(
+                self.max_message_group_size,
+                self.min_receive_invisible_ms,
+                self.max_invisible_ms,
+                self.max_delay_ms,
+                self.max_transaction_recovery_s,
+            )
+            < 0
+        ):
+            raise ValueError("limits must not be negative (0 = no limit)")
+        if 0 < self.max_invisible_ms < self.min_receive_invisible_ms:
+            raise ValueError("limits.max_invisible_ms must not be below min_receive_invisible_ms")
+
+
+@dataclass
 class ProxyConfig:
     proxy_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     grpc_host: str = "127.0.0.1"
@@ -222,11 +268,13 @@ class ProxyConfig:
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     def validate(self) -> None:
         self.receive.validate()
         self.security.validate()
         self.fleet.validate()
+        self.limits.validate()
         if self.embedded_brokers < 0:
             raise ValueError("embedded_brokers must not be negative")
         if self.workers < 0:
@@ -296,11 +344,13 @@ def load(
         _apply(config.receive, data.get("receive", {}), source=f"{path} [receive]")
         _apply(config.security, data.get("security", {}), source=f"{path} [security]")
         _apply(config.fleet, data.get("fleet", {}), source=f"{path} [fleet]")
+        _apply(config.limits, data.get("limits", {}), source=f"{path} [limits]")
     env = os.environ if env is None else env
     _apply(config, _from_env(env, "RMQ_PROXY_", ProxyConfig), source="environment")
     _apply(config.receive, _from_env(env, "RMQ_PROXY_RECEIVE_", ReceiveConfig), "environment")
     _apply(config.security, _from_env(env, "RMQ_PROXY_SECURITY_", SecurityConfig), "environment")
     _apply(config.fleet, _from_env(env, "RMQ_PROXY_FLEET_", FleetConfig), "environment")
+    _apply(config.limits, _from_env(env, "RMQ_PROXY_LIMITS_", LimitsConfig), "environment")
     top = {k: v for k, v in overrides.items() if v is not None and not k.startswith("receive_")}
     receive = {
         k.removeprefix("receive_"): v

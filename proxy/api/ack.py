@@ -9,10 +9,11 @@ from typing import Protocol
 
 from proxy.api import validation as check
 from proxy.api.context import Context
-from proxy.api.errors import ApiError, Code, ack_error, dead_letter_error, ok
+from proxy.api.errors import ApiError, Code, ack_error, code_name, dead_letter_error, ok
 from proxy.api.handles import ReceiptHandle, parse_receipt_handle
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from proxy.config import LimitsConfig
 from proxy.fleet.messages import Outcome
 from proxy.fleet.settle import FleetSettles, Lent
 from proxy.processor.consumer import ConsumerProcessor, Popped
@@ -39,8 +40,10 @@ class AckActivity:
         max_delivery_attempts: int,
         renewer: HandleRenewer,
         settles: FleetSettles | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self.consumer = consumer
+        self.limits = limits or LimitsConfig()
         self.max_delivery_attempts = max_delivery_attempts
         self.renewer = renewer
         self.settles = settles  # set when the proxy joins a fleet
@@ -84,8 +87,8 @@ class AckActivity:
     async def ack_message(
         self, request: api.AckMessageRequest, context: Context
     ) -> api.AckMessageResponse:
-        group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
+        group = check.validate_group(request.group.name)
         if not request.entries:
             raise ApiError(Code.BAD_REQUEST, "no entry to ack")
         statuses: list[pb.Status | None] = [None] * len(request.entries)
@@ -121,12 +124,12 @@ class AckActivity:
             )
             for e, status in zip(request.entries, statuses, strict=True)
         ]
+        # The response's status names the entries' one code, or MULTIPLE_RESULTS, its message
+        # the code's name, as the Apache proxy answers (the clients raise it as the error);
+        # each entry's status says what went wrong with it.
         codes = {status.code for status in statuses if status is not None}
-        status = (
-            entries[0].status
-            if len(codes) == 1
-            else pb.Status(code=Code.MULTIPLE_RESULTS, message="entries have different results")
-        )
+        code = codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
+        status = pb.Status(code=code, message=code_name(code).upper())
         return api.AckMessageResponse(status=status, entries=entries)
 
     async def _look_up(
@@ -154,9 +157,11 @@ class AckActivity:
     async def change_invisible_duration(
         self, request: api.ChangeInvisibleDurationRequest, context: Context
     ) -> api.ChangeInvisibleDurationResponse:
-        group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
-        invisible = check.validate_invisible(check.duration_ms(request.invisible_duration), 0)
+        group = check.validate_group(request.group.name)
+        invisible = check.validate_invisible(
+            check.duration_ms(request.invisible_duration), 0, self.limits.max_invisible_ms
+        )
         lite = _lite_topic(request)
         handle, finish = await self._current(group, request.receipt_handle, lite_topic=lite)
         if handle is ACKED_ALREADY:
@@ -181,8 +186,8 @@ class AckActivity:
         request: api.ForwardMessageToDeadLetterQueueRequest,
         context: Context,
     ) -> api.ForwardMessageToDeadLetterQueueResponse:
-        group = check.validate_group(request.group.name)
         topic = check.validate_topic(request.topic.name)
+        group = check.validate_group(request.group.name)
         lite = _lite_topic(request)
         handle, finish = await self._current(group, request.receipt_handle, lite_topic=lite)
         if handle is ACKED_ALREADY:

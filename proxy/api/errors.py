@@ -13,6 +13,10 @@ from proxy.security.guard import DenialKind, Denied
 
 Code = pb.Code
 
+# The Apache proxy words an error raised past its request checks (by its processor) with
+# the exception's Java class first; clients see that text, so this proxy words those alike.
+PROCESSOR_ERROR = "org.apache.rocketmq.proxy.common.ProxyException: "
+
 
 class ApiError(Exception):
     """Answer the request with ``code`` and ``message`` (a RocketMQ v2 status)."""

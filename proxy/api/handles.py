@@ -15,8 +15,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from proxy.api.errors import ApiError, Code
+from proxy.api.errors import PROCESSOR_ERROR, ApiError, Code
 from proxy.remoting.popinfo import PopCheckpointInfo
+
+# An expired handle, in the Apache proxy's words.
+EXPIRED = f"{PROCESSOR_ERROR}receipt handle is expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,5 +62,5 @@ def parse_receipt_handle(
     except ValueError as exc:
         raise ApiError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}") from None
     if not allow_expired and handle.expired(now_ms):
-        raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt handle has expired")
+        raise ApiError(Code.INVALID_RECEIPT_HANDLE, EXPIRED)
     return handle

@@ -24,7 +24,7 @@ from proxy.api.errors import ApiError, Code, code_name, ok, route_error
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import TopicNotFound
-from proxy.config import ReceiveConfig
+from proxy.config import LimitsConfig, ReceiveConfig
 from proxy.groups import GroupSettings
 from proxy.observability.receive_record import Outcome, ReceiveRecord, ReceiveRecorder
 from proxy.processor.consumer import ConsumerProcessor
@@ -45,8 +45,10 @@ class ReceiveActivity:
         recorder: ReceiveRecorder,
         groups: GroupSettings,
         renewer: HandleRenewer,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self.config = config
+        self.limits = limits or LimitsConfig()
         self.engine = engine
         self.consumer = consumer
         self.recorder = recorder
@@ -129,7 +131,8 @@ class ReceiveActivity:
         each value is known, so a refused request is recorded with what it asked."""
         rc = self.config
         # Polling time, as the RocketMQ proxy grants it: what the client asked, else what
-        # its deadline leaves, within [min, max] and before the deadline.
+        # its deadline leaves, within [min, max] and before the deadline. Checked first, then
+        # topic, group, invisible time and filter: the Apache proxy's order.
         remaining = context.time_remaining()
         remaining_ms = None if remaining is None else int(remaining * 1000)
         if request.HasField("long_polling_timeout"):
@@ -137,27 +140,27 @@ class ReceiveActivity:
         else:
             asked = rc.min_polling_ms if remaining_ms is None else remaining_ms - 1_500
         rec.is_long_polling = asked >= rc.min_polling_ms
-        rec.group = group = check.validate_group(request.group.name)
-        rec.topic = topic = check.validate_topic(request.message_queue.topic.name)
-        batch = check.validate_batch_size(request.batch_size)
-        if request.auto_renew:
-            # A push consumer: the proxy renews what it delivers, slice by slice.
-            invisible = self.renewer.slice_ms
-        elif not request.HasField("invisible_duration"):
-            raise ApiError(Code.ILLEGAL_INVISIBLE_TIME, "invisible duration is required")
-        else:
-            invisible = check.validate_invisible(check.duration_ms(request.invisible_duration))
-        expression = check.validate_filter(
-            request.filter_expression.expression, request.filter_expression.type
-        )
         polling = min(max(asked, rc.min_polling_ms), rc.max_polling_ms)
         if remaining_ms is not None and polling > remaining_ms - rc.reserve_ms:
             if remaining_ms - rc.reserve_ms < rc.min_polling_ms:
-                raise ApiError(
-                    Code.ILLEGAL_POLLING_TIME,
-                    "the deadline time remaining is not enough for polling",
-                )
+                raise check.polling_time_error(context)
             polling = remaining_ms - rc.reserve_ms
+        rec.topic = topic = check.validate_topic(request.message_queue.topic.name)
+        rec.group = group = check.validate_group(request.group.name)
+        if request.auto_renew:
+            # A push consumer: the proxy renews what it delivers, slice by slice.
+            invisible = self.renewer.slice_ms
+        else:
+            # Unset is 0 ms: too small.
+            invisible = check.validate_invisible(
+                check.duration_ms(request.invisible_duration),
+                self.limits.min_receive_invisible_ms,
+                self.limits.max_invisible_ms,
+            )
+        expression = check.validate_filter(
+            request.filter_expression.expression, request.filter_expression.type
+        )
+        batch = check.validate_batch_size(request.batch_size)
         rec.polling_ms = polling
         return ReceiveRequest(
             group=group,

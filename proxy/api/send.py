@@ -8,24 +8,29 @@ import time
 from proxy.api import validation as check
 from proxy.api.context import Context
 from proxy.api.convert import decoded_body
-from proxy.api.errors import ApiError, Code, code_name, ok, recall_error, send_error
+from proxy.api.errors import (
+    PROCESSOR_ERROR,
+    ApiError,
+    Code,
+    code_name,
+    ok,
+    recall_error,
+    send_error,
+)
 from proxy.api.route import topic_route
 from proxy.api.transaction import encode_transaction_id
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import BrokerPool, TopicRoute
+from proxy.config import LimitsConfig
 from proxy.message_types import accepts, message_type_of
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.producer import ProducerProcessor, SendFailure
 from proxy.processor.transaction import HalfMessageRef
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE
-from proxy.remoting.message import Prop, UniqueIdGenerator
+from proxy.remoting.message import Prop
 from proxy.remoting.recall import RecallHandle, RecallHandleError
-
-# The longest orphaned-transaction recovery time a producer may ask for (the Apache proxy's
-# maxTransactionRecoverySecond default).
-MAX_TRANSACTION_RECOVERY_S = 3600
 
 
 class SendActivity:
@@ -36,46 +41,63 @@ class SendActivity:
         metrics: ProxyMetrics,
         max_body_bytes: int,
         max_lite_topic_size: int = 64,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self.pool = pool
         self.producer = producer
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.max_lite_topic_size = max_lite_topic_size
-        self._ids = UniqueIdGenerator()
+        self.limits = limits or LimitsConfig()
 
     async def send_message(
         self, request: api.SendMessageRequest, context: Context
     ) -> api.SendMessageResponse:
         if not request.messages:
-            raise ApiError(Code.BAD_REQUEST, "no message to send")
+            raise ApiError(Code.MESSAGE_CORRUPTED, "no message to send")
         topic = check.validate_topic(request.messages[0].topic.name)
         if any(m.topic.name != topic for m in request.messages):
-            raise ApiError(Code.BAD_REQUEST, "messages of one request must share a topic")
-        route = await topic_route(self.pool, topic)
-        if not route.writable:
-            raise ApiError(Code.FORBIDDEN, f"no broker accepts writes to {topic!r}")
-        entries = [await self._send_one(route, message) for message in request.messages]
+            raise ApiError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
+        # Every message is checked before the topic's route is looked up, as the Apache
+        # proxy builds them all first: bad input is told as such, even for a missing topic.
+        built: list[tuple[bytes, dict[str, str]] | ApiError] = []
+        for message in request.messages:
+            try:
+                built.append((self._body(message), self._properties(message)))
+            except ApiError as err:
+                built.append(err)
+        route = None
+        if any(not isinstance(b, ApiError) for b in built):
+            route = await topic_route(self.pool, topic)
+            if not route.writable:
+                raise ApiError(Code.FORBIDDEN, f"no broker accepts writes to {topic!r}")
+        entries = []
+        for message, message_built in zip(request.messages, built, strict=True):
+            if isinstance(message_built, ApiError):
+                entries.append(self._failed(topic, message.system_properties, message_built))
+            else:
+                assert route is not None
+                entries.append(await self._send_one(route, message, *message_built))
         codes = {e.status.code for e in entries}
         status = (
             entries[0].status
             if len(codes) == 1
-            else pb.Status(code=Code.MULTIPLE_RESULTS, message="messages have different results")
+            else pb.Status(code=Code.MULTIPLE_RESULTS, message="MULTIPLE_RESULTS")
         )
         return api.SendMessageResponse(status=status, entries=entries)
 
-    async def _send_one(self, route: TopicRoute, message: pb.Message) -> api.SendResultEntry:
+    async def _send_one(
+        self, route: TopicRoute, message: pb.Message, body: bytes, properties: dict[str, str]
+    ) -> api.SendResultEntry:
         system = message.system_properties
         half = system.message_type == pb.MessageType.TRANSACTION
         try:
-            properties = self._properties(message)
             if half:
                 # The producer group of a gRPC producer is its topic, as in the Apache proxy:
                 # the broker's check of this half message goes to a producer of the topic.
                 properties[Prop.TRANSACTION_PREPARED] = "true"
                 properties[Prop.PRODUCER_GROUP] = route.topic
             self._check_type(route, properties)
-            body = self._body(message)
             result = await self.producer.send(
                 route,
                 body,
@@ -129,11 +151,11 @@ class SendActivity:
     def _body(self, message: pb.Message) -> bytes:
         body = decoded_body(message)
         if not body:
-            raise ApiError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+            raise ApiError(Code.MESSAGE_BODY_EMPTY, "message body cannot be empty")
         if len(body) > self.max_body_bytes:
             raise ApiError(
                 Code.MESSAGE_BODY_TOO_LARGE,
-                f"body of {len(body)} bytes exceeds {self.max_body_bytes}",
+                f"message body cannot exceed the max {self.max_body_bytes}",
             )
         return body
 
@@ -144,46 +166,53 @@ class SendActivity:
         Clients check the route's accepted types first: this catches the rest."""
         message_type = message_type_of(properties)
         if not accepts(route.message_type, message_type):
+            expected = route.message_type.value or "NORMAL"  # untyped is NORMAL to Apache
             raise ApiError(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                f"topic {route.topic} takes {route.message_type.value or 'untyped'} messages, "
-                f"not {message_type.value}",
+                f"{PROCESSOR_ERROR}TopicMessageType validate failed, the expected type is "
+                f"{expected}, but actual type is {message_type.value}",
             )
 
     def _properties(self, message: pb.Message) -> dict[str, str]:
+        """The broker properties of a message, each field checked in the Apache proxy's
+        order (SendMessageActivity.buildMessageProperty), so that a message with several
+        faults is told the same one."""
         system = message.system_properties
-        props = check.validate_user_properties(dict(message.user_properties))
-        if system.HasField("tag"):
+        limits = self.limits
+        props = dict(message.user_properties)
+        size = check.user_properties_size(props, limits.max_user_property_count)
+        if system.tag:
             props[Prop.TAGS] = check.validate_tag(system.tag)
+            size += check.utf8_size(system.tag)
+        for key in system.keys:
+            check.validate_key(key)
+            size += check.utf8_size(key)
         if system.keys:
-            props[Prop.KEYS] = " ".join(check.validate_keys(system.keys))
-        props[Prop.UNIQ_KEY] = system.message_id or self._ids.next_id()
-        if system.HasField("message_group"):
-            props[Prop.SHARDING_KEY] = system.message_group
-        if system.HasField("lite_topic"):
-            props[Prop.LITE_TOPIC] = check.validate_lite_topic(
-                system.lite_topic, self.max_lite_topic_size
-            )
-        if system.HasField("delivery_timestamp"):
-            stamp = system.delivery_timestamp
-            deliver_ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000  # unchecked range
-            if deliver_ms - int(time.time() * 1000) > check.MAX_DELIVERY_DELAY_MS:
-                raise ApiError(Code.ILLEGAL_DELIVERY_TIME, "delivery time is more than 24 h away")
-            props[Prop.TIMER_DELIVER_MS] = str(deliver_ms)
-        if system.HasField("priority"):
-            # Set whenever given, as the Apache proxy does (Message.setPriority); the broker
-            # drops it again from a FIFO, delayed or transactional message.
-            if system.priority < 0:
-                raise ApiError(Code.BAD_REQUEST, "priority must be 0 or more")
-            props[Prop.PRIORITY] = str(system.priority)
+            props[Prop.KEYS] = " ".join(system.keys)
+        check.check_properties_size(size, limits.max_user_property_size)
+        props[Prop.UNIQ_KEY] = check.validate_message_id(system.message_id)
         if system.message_type == pb.MessageType.TRANSACTION and system.HasField(
             "orphaned_transaction_recovery_duration"
         ):
             seconds = system.orphaned_transaction_recovery_duration.seconds
-            if seconds > MAX_TRANSACTION_RECOVERY_S:
-                raise ApiError(
-                    Code.BAD_REQUEST,
-                    f"orphaned transaction recovery is at most {MAX_TRANSACTION_RECOVERY_S} s",
-                )
+            check.validate_transaction_recovery(seconds, limits.max_transaction_recovery_s)
             props[Prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
+        if system.HasField("delivery_timestamp"):
+            stamp = system.delivery_timestamp
+            deliver_ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000
+            now_ms = int(time.time() * 1000)
+            check.validate_delivery_time(deliver_ms, now_ms, limits.max_delay_ms)
+            props[Prop.TIMER_DELIVER_MS] = str(deliver_ms)
+        if system.HasField("priority"):
+            # Set whenever given, as the Apache proxy does (Message.setPriority); the broker
+            # drops it again from a FIFO, delayed or transactional message.
+            props[Prop.PRIORITY] = str(check.validate_priority(system.priority))
+        if system.message_group:
+            props[Prop.SHARDING_KEY] = check.validate_message_group(
+                system.message_group, limits.max_message_group_size
+            )
+        if system.lite_topic:
+            props[Prop.LITE_TOPIC] = check.validate_lite_topic(
+                system.lite_topic, self.max_lite_topic_size
+            )
         return props

@@ -64,7 +64,7 @@ class TransactionActivity:
         self, request: api.EndTransactionRequest, context: Context
     ) -> api.EndTransactionResponse:
         topic = check.validate_topic(request.topic.name)
-        if not request.transaction_id:
+        if check.is_blank(request.transaction_id):
             raise ApiError(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
         ref = decode_transaction_id(request.transaction_id)
         resolution = _RESOLUTIONS.get(request.resolution)

@@ -34,6 +34,15 @@ def test_file_then_environment_then_flags(tmp_path):
     assert config.http_port == 8082  # None leaves the setting alone
 
 
+def test_limits_from_file_and_environment(tmp_path):
+    path = tmp_path / "proxy.toml"
+    path.write_text("[limits]\nmax_message_group_size = 128\nmax_user_property_count = 64\n")
+    config = load(str(path), env={"RMQ_PROXY_LIMITS_MAX_USER_PROPERTY_COUNT": "32"})
+    assert config.limits.max_message_group_size == 128
+    assert config.limits.max_user_property_count == 32
+    assert config.limits.max_user_property_size == 16 * 1024  # the Apache proxy's default
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -44,6 +53,8 @@ def test_file_then_environment_then_flags(tmp_path):
         ('workers = 2\n[fleet]\npeers = ["p1:8083", "p2:8083"]\n', "workers = 1"),
         ("[fleet]\nfallback_ms = 0\n", "fleet.fallback_ms"),
         ("grpc_max_connection_age_s = -1\n", "grpc_max_connection_age_s"),
+        ("[limits]\nmax_delay_ms = -1\n", "limits must not be negative"),
+        ("[limits]\nmax_invisible_ms = 5000\n", "max_invisible_ms"),
     ],
 )
 def test_bad_configuration_is_refused_with_a_reason(tmp_path, text, message):
@@ -64,8 +75,9 @@ def test_the_example_file_lists_every_setting_with_its_default():
     text = example_path.read_text()
     import dataclasses
 
-    from proxy.config import ProxyConfig, ReceiveConfig
+    from proxy.config import LimitsConfig, ProxyConfig, ReceiveConfig
 
-    for f in [*dataclasses.fields(ProxyConfig), *dataclasses.fields(ReceiveConfig)]:
+    fields = [*dataclasses.fields(ProxyConfig), *dataclasses.fields(ReceiveConfig)]
+    for f in [*fields, *dataclasses.fields(LimitsConfig)]:
         if f.name != "receive":
             assert f.name in text, f"{f.name} missing from the example"
