@@ -33,19 +33,16 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
 from proxy.config import ProxyConfig
-from proxy.embedded import fronting, start_embedded_brokers
+from proxy.embedded import EmbeddedBrokers, fronting, start_embedded_brokers
 from proxy.observability.metrics import GroupMetrics
 from proxy.observability.ops import OpsServer
 from proxy.security.self_signed import SelfSigned, make_self_signed, proxy_hosts
 from proxy.worker import config_to_json
-
-if TYPE_CHECKING:
-    from broker_stub import StubCluster
 
 log = logging.getLogger("proxy.supervisor")
 
@@ -135,7 +132,7 @@ class Supervisor:
             self._metrics_dir = config.metrics_dir
             os.makedirs(self._metrics_dir, exist_ok=True)
             await asyncio.to_thread(_clear_metrics_dir, self._metrics_dir)
-        cluster: StubCluster | None = None
+        cluster: EmbeddedBrokers | None = None
         reservation: socket.socket | None = None
         self_signed: SelfSigned | None = None
         ops: OpsServer | None = None

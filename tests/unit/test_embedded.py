@@ -6,18 +6,24 @@ from __future__ import annotations
 import subprocess
 import sys
 
-# The proxy's entry point in a process where importing broker_stub fails, as it does where
-# only the proxy's wheel is installed.
-WITHOUT_STUB = (
-    "import sys; sys.modules['broker_stub'] = None; "
+import pytest
+
+MAIN = (
     "from proxy.cli import main; "
     "main(['--embedded-brokers', '1', '--grpc-port', '0', '--http-port', '0', '--workers', '1'])"
 )
+# The proxy's entry point where only the proxy's wheel is installed (no entry point names a
+# starter), or where the stub's entry point is listed but its package cannot be imported.
+WITHOUT_STUB = {
+    "not installed": "import importlib.metadata as m; m.entry_points = lambda **kw: (); " + MAIN,
+    "not importable": "import sys; sys.modules['broker_stub'] = None; " + MAIN,
+}
 
 
-def test_embedded_brokers_without_the_stub_say_what_to_install():
+@pytest.mark.parametrize("how", WITHOUT_STUB)
+def test_embedded_brokers_without_the_stub_say_what_to_install(how):
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_STUB], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", WITHOUT_STUB[how]], capture_output=True, text=True, timeout=60
     )
 
     assert done.returncode == 2
