@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.bench_proxy [--scenarios sparse,busy,fanin,phased,overhead]
     .venv/bin/python -m bench.bench_proxy --backend real   # sparse on real RocketMQ
+    .venv/bin/python -m bench.bench_proxy --scenarios overhead --modes notify --client-tls
 
 Starts a name server, 4 brokers and one proxy per mode as separate processes on loopback,
 drives them with a lean gRPC load generator (the calls the official SimpleConsumer makes),
@@ -12,18 +13,28 @@ and coupled), and writes results.json and PNG charts to --out.
 ``--backend real`` runs the same scenario code against Apache RocketMQ 5 (the jars of
 ``make rocketmq``): a real name server and 3 real brokers (Profile.BENCH JVMs) from
 rocketmq_local/launcher.py, the sparse scenario, modes notify, adaptive and coupled.
+
+The proxies run with their defaults (``security.tls_mode = permissive``: the port takes
+TLS and plaintext clients through the front) and whatever ``RMQ_PROXY_*`` this process's
+environment holds, e.g. ``RMQ_PROXY_SECURITY_TLS_MODE=enforcing`` (gRPC serves TLS itself,
+no front; needs ``--client-tls``). ``--client-tls``: the load generator's clients connect
+over TLS, trusting the certificate each proxy presents (its self-signed one).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
 import time
 from pathlib import Path
 
+import aiohttp
+
 from bench import scenarios
+from bench.lean_client import TLS_ENDPOINTS, server_tls
 from bench.processes import BACKENDS, MODES, System, quiet_collector
 from proxy.loop import run_main
 
@@ -185,12 +196,25 @@ def summary_table(cases: dict[str, dict[str, dict]], checks: dict[str, dict]) ->
     return aligned(lines)
 
 
+async def proxy_security(system: System) -> dict[str, dict]:
+    """Each proxy's TLS mode and its front's connections by kind, from /v1/status (None
+    for a proxy that predates the TLS modes, or a supervisor of workers)."""
+    out = {}
+    async with aiohttp.ClientSession() as http:
+        for label, proxy in system.proxies.items():
+            async with http.get(f"http://{proxy.address['http']}/v1/status") as response:
+                security = (await response.json()).get("security") or {}
+            out[label] = {"tls_mode": security.get("tls_mode"), "front": security.get("front")}
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict:
     results: dict = {
         "machine": machine(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "args": vars(args),
         "load_average_1_5_15": {"start": load_average()},
+        "proxy_tls_mode": os.environ.get("RMQ_PROXY_SECURITY_TLS_MODE", "permissive (default)"),
     }
     wanted = args.scenarios.split(",")
     if set(wanted) - set(SCENARIOS):
@@ -207,9 +231,15 @@ async def run(args: argparse.Namespace) -> dict:
         brokers=args.brokers, modes=modes, backend=args.backend, workers=args.workers
     ).start()
     results["system_start_s"] = round(time.monotonic() - started, 1)
+    if args.client_tls:
+        for proxy in system.proxies.values():
+            address = proxy.address["grpc"]
+            TLS_ENDPOINTS[address] = await asyncio.to_thread(server_tls, address)
     backend = f"{args.brokers} {'real RocketMQ' if args.backend == 'real' else 'stub'} brokers"
-    print(f"{backend} and {len(system.proxies)} proxies ready in {results['system_start_s']} s; "
-          f"load average {load_average()}", flush=True)  # fmt: skip
+    print(f"{backend} and {len(system.proxies)} proxies ready in {results['system_start_s']} s "
+          f"(tls_mode {results['proxy_tls_mode']}, clients over "
+          f"{'TLS' if args.client_tls else 'plaintext'}); load average {load_average()}",
+          flush=True)  # fmt: skip
     try:
         if "sparse" in wanted:
             results["sparse"] = await scenarios.sparse(
@@ -308,6 +338,8 @@ async def run(args: argparse.Namespace) -> dict:
             for path, spent in o["cpu_ms_per_1000"].items():
                 parts = ", ".join(f"{who} {ms_}" for who, ms_ in spent.items())
                 print(f"  CPU ms per 1,000 messages, {path} path: {parts}", flush=True)
+        results["proxy_security"] = await proxy_security(system)
+        print(f"\nTLS mode and the front's connections: {results['proxy_security']}", flush=True)
     finally:
         await system.stop()
     results["load_average_1_5_15"]["end"] = load_average()
@@ -428,6 +460,11 @@ def main() -> None:
         "--profile",
         action="store_true",
         help="py-spy the notify proxy during the overhead scenario (speedscope JSON in --out)",
+    )
+    p.add_argument(
+        "--client-tls",
+        action="store_true",
+        help="the clients connect over TLS, trusting each proxy's own certificate",
     )
     p.add_argument("--out", default="results/bench", help="directory for results.json and charts")
     args = p.parse_args()

@@ -5,10 +5,13 @@ prove interop separately (tests/interop)."""
 from __future__ import annotations
 
 import itertools
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from google.protobuf.duration_pb2 import Duration
 
 from proxy.api.v2 import definition_pb2 as pb
@@ -32,6 +35,49 @@ class Received:
     stream: list[str] = field(default_factory=list)  # the order of the response contents
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """What a client over TLS trusts: ``root``, a PEM certificate (a server's self-signed
+    one, or its CA), and ``name``, the name it expects the server's certificate to hold in
+    place of the host it dials (the Apache proxy's test-mode certificate does not name
+    127.0.0.1)."""
+
+    root: bytes
+    name: str
+
+
+# The endpoints (host:port) the benchmarks' clients reach over TLS, and what they trust
+# there (``bench_proxy --client-tls`` and ``bench.peer --client-tls`` fill it); a LeanClient
+# of any other endpoint, made without ``tls``, is plaintext.
+TLS_ENDPOINTS: dict[str, ClientTls] = {}
+
+
+def certificate_name(pem: bytes) -> str:
+    """The name a certificate is for: its first DNS name, else its common name."""
+    cert = x509.load_pem_x509_certificate(pem)
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        dns = names.value.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        dns = []
+    if dns:
+        return dns[0]
+    common = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if not common:
+        raise ValueError("the certificate names no host (no DNS name, no common name)")
+    value = common[0].value
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def server_tls(endpoint: str, timeout_s: float = 10.0) -> ClientTls:
+    """Trust the certificate the server at ``endpoint`` presents (fetched by a TLS handshake
+    that checks nothing), under the name it holds: for a server with a self-signed
+    certificate, as the proxies make when none is configured. Blocking."""
+    host, port = endpoint.rsplit(":", 1)
+    pem = ssl.get_server_certificate((host, int(port)), timeout=timeout_s).encode()
+    return ClientTls(pem, certificate_name(pem))
+
+
 class LeanClient:
     def __init__(
         self,
@@ -40,16 +86,28 @@ class LeanClient:
         *,
         own_connection: bool = False,
         connection: int = 0,
+        tls: ClientTls | None = None,
     ) -> None:
         """``own_connection``: a TCP connection of this client's own. gRPC otherwise shares
         one among the process's channels with the same target and options: clients of the
         same ``connection`` number share one (an option of no meaning to gRPC that only
         tells the channels apart), so a crowd of clients can spread its calls over a few
-        connections, as a multi-worker proxy needs to spread them over its workers."""
-        options: list[tuple[str, int]] = [("bench.connection", connection)] if connection else []
+        connections, as a multi-worker proxy needs to spread them over its workers.
+        ``tls``: connect over TLS (default: as ``TLS_ENDPOINTS`` says for ``endpoint``,
+        plaintext when it does not name it). Channels over TLS share no connection, whatever
+        their options (grpcio 1.85): each such client has its own."""
+        options: list[tuple[str, int | str]] = (
+            [("bench.connection", connection)] if connection else []
+        )
         if own_connection:
             options.append(("grpc.use_local_subchannel_pool", 1))
-        self.channel = grpc.aio.insecure_channel(endpoint, options=options)
+        tls = tls or TLS_ENDPOINTS.get(endpoint)
+        if tls is None:
+            self.channel = grpc.aio.insecure_channel(endpoint, options=options)
+        else:
+            options.append(("grpc.ssl_target_name_override", tls.name))
+            credentials = grpc.ssl_channel_credentials(tls.root)
+            self.channel = grpc.aio.secure_channel(endpoint, credentials, options=options)
         self.stub = service_pb2_grpc.MessagingServiceStub(self.channel)
         self.metadata = (("x-mq-client-id", client_id),) if client_id else ()
 

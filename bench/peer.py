@@ -27,9 +27,16 @@ Scenarios:
   PRIORITY topic, then a few priority-3 ones; one consumer receiving through each proxy:
   the time until every high one is in, and how many low ones came first.
 - ``fanin``: idle long polls on each proxy in turn: RSS per poll (slope from half to all of
-  the polls) of each proxy process, and pops parked on the brokers (POLLING_INFO).
+  the polls) of each proxy process, and pops parked on the brokers (POLLING_INFO). The
+  clients share a connection; ``--fanin-own-connections`` gives each its own, as separate
+  applications have (over TLS each has its own either way: grpcio shares no TLS connection
+  between channels).
 - ``overhead``: pop+ack of a backlog through each proxy and straight to the brokers:
   msg/s and CPU ms per 1,000 messages of the proxy, the brokers and the load generator.
+
+``--client-tls``: the lean clients connect to every proxy over TLS, trusting the certificate
+it presents (the Apache proxy's test-mode one, ours self-signed; both serve TLS beside
+plaintext by default).
 
 Broker requests are counted on the brokers' side for every proxy (the brokers' own
 ``rocketmq_rpc_latency`` histogram, Prometheus exporter, summed per request code over the
@@ -58,7 +65,7 @@ import grpc
 from bench import scenarios
 from bench.bench_proxy import aligned, load_average, machine
 from bench.calibrate_client import DRIVER, INTEROP_PYTHON
-from bench.lean_client import LeanClient, consumer_settings
+from bench.lean_client import TLS_ENDPOINTS, LeanClient, consumer_settings, server_tls
 from bench.processes import Process, System, proxy_label, quiet_collector
 from bench.scenarios import ModeTally, ms, percentile
 from proxy.api.v2 import definition_pb2 as pb
@@ -763,9 +770,23 @@ LITE_CONSUMING_CODES = ("pop_lite_message", "ack_message", "batch_ack_message",
 # -- idle fan-in ----------------------------------------------------------------------------
 
 
+def established_to(port: int) -> int:
+    """TCP connections on this host established to ``port`` (the kernel's tables): the
+    load generator's connections to a proxy, when it is the proxy's only client."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as f:
+            next(f)  # the header
+            for line in f:
+                remote, state = line.split()[2:4]
+                count += state == "01" and int(remote.rsplit(":", 1)[1], 16) == port
+    return count
+
+
 async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
-                 wakeups: int = 10) -> dict:  # fmt: skip
-    """``polls`` idle long polls (lean consumers, settings sent) on each proxy in turn."""
+                 wakeups: int = 10, own_connections: bool = False) -> dict:  # fmt: skip
+    """``polls`` idle long polls (lean consumers, settings sent) on each proxy in turn;
+    sharing one connection, or with ``own_connections`` each on its own."""
     results = {}
     for label in random.sample(system.modes, len(system.modes)):
         proxy = system.proxies[label]
@@ -773,7 +794,8 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
         await system.create_topic(topic)
         tally = ModeTally()
         crowd = scenarios.Consumers(proxy.address["grpc"], group, topic, tally, {}, await_ms,
-                                    batch=1)  # fmt: skip
+                                    batch=1,
+                                    connections=polls if own_connections else 1)  # fmt: skip
 
         async def holding(n: int, group=group, topic=topic, proxy=proxy, label=label) -> int:
             """Polls held: ours count them; the Apache proxy's are its parked pops."""
@@ -797,6 +819,7 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
         crowd.start(polls - polls // 2)
         held = await holding(polls)
         rss_full = proxy.rss_bytes()
+        connections = established_to(int(proxy.address["grpc"].rsplit(":", 1)[1]))
         parked = await system.parked_pops(group, topic)
         # What holding them costs: the proxy's CPU over one long-poll period, in which every
         # poll ends empty once and its consumer sends the next.
@@ -818,6 +841,7 @@ async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,
         results[label] = {
             "polls_requested": polls,
             "polls_held": held,
+            "client_connections": connections,
             "rss_mb_before": round(rss0 / 2**20, 1),
             "rss_mb_with_polls": round(rss_full / 2**20, 1),
             # The slope from half to all of the polls; none when the second half was not
@@ -1085,13 +1109,18 @@ async def run(args: argparse.Namespace, results: dict) -> dict:
         from rocketmq_local.launcher import rocketmq_version
 
         results["rocketmq"] = rocketmq_version()
+        if args.client_tls:
+            for proxy in system.proxies.values():
+                address = proxy.address["grpc"]
+                TLS_ENDPOINTS[address] = await asyncio.to_thread(server_tls, address)
         if system.rust_missing is not None:
             results["rust_missing"] = system.rust_missing
         theirs = [label for label in FOREIGN if label in system.proxies]
         ours = len(system.proxies) - len(theirs)
         print(f"real RocketMQ {results['rocketmq']}: {args.brokers} brokers, "
               f"{' and '.join([*theirs, f'{ours} of ours'])} "
-              f"ready in {time.monotonic() - t0:.0f} s; load {load_average()}",
+              f"ready in {time.monotonic() - t0:.0f} s; clients over "
+              f"{'TLS' if args.client_tls else 'plaintext'}; load {load_average()}",
               flush=True)  # fmt: skip
         try:
             if "reported" in wanted:
@@ -1168,10 +1197,13 @@ async def run(args: argparse.Namespace, results: dict) -> dict:
             if "fanin" in wanted:
                 results["fanin"] = {}
                 for polls in args.fanin_polls:
-                    results["fanin"][polls] = await fan_in(system, polls=polls)
+                    results["fanin"][polls] = await fan_in(
+                        system, polls=polls, own_connections=args.fanin_own_connections
+                    )
                     show(f"Idle fan-in: {polls} polls; load {load_average()}",
                          results["fanin"][polls],
-                         ["polls_held", "kb_per_poll", "kb_per_poll_from_zero",
+                         ["polls_held", "client_connections", "kb_per_poll",
+                          "kb_per_poll_from_zero",
                           "rss_mb_with_polls", "broker_parked_pops", "wakeup_ms_p50"])  # fmt: skip
             if "overhead" in wanted:
                 results["overhead"] = await overhead(
@@ -1277,7 +1309,13 @@ def main() -> None:
     p.add_argument("--busy-consumers", type=int, default=64)
     p.add_argument("--fanin-polls", type=lambda s: [int(x) for x in s.split(",")],
                    default=[2000])  # fmt: skip
+    p.add_argument("--fanin-own-connections", action="store_true",
+                   help="each fan-in client on a connection of its own (default: one "
+                   "shared)")  # fmt: skip
     p.add_argument("--overhead-messages", type=int, default=20_000)
+    p.add_argument("--client-tls", action="store_true",
+                   help="the lean clients connect over TLS, trusting each proxy's "
+                   "certificate")  # fmt: skip
     p.add_argument("--workers", type=lambda s: tuple(int(x) for x in s.split(",")),
                    default=(1,), help="worker counts of notify proxies, e.g. 1,2: a notify "
                    "proxy of each runs every scenario beside the others")  # fmt: skip
