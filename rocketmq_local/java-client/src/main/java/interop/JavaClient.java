@@ -6,10 +6,13 @@
  * line and output as tests/interop/python_client.py and node/client.mjs:
  *
  *   produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
- *           [--message-groups G] [--priority P]
+ *           [--message-groups G] [--priority P] [--user-properties N[:B]]
  *       -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO
  *                                    messages, message i in group "g<i mod G>"; with
- *                                    --priority, priority messages of priority P
+ *                                    --priority, priority messages of priority P; with
+ *                                    --user-properties, N user properties "p0000".. whose
+ *                                    names and values take B UTF-8 bytes together (values
+ *                                    "v" without B)
  *   consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
  *           [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
  *           [--no-ack-first] [--start-only] [--batch B]
@@ -233,7 +236,7 @@ public final class JavaClient {
         "keys", "body-prefix", "message-groups", "priority", "filter", "await-seconds", "expect",
         "max-rounds", "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
         "delay-seconds", "deadline-seconds", "lite-topics", "other",
-        "endpoints", "role", "control-dir", "prefix", "rate", "consume-ms");
+        "endpoints", "role", "control-dir", "prefix", "rate", "consume-ms", "user-properties");
     private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first",
         "push", "over-quota");
 
@@ -270,6 +273,7 @@ public final class JavaClient {
                 integer("count", null, true);
                 integer("message-groups", null, false);
                 integer("priority", null, false);
+                userProperties();
                 break;
             case "consume":
                 require("group");
@@ -325,6 +329,36 @@ public final class JavaClient {
                 break;
         }
         number("deadline-seconds", 0.0);
+    }
+
+    /**
+     * --user-properties N[:B]: N properties "p0000", "p0001", ... whose names and values take B
+     * UTF-8 bytes together (the values share what the names leave, in "v"s), or "v" each.
+     */
+    private Map<String, String> userProperties() throws UsageError {
+        Map<String, String> props = new LinkedHashMap<>();
+        String raw = opts.get("user-properties");
+        if (raw == null) {
+            return props;
+        }
+        String[] parts = raw.split(":", 2);
+        int count;
+        int bytes;
+        try {
+            count = Integer.parseInt(parts[0]);
+            bytes = parts.length > 1 ? Integer.parseInt(parts[1]) : count * 6;
+        } catch (NumberFormatException e) {
+            throw new UsageError("--user-properties must be N or N:BYTES");
+        }
+        int left = bytes - count * 5;
+        if (count < 1 || left < 0) {
+            throw new UsageError("--user-properties: N at least 1, BYTES at least 5 a property");
+        }
+        for (int i = 0; i < count; i++) {
+            int size = left / count + (i < left % count ? 1 : 0);
+            props.put(String.format("p%04d", i), "v".repeat(size));
+        }
+        return props;
     }
 
     private void require(String name) throws UsageError {
@@ -456,6 +490,7 @@ public final class JavaClient {
                 if (priority != null) {
                     builder.setPriority(priority);
                 }
+                userProperties().forEach(builder::addProperty);
                 Message message = builder.build();
                 SendReceipt receipt = producer.send(message);
                 ids.add(receipt.getMessageId().toString());
