@@ -4,13 +4,25 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The versions every Python package of $(VENV) installs at: constraints.txt, made by
+# `make lock` from constraints.in. LOCK= (empty) installs the newest the pyproject ranges
+# allow instead, upgrading what is there (`make test-latest` does).
+LOCK ?= constraints.txt
+PINS := $(if $(LOCK),-c $(LOCK),--upgrade --upgrade-strategy eager)
+# Where the benchmarks and soaks write their results (RESULTS=DIR: elsewhere, e.g. the
+# smoke tier's temporary folder), and where `make simulate` draws its chart.
+RESULTS ?= results
+SIM_CHART ?= docs/scale-parked.png
 
-.PHONY: help venv system-deps test test-fast lint format run clean
+.PHONY: help venv system-deps test test-latest check lock lint format run clean
 .PHONY: fuzz soak
 .PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics simulate
 
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
+	@echo "make check        ruff, mypy, the unit tests and the quick stub-backed tests (under 5 minutes)"
+	@echo "make lock         refresh constraints.txt, the versions .venv installs (LOCK_ARGS=--upgrade-package X)"
+	@echo "make test-latest  the whole suite in .venv-latest, at the newest versions the pyproject ranges allow"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
 	@echo "make stack        name server, 3 brokers, 2 proxies, Prometheus, Pushgateway on 127.0.0.1; Ctrl-C stops"
 	@echo "                  (STACK_ARGS=--real: real RocketMQ name server and brokers instead of stubs)"
@@ -31,14 +43,15 @@ help:
 	@echo "make fuzz         the fuzzers of tests/fuzz with a long budget (FUZZ_EXAMPLES=3000, random)"
 	@echo "make soak         the chaos soak, 10 minutes on 3 real brokers, then on stubs (results/soak)"
 	@echo "                  (SOAK_CLIENTS=official: the official clients, 30 minutes, results/soak-official)"
+	@echo "                  every bench and soak writes under RESULTS=results; BENCH_ARGS=--help lists a bench's flags"
 	@echo "make clean        remove the virtualenv and caches"
 
 # Everything editable: the proxy with its development tools, the broker stub (make run's
 # embedded brokers, the tests) and the Spark job (tests/analytics), each its own distribution.
-$(STAMP): pyproject.toml stub/pyproject.toml analytics/pyproject.toml
+$(STAMP): pyproject.toml stub/pyproject.toml analytics/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e ./stub -e ./analytics
+	$(BIN)/pip install --quiet --upgrade $(if $(LOCK),-c $(LOCK)) pip
+	$(BIN)/pip install --quiet $(PINS) -e '.[dev]' -e ./stub -e ./analytics
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -53,8 +66,33 @@ test: system-deps $(STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q --durations=25
 
-test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+# The quick loop while changing the code (about 3 minutes on 2 cores): the lint, then the
+# unit tests and the stub-backed tests that take seconds; no real brokers, no official
+# clients, no soak, Spark or make-target smoke. `make test` runs all of it and the rest.
+CHECK_TESTS := tests/unit tests/integration tests/conformance tests/fuzz
+check: lint
+	$(BIN)/python -m pytest -q -m "not slow and not real and not interop" $(CHECK_TESTS)
+
+# The whole suite at the newest versions the pyproject ranges allow, not the lock's: its
+# own virtualenv, upgraded on every run, so that a release that breaks the project (as
+# uvloop 0.23 broke the benchmarks) shows up here first. Then `make lock` takes it in.
+LATEST_VENV ?= .venv-latest
+test-latest:
+	rm -f $(LATEST_VENV)/.installed $(LATEST_VENV)/.bench-installed
+	$(MAKE) VENV=$(LATEST_VENV) LOCK= $(LATEST_VENV)/.bench-installed test
+
+# constraints.txt from constraints.in with uv (itself pinned there): one version of every
+# package, for every Python and platform the pyproject ranges allow (--universal).
+# LOCK_ARGS=--upgrade (the default) takes the newest of each; LOCK_ARGS="--upgrade-package
+# NAME" moves one; LOCK_ARGS= keeps every pin that still fits and adds what is new.
+LOCK_ARGS ?= --upgrade
+lock:
+	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet $(if $(wildcard constraints.txt),-c constraints.txt) uv
+	$(BIN)/uv pip compile --quiet --universal --python-version 3.11 $(LOCK_ARGS) \
+		--no-emit-package rmq-notify-proxy --no-emit-package rmq-broker-stub \
+		--no-emit-package rmq-polling-report --custom-compile-command "make lock" \
+		constraints.in -o constraints.txt
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -89,48 +127,51 @@ SOAK_CLIENTS ?= lean
 SOAK_MINUTES ?= $(if $(filter official,$(SOAK_CLIENTS)),30,10)
 soak: $(STAMP) rocketmq $(if $(filter official,$(SOAK_CLIENTS)),interop-deps)
 ifeq ($(SOAK_CLIENTS),official)
-	$(BIN)/python -m bench.soak_official --backend real --minutes $(SOAK_MINUTES) --workdir results/soak-official/run --out results/soak-official/real.json $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak_official --backend real --minutes $(SOAK_MINUTES) --workdir $(RESULTS)/soak-official/run --out $(RESULTS)/soak-official/real.json $(SOAK_ARGS)
 else
-	$(BIN)/python -m bench.soak --backend real --minutes $(SOAK_MINUTES) --out results/soak/real.json $(SOAK_ARGS)
-	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out results/soak/stub.json $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak --backend real --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/real.json $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/stub.json $(SOAK_ARGS)
 endif
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet $(PINS) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# One after another, so that none of them loads the machine under another.
+# One after another, so that none of them loads the machine under another. BENCH_ARGS is
+# for one bench at a time (each has flags of its own).
 bench: bench-modes bench-calibrate bench-broker bench-analytics
 
 # The receive modes side by side (about 17 minutes); BENCH_ARGS passes flags, e.g.
 # BENCH_ARGS="--scenarios overhead --profile".
 bench-modes: $(BENCH_STAMP)
-	$(BIN)/python -m bench.bench_proxy --out results/bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.bench_proxy --out $(RESULTS)/bench $(BENCH_ARGS)
 
 # The sparse case on real Apache RocketMQ 5: a real name server and 3 real brokers
 # (Profile.BENCH JVMs), modes notify, adaptive, coupled (about 4 minutes).
 bench-real: $(BENCH_STAMP) rocketmq
-	$(BIN)/python -m bench.bench_proxy --backend real --out results/bench-real $(BENCH_ARGS)
+	$(BIN)/python -m bench.bench_proxy --backend real --out $(RESULTS)/bench-real $(BENCH_ARGS)
 
+# The broker stub's throughput and wake-up latency ($(RESULTS)/bench-broker.json).
 bench-broker: $(STAMP)
-	$(BIN)/python -m bench.bench_broker
+	$(BIN)/python -m bench.bench_broker --json $(RESULTS)/bench-broker.json $(BENCH_ARGS)
 
 # P proxies x B brokers x K keys x C consumers through the real receive code on simulated
 # time (docs/scale.md, about 5 minutes); the chart needs matplotlib (the bench extra).
 simulate: $(BENCH_STAMP)
-	$(BIN)/python -m bench.sim.simulate --out results/sim $(SIM_ARGS)
-	$(BIN)/python -m bench.sim.plot --results results/sim/results.json --out docs/scale-parked.png
+	$(BIN)/python -m bench.sim.simulate --out $(RESULTS)/sim $(SIM_ARGS)
+	$(BIN)/python -m bench.sim.plot --results $(RESULTS)/sim/results.json --out $(SIM_CHART)
 
 # The Spark job on 10 million generated records, local[2] (generated once into /tmp):
-# one run in a cold JVM, two warm.
+# one run in a cold JVM, two warm; then the same on a standalone cluster
+# ($(RESULTS)/bench-analytics.json).
 bench-analytics: $(STAMP)
-	$(BIN)/python -m bench.bench_analytics --records 10000000 --runs 3
+	$(BIN)/python -m bench.bench_analytics --records 10000000 --runs 3 --json $(RESULTS)/bench-analytics.json $(BENCH_ARGS)
 
 # The lean load generator checked once against the official Python SimpleConsumer: the same
-# sparse workload through a notify proxy, both side by side (results/bench/calibration.json).
+# sparse workload through a notify proxy, both side by side ($(RESULTS)/bench/calibration.json).
 bench-calibrate: $(BENCH_STAMP) interop-deps
-	$(BIN)/python -m bench.calibrate_client --out results/bench
+	$(BIN)/python -m bench.calibrate_client --out $(RESULTS)/bench $(BENCH_ARGS)
 
 # Slow and hostile clients (bench/hostile.py; about 3 minutes): one proxy on broker stubs,
 # well-behaved producers and consumers through it, and in turn a client holding Telemetry
@@ -139,7 +180,7 @@ bench-calibrate: $(BENCH_STAMP) interop-deps
 # flags, e.g. BENCH_ARGS="--seconds 60 --hoard-streams 5000".
 .PHONY: bench-hostile
 bench-hostile: $(STAMP)
-	$(BIN)/python -m bench.hostile --out results/hostile $(BENCH_ARGS)
+	$(BIN)/python -m bench.hostile --out $(RESULTS)/hostile $(BENCH_ARGS)
 
 clean: clean-interop
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info $(RMQ_CACHE)
@@ -232,17 +273,17 @@ deploy-node-deps: $(DASHBOARD_NODE_STAMP) $(K8S_NODE_STAMP)
 # proxy of 2 workers beside the others, BENCH_ARGS="--peers apache,ours" without the Rust one.
 .PHONY: bench-peer
 bench-peer: $(BENCH_STAMP) rocketmq interop-deps
-	$(BIN)/python -m bench.peer --out results/bench-peer $(BENCH_ARGS)
+	$(BIN)/python -m bench.peer --out $(RESULTS)/bench-peer $(BENCH_ARGS)
 
 # What the hop between proxies of a sharing fleet costs a message (bench/fleet_hop.py;
 # about 8 minutes): the reported case alone, on a fleet's owner, and across the hop.
 .PHONY: bench-fleet-hop
 bench-fleet-hop: $(BENCH_STAMP) rocketmq interop-deps
-	$(BIN)/python -m bench.fleet_hop --out results/fleet-hop $(BENCH_ARGS)
+	$(BIN)/python -m bench.fleet_hop --out $(RESULTS)/fleet-hop $(BENCH_ARGS)
 
 # The reported case cold (bench/cold.py; about 10 minutes): a fresh proxy, group, topic
 # and official consumer per run, 20 runs per mode; the first message's latency and, from
 # each proxy's timeline debug log, the stages of the poll that delivered it.
 .PHONY: bench-cold
 bench-cold: $(BENCH_STAMP) rocketmq interop-deps
-	$(BIN)/python -m bench.cold --out results/bench-cold $(BENCH_ARGS)
+	$(BIN)/python -m bench.cold --out $(RESULTS)/bench-cold $(BENCH_ARGS)

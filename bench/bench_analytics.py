@@ -2,6 +2,7 @@
 and on a standalone cluster, each beside a same-run reference.
 
     .venv/bin/python -m bench.bench_analytics [--records 10000000] [--runs 3] [--no-cluster]
+        [--json results/bench-analytics.json]
 
 Generates an event log of ``--records`` lines in the proxies' layout
 (``proxy=<id>/date=<day>/part-*``) with Spark itself (fast, and no Python loop per record),
@@ -180,6 +181,7 @@ def main() -> None:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--no-cluster", action="store_true", help="local runs only")
     p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "rmq-bench-analytics"))
+    p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -225,6 +227,27 @@ def main() -> None:
             f"{place.name}: best job {job:,.0f} records/s, best reference {ref:,.0f} records/s,"
             f" ratio {ref / job:.2f} (goals: 500,000 records/s on local[2], ratio <= 2)"
         )
+    if args.json:
+        results = {
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "records": args.records,
+            "input_mb": round(size_mb, 1),
+            "places": [
+                {
+                    "name": place.name,
+                    "runs": [
+                        {"job_s": round(job_s, 2), "reference_s": round(ref_s, 2)}
+                        for _, job_s, ref_s in place.runs
+                    ],
+                    "best_job_records_per_s": round(place.best()[0]),
+                    "best_reference_records_per_s": round(place.best()[1]),
+                }
+                for place in places
+            ],
+        }
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -224,5 +224,6 @@ if __name__ == "__main__":
     for key, value in results.items():
         print(f"{key:32} {value}")
     if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
