@@ -17,6 +17,7 @@ import grpc
 from proxy.api.ack import AckActivity
 from proxy.api.connections import Connections
 from proxy.api.lite import LiteActivity
+from proxy.api.otlp import ClientMetricsService
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
@@ -184,6 +185,10 @@ class ProxyApp:
             lite=LiteActivity(self.lite, config.max_lite_topic_size),
             connections=Connections(config.grpc_max_connection_age_s),
         )
+        # The clients' own metrics: the OTLP Export RPC in client_metrics.mode = proxy.
+        self.client_metrics = ClientMetricsService(
+            config.client_metrics, self.metrics, lambda: self.service.guard
+        )
         self.ops = OpsServer(
             self.metrics,
             status=self.status,
@@ -240,6 +245,7 @@ class ProxyApp:
             Step("renewer", start_renewer, self.renewer.close),
             Step("receive engine", self.engine.start, self.engine.close),
             Step("fleet links", self._start_fleet, self._stop_fleet),
+            Step("client metrics", self.client_metrics.start, self.client_metrics.close),
             Step("grpc server", self._start_grpc, self._stop_grpc, watched=False),
         ]
 
@@ -335,6 +341,8 @@ class ProxyApp:
                     secure = server.add_secure_port("127.0.0.1:0", tls.grpc_credentials())
                 self.front = TlsFront(plaintext, secure, self._refusals())
             service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+            if self.client_metrics.serves:
+                server.add_generic_rpc_handlers((self.client_metrics.handler(),))
             await server.start()
             if self.front is not None:
                 try:

@@ -21,7 +21,7 @@ from typing import Any
 
 from proxy.security.config import SecurityConfig
 
-_TABLES = ("receive", "security", "fleet", "limits")
+_TABLES = ("receive", "security", "fleet", "limits", "client_metrics")
 
 
 class PollMode(enum.StrEnum):
@@ -212,6 +212,52 @@ class LimitsConfig:
             raise ValueError("limits.max_invisible_ms must not be below min_receive_invisible_ms")
 
 
+class ClientMetricsMode(enum.StrEnum):
+    """``client_metrics.mode``: where the official clients export their own metrics."""
+
+    OFF = "off"  # nowhere: the settings say Metric(on=False)
+    COLLECTOR = "collector"  # straight to ``client_metrics.collector``
+    PROXY = "proxy"  # to this proxy's gRPC port, into its /metrics
+
+
+@dataclass
+class ClientMetricsConfig:
+    """The official clients' own metrics (docs/client-metrics.md): the clients export them
+    over OTLP gRPC, once a minute, wherever the settings this proxy answers say."""
+
+    # off, collector (to `collector`) or proxy (to the address the client reached this
+    # proxy at: histograms on this proxy's /metrics).
+    mode: ClientMetricsMode = ClientMetricsMode.OFF
+    # host:port of an OTLP gRPC collector the clients reach (mode collector).
+    collector: str = ""
+    # Mode proxy: also pass each export on, as received, to this OTLP gRPC collector
+    # (host:port, plaintext); empty = keep it here only.
+    forward_to: str = ""
+    # Mode proxy: label sets (histogram, group, topic, client language and version,
+    # status) one worker exports at most; past it new ones are dropped and counted.
+    max_label_sets: int = 1000
+    # Mode proxy: clients' series (a client's histogram per label set) whose last totals
+    # one worker remembers, to add up what each export adds.
+    max_client_series: int = 20_000
+    # Mode proxy: the largest export taken, in bytes; larger ones get RESOURCE_EXHAUSTED.
+    max_export_bytes: int = 1024 * 1024
+
+    def validate(self) -> None:
+        try:
+            self.mode = ClientMetricsMode(self.mode)
+        except ValueError:
+            names = ", ".join(m.value for m in ClientMetricsMode)
+            raise ValueError(f"client_metrics.mode must be one of {names}") from None
+        for name in ("collector", "forward_to"):
+            value = getattr(self, name)
+            if value and not value.rpartition(":")[2].isdigit():
+                raise ValueError(f"client_metrics.{name}: {value!r} is not host:port")
+        if self.mode is ClientMetricsMode.COLLECTOR and not self.collector:
+            raise ValueError("client_metrics.mode = collector needs client_metrics.collector")
+        if min(self.max_label_sets, self.max_client_series, self.max_export_bytes) < 1:
+            raise ValueError("client_metrics.max_* must be positive")
+
+
 @dataclass
 class ProxyConfig:
     proxy_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -269,12 +315,14 @@ class ProxyConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    client_metrics: ClientMetricsConfig = field(default_factory=ClientMetricsConfig)
 
     def validate(self) -> None:
         self.receive.validate()
         self.security.validate()
         self.fleet.validate()
         self.limits.validate()
+        self.client_metrics.validate()
         if self.embedded_brokers < 0:
             raise ValueError("embedded_brokers must not be negative")
         if self.workers < 0:
@@ -345,12 +393,16 @@ def load(
         _apply(config.security, data.get("security", {}), source=f"{path} [security]")
         _apply(config.fleet, data.get("fleet", {}), source=f"{path} [fleet]")
         _apply(config.limits, data.get("limits", {}), source=f"{path} [limits]")
+        cm = config.client_metrics
+        _apply(cm, data.get("client_metrics", {}), source=f"{path} [client_metrics]")
     env = os.environ if env is None else env
     _apply(config, _from_env(env, "RMQ_PROXY_", ProxyConfig), source="environment")
     _apply(config.receive, _from_env(env, "RMQ_PROXY_RECEIVE_", ReceiveConfig), "environment")
     _apply(config.security, _from_env(env, "RMQ_PROXY_SECURITY_", SecurityConfig), "environment")
     _apply(config.fleet, _from_env(env, "RMQ_PROXY_FLEET_", FleetConfig), "environment")
     _apply(config.limits, _from_env(env, "RMQ_PROXY_LIMITS_", LimitsConfig), "environment")
+    cm_env = _from_env(env, "RMQ_PROXY_CLIENT_METRICS_", ClientMetricsConfig)
+    _apply(config.client_metrics, cm_env, "environment")
     top = {k: v for k, v in overrides.items() if v is not None and not k.startswith("receive_")}
     receive = {
         k.removeprefix("receive_"): v

@@ -253,6 +253,7 @@ class SessionActivity:
                 fifo=group.fifo,
                 lite_quota=group.lite_quota,
                 max_lite_topic_size=self.config.max_lite_topic_size,
+                client_metrics=self.config.client_metrics,
             )
         except ApiError as err:
             return api.TelemetryCommand(status=err.status), []

@@ -2,14 +2,18 @@
 
 The clients wait for this answer before they start, and use what it says: a producer
 needs a retry policy and a maximum body size; a consumer a batch size, a long-polling
-time and the retry back-off that sets its delivery attempts (see the reference).
+time and the retry back-off that sets its delivery attempts (see the reference). Every
+client takes ``metric``: where to export its own metrics (``[client_metrics]``).
 """
 
 from __future__ import annotations
 
+import ipaddress
+
 from proxy.api.convert import duration
 from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
+from proxy.config import ClientMetricsConfig, ClientMetricsMode
 from proxy.remoting.codes import DELAY_LEVELS_S
 
 
@@ -22,11 +26,12 @@ def answer_settings(
     fifo: bool = False,
     lite_quota: int = 0,
     max_lite_topic_size: int = 0,
+    client_metrics: ClientMetricsConfig | None = None,
 ) -> pb.Settings:
     """The client's settings completed with the server's part."""
     settings = pb.Settings()
     settings.CopyFrom(client)
-    settings.metric.CopyFrom(pb.Metric(on=False))
+    settings.metric.CopyFrom(metric_settings(client, client_metrics))
     which = client.WhichOneof("pub_sub")
     if which == "publishing":
         settings.backoff_policy.CopyFrom(
@@ -61,3 +66,29 @@ def answer_settings(
             Code.UNRECOGNIZED_CLIENT_TYPE, "settings carry neither publishing nor subscription"
         )
     return settings
+
+
+def metric_settings(client: pb.Settings, config: ClientMetricsConfig | None) -> pb.Metric:
+    """Where the client exports its metrics: nowhere (off), the collector, or this proxy
+    at the address the client reached it at (its ``access_point``, as the Apache proxy's
+    ``metricCollectorMode = proxy`` answers). A client that names no access point is told
+    off: there is no address of this proxy it is known to reach."""
+    if config is None or config.mode is ClientMetricsMode.OFF:
+        return pb.Metric(on=False)
+    if config.mode is ClientMetricsMode.COLLECTOR:
+        return pb.Metric(on=True, endpoints=endpoints_of(config.collector))
+    if not client.access_point.addresses:
+        return pb.Metric(on=False)
+    return pb.Metric(on=True, endpoints=client.access_point)
+
+
+def endpoints_of(address: str) -> pb.Endpoints:
+    """``host:port`` as the clients' Endpoints: the scheme says how to read the host."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+        scheme = pb.AddressScheme.IPv4 if ip.version == 4 else pb.AddressScheme.IPv6
+    except ValueError:
+        scheme = pb.AddressScheme.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])

@@ -46,6 +46,32 @@ GC_PAUSE_BUCKETS: tuple[float, ...] = (
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )  # fmt: skip
 
+# The official clients' own histograms (proxy/observability/client_metrics.py), in
+# milliseconds under the clients' names, with the buckets both the Python 5.1.2 and the
+# Java 5.2.0 clients use: what they export fills them exactly.
+CLIENT_HISTOGRAMS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "rocketmq_send_cost_time": (
+        "Clients' send time (ms): from a send call to its answer, by the client.",
+        (1.0, 5.0, 10.0, 20.0, 50.0, 200.0, 500.0),
+    ),
+    "rocketmq_delivery_latency": (
+        "Clients' delivery latency (ms): from the proxy's answer to a receive (its "
+        "delivery_timestamp) to the client holding the messages.",
+        (1.0, 5.0, 10.0, 20.0, 50.0, 200.0, 500.0),
+    ),
+    "rocketmq_await_time": (
+        "Clients' await time (ms): from a message's arrival at a push consumer to its "
+        "listener starting on it.",
+        (1.0, 5.0, 20.0, 100.0, 1000.0, 5000.0, 10000.0),
+    ),
+    "rocketmq_process_time": (
+        "Clients' process time (ms): a push consumer's listener on one message.",
+        (1.0, 5.0, 10.0, 100.0, 1000.0, 10000.0, 60000.0),
+    ),
+}
+# Never the client id: one series per client would grow without bound.
+CLIENT_LABELS = ("group", "topic", "client_language", "client_version", "invocation_status")
+
 _PACKAGE = "rmq-notify-proxy"
 
 
@@ -151,6 +177,22 @@ class ProxyMetrics:
             registry=r, multiprocess_mode="livemax",
         )  # fmt: skip
         self._build_info.labels(version or _package_version()).set(1)
+        self._client_histograms = {
+            name: Histogram(name, text, CLIENT_LABELS, buckets=buckets, registry=r)
+            for name, (text, buckets) in CLIENT_HISTOGRAMS.items()
+        }
+        self._client_exports = Counter(
+            "rocketmq_proxy_client_metrics_exports",
+            "OTLP metric exports from clients (client_metrics.mode = proxy), by result.",
+            ["result"],
+            registry=r,
+        )
+        self._client_dropped = Counter(
+            "rocketmq_proxy_client_metrics_dropped",
+            "Clients' data points (or exports, for the forward) left out, by reason.",
+            ["reason"],
+            registry=r,
+        )
 
         # Label-tuple -> child caches (see the module docstring). The values are
         # prometheus_client children; their update methods are thread-safe.
@@ -162,6 +204,7 @@ class ProxyMetrics:
         self._mode_switches_c: dict[tuple[str, str, str], Counter] = {}
         self._handed_back_c: dict[tuple[str], Counter] = {}
         self._sent_c: dict[tuple[str, str], Counter] = {}
+        self._client_c: dict[tuple[str, ...], Histogram] = {}
 
     # -- receive -----------------------------------------------------------------------------
 
@@ -239,6 +282,29 @@ class ProxyMetrics:
 
     def sent(self, topic: str, result: str, count: int = 1) -> None:
         _child(self._sent_c, self._sent, (topic, result)).inc(count)
+
+    # -- the clients' own metrics ------------------------------------------------------------
+
+    def client_histogram(
+        self, name: str, labels: tuple[str, ...], counts: list[int], total: float
+    ) -> None:
+        """Add what one client export added to the histogram ``name`` (a key of
+        ``CLIENT_HISTOGRAMS``): ``counts`` per bucket, the last one +Inf (not cumulative),
+        ``total`` to the sum. prometheus-client can only observe one value at a time, so
+        this adds to the child's bucket and sum values directly: the same values
+        ``observe`` adds to, in memory or in the multiprocess files."""
+        child = _child(self._client_c, self._client_histograms[name], (name, *labels),
+                       lambda: labels)  # fmt: skip
+        child._sum.inc(total)
+        for bucket, n in zip(child._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+
+    def client_export(self, result: str) -> None:
+        self._client_exports.labels(result).inc()
+
+    def client_dropped(self, reason: str, count: int = 1) -> None:
+        self._client_dropped.labels(reason).inc(count)
 
     # -- process state -----------------------------------------------------------------------
 
