@@ -781,7 +781,7 @@ def redelivery_after(
 
 
 def table(report: dict) -> str:
-    """The report as the markdown table of docs/reliability.md."""
+    """The report as the markdown table of a docs/runs/ file."""
     rows = [
         "| group | expected | received | lost | duplicates | of which stored twice | one copy "
         "twice at attempt 1 | FIFO order violations |",

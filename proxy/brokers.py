@@ -171,9 +171,7 @@ class BrokerPool:
 
         A route past its TTL is still answered at once while a look-up refreshes it in the
         background (``_refresh``): a request never waits on the name server for a topic it
-        has a route of. When the name server was down, every poll and send past the TTL
-        waited out the look-up's timeout first, and the clients' own deadlines ran out
-        (Node receives in the official-client soak, docs/reliability.md)."""
+        has a route of, so a name server that is down costs no client its deadline."""
         cached = self._routes.get(topic)
         if cached is None:
             return await shared_lookup(self._lookups, topic, lambda: self._fetch(topic))
@@ -204,7 +202,8 @@ class BrokerPool:
         elif isinstance(exc, TopicNotFound):
             # A name server just restarted knows no topic until the brokers register again
             # (a real broker every 30 s): keep a route seen lately rather than fail every
-            # client with TOPIC_NOT_FOUND meanwhile (found by the soak, docs/reliability.md).
+            # client with TOPIC_NOT_FOUND meanwhile (docs/reliability.md, "At-least-once
+            # delivery").
             # Past the grace the topic is taken as gone: the next request looks it up.
             cached = self._routes.get(topic)
             if cached is not None and time.monotonic() - cached[0] >= self._ttl + self._grace:
@@ -242,9 +241,10 @@ class BrokerPool:
         learns the brokers one by one as they register again (a real broker every 30 s), so
         for a while it answers with some of them: dropping the others would move every
         message group hashed among the queues to another queue, and a FIFO group's next
-        message could be consumed before the last ones sent to its old queue (found by the
-        official-client soak, docs/reliability.md). A broker that is really gone closes its
-        connection, and one the operator took the topic off leaves after the grace.
+        message could be consumed before the last ones sent to its old queue
+        (docs/reliability.md, "FIFO order across a broker crash"). A broker that is really
+        gone closes its connection, and one the operator took the topic off leaves after
+        the grace.
 
         A FIFO topic keeps such a broker even when its connection is down: a broker that
         crashed leaves the name server's route at once, and its message groups would move to
