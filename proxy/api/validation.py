@@ -48,8 +48,9 @@ SYSTEM_TOPICS = frozenset(
 _SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%")
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 
-# Properties the broker and proxy own; a client may not set them as user properties: the
-# Apache proxy's set, and those this proxy sets itself.
+# Properties the broker and proxy own: a client may not set them as user properties, and
+# they are not handed to consumers as such (convert.py). The Apache proxy's set, and those
+# this proxy sets itself.
 RESERVED_PROPERTIES = frozenset(
     {
         Prop.KEYS,
