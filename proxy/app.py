@@ -159,6 +159,7 @@ class ProxyApp:
             ReceiveRecorder(config.proxy_id, self.metrics, self.events),
             self.groups,
             self.renewer,
+            config.limits,
         )
         # The address routes advertise is known once the gRPC port is bound (start).
         self.route = RouteActivity(self.pool, config.advertise_address or "")
@@ -177,9 +178,12 @@ class ProxyApp:
                 self.metrics,
                 config.max_body_bytes,
                 config.max_lite_topic_size,
+                config.limits,
             ),
             receive=self.receive,
-            ack=AckActivity(self.consumer, rc.max_delivery_attempts, self.renewer, self.settles),
+            ack=AckActivity(
+                self.consumer, rc.max_delivery_attempts, self.renewer, self.settles, config.limits
+            ),
             metrics=self.metrics,
             transaction=TransactionActivity(self.transactions),
             lite=LiteActivity(self.lite, config.max_lite_topic_size),

@@ -507,3 +507,26 @@ async def test_the_apache_proxy_answers_the_table_alike(real_cluster):
         await asyncio.to_thread(proxy.process.stop)
         real_cluster.proxy = None
     assert not wrong, "\n".join(wrong)
+
+
+async def test_configured_limits_reach_a_running_proxy(start_proxy):
+    """The [limits] table, not only the defaults: a proxy given other limits refuses at
+    those (sends, receives), with the limit in the message."""
+    from proxy.config import LimitsConfig
+
+    limits = LimitsConfig(max_user_property_count=2, min_receive_invisible_ms=2_000)
+    app = await start_proxy(mode="notify", brokers=1, proxy_options={"limits": limits})
+    env = Env(f"127.0.0.1:{app.grpc_port}", "T", "G-limits", "", "", "", "", "",
+              app.config.receive.min_polling_ms, app.config.receive.reserve_ms)  # fmt: skip
+    try:
+        two, three = ({f"k{i}": "v" for i in range(n)} for n in (2, 3))
+        assert await send_one(lambda e: e.topic, props=two)(env) == (Code.OK, "OK")
+        code, text = await send_one(lambda e: e.topic, props=three)(env)
+        assert (code, text) == (Code.MESSAGE_PROPERTIES_TOO_LARGE,
+                                "too many user properties, max is 2")  # fmt: skip
+        assert (await receive(invisible_ms=2_000)(env))[0] == Code.OK
+        code, text = await receive(invisible_ms=1_999)(env)
+        assert (code, text) == (Code.ILLEGAL_INVISIBLE_TIME,
+                                "the invisibleTime is too small. min is 2000")  # fmt: skip
+    finally:
+        await env.close()
