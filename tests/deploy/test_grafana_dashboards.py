@@ -38,7 +38,12 @@ REPORT_GAUGES = {
     "rocketmq_polling_report_malformed_lines",
     "rocketmq_polling_report_records",
 }
-METRIC = re.compile(r"\b(rocketmq_(?:proxy|polling_report)_[a-z_]+)\b")
+# The proxy's own metrics, the Spark job's, and the clients' histograms the proxy exports
+# (client_metrics.mode = proxy).
+CLIENT_HISTOGRAMS = "send_cost_time|delivery_latency|await_time|process_time"
+METRIC = re.compile(
+    rf"\b(rocketmq_(?:proxy_[a-z_]+|polling_report_[a-z_]+|(?:{CLIENT_HISTOGRAMS})_[a-z]+))\b"
+)
 
 
 def load(name: str) -> dict:

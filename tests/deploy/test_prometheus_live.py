@@ -26,10 +26,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from grpc import aio as grpc_aio
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as otlp_grpc
 
 from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
 from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR
+from tests.support import otlp
 from tests.support.ports import free_port
 
 pytestmark = [
@@ -64,6 +67,8 @@ PROXY_ENV = {
     "RMQ_PROXY_RECEIVE_ADAPTIVE_LOW_RATE": "1",
     "RMQ_PROXY_RECEIVE_ADAPTIVE_WINDOW_S": "2",
     "RMQ_PROXY_RECEIVE_ADAPTIVE_MIN_POLLS": "4",  # first-pop hits before coupled polling
+    # The Export RPC for the clients' own metrics (the dashboard's Clients row).
+    "RMQ_PROXY_CLIENT_METRICS_MODE": "proxy",
 }
 
 
@@ -198,6 +203,25 @@ async def workload(grpc: str) -> None:
         assert got.status == pb.Code.MESSAGE_NOT_FOUND
     finally:
         await client.close()
+    await client_metrics_exports(grpc)
+
+
+async def client_metrics_exports(grpc_address: str) -> None:
+    """The four histograms of a Java client in group G on topic T, as the official clients
+    export them to the proxy; then one export with a malformed point (dropped, counted)."""
+    counts = [2, 1, 0, 0, 0, 0, 0, 0]
+    names = ("rocketmq_delivery_latency", "rocketmq_send_cost_time",
+             "rocketmq_await_time", "rocketmq_process_time")  # fmt: skip
+    points = [
+        (name, otlp.point(counts, name=name, topic=TOPIC, consumer_group=GROUP, client_id="c"))
+        for name in names
+    ]
+    async with grpc_aio.insecure_channel(grpc_address) as channel:
+        stub = otlp_grpc.MetricsServiceStub(channel)
+        await stub.Export(otlp.export(*points), metadata=otlp.client_headers())
+        broken = otlp.point([1], consumer_group=GROUP)  # 1 count for 7 bounds
+        answer = await stub.Export(otlp.export(("rocketmq_delivery_latency", broken)))
+        assert answer.partial_success.rejected_data_points == 1
 
 
 # -- the live system ----------------------------------------------------------------------
