@@ -52,10 +52,10 @@ class ReceiveMode(enum.StrEnum):
 
 @dataclass
 class ReceiveConfig:
-    mode: ReceiveMode = ReceiveMode.ADAPTIVE
+    mode: ReceiveMode = ReceiveMode.ADAPTIVE  # notify, coupled, slicing or adaptive
     # Long-polling time a client may ask for (RocketMQ proxy defaults).
     min_polling_ms: int = 5_000
-    max_polling_ms: int = 20_000
+    max_polling_ms: int = 20_000  # the longest (a longer ask is cut to it)
     # Answer this long before the client's gRPC deadline, so the answer is not too late.
     reserve_ms: int = 300
     # Adaptive switching (docs/design.md, "The adaptive rule"): receive requests per second
@@ -65,28 +65,28 @@ class ReceiveConfig:
     # `adaptive_low_rate`, below `adaptive_hit_low`, on POLLING_FULL, or at
     # `adaptive_max_coupled` coupled polls in flight per (group, topic).
     adaptive_high_rate: float = 50.0
-    adaptive_low_rate: float = 25.0
-    adaptive_window_s: float = 10.0
-    adaptive_hit_high: float = 0.9
-    adaptive_hit_low: float = 0.7
-    adaptive_min_polls: int = 20
-    adaptive_max_coupled: int = 512
+    adaptive_low_rate: float = 25.0  # receives/s below which adaptive goes back to notify
+    adaptive_window_s: float = 10.0  # the window the rates and hit ratios are taken over
+    adaptive_hit_high: float = 0.9  # first-pop hit ratio needed to go coupled
+    adaptive_hit_low: float = 0.7  # hit ratio below which coupled goes back to notify
+    adaptive_min_polls: int = 20  # finished polls a hit ratio needs before it counts
+    adaptive_max_coupled: int = 512  # coupled polls in flight per (group, topic) at most
     # Per-(group, topic) thresholds (JSON, or TOML by suffix; rmq-polling-report
     # --thresholds-out writes it), checked every `adaptive_thresholds_check_s`.
     adaptive_thresholds_file: str | None = None
-    adaptive_thresholds_check_s: float = 5.0
+    adaptive_thresholds_check_s: float = 5.0  # how often the thresholds file is checked
     # Slicing (MNS): short polls of `slice_ms` over the brokers in turn, at most
     # `slice_quota` of them, then one long poll for the rest of the time.
     slice_ms: int = 200
-    slice_quota: int = 8
+    slice_quota: int = 8  # short polls per client poll at most, before the long one
     # Limits.
     max_in_flight: int = 20_000
-    max_probes_per_poll: int = 64
+    max_probes_per_poll: int = 64  # NOTIFICATION probes one client poll may wait on
     # NOTIFICATION probes this proxy keeps on one broker at most (0: one per key with a
     # waiting poll, no limit). Past it, keys take turns of `probe_slice_s` (docs/scale.md:
     # set it to about 80,000 / proxies, under a broker's limit of 100,000 parked).
     max_probes_per_broker: int = 0
-    probe_slice_s: float = 5.0
+    probe_slice_s: float = 5.0  # a key's turn when max_probes_per_broker is reached
     # A probe whose key had a poll within this time stays parked (for `max_polling_ms`)
     # when its polls are done: a consumer polls again within moments, finds it parked and
     # skips its first pop (docs/design.md). 0: a probe lasts as long as its longest poll.
@@ -107,7 +107,7 @@ class ReceiveConfig:
     # renewSliceTimeMillis is 60 s, then renewals of minutes); and how long a client may
     # stay silent before its messages are handed back.
     renew_slice_ms: int = 30_000
-    push_client_idle_s: float = 60.0
+    push_client_idle_s: float = 60.0  # a push consumer silent this long is taken as gone
 
     def __post_init__(self) -> None:
         self.validate_mode()
@@ -144,7 +144,7 @@ class FleetConfig:
     # headless Service). Empty: each proxy probes for its own polls.
     peers: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"  # where this proxy listens for its peers
-    port: int = 8083
+    port: int = 8083  # this proxy's fleet port
     # The address the peers list this proxy at (its pod IP and port with DNS); default
     # host:port.
     advertise: str | None = None
@@ -260,16 +260,18 @@ class ClientMetricsConfig:
 
 @dataclass
 class ProxyConfig:
+    # The proxy's name in metrics, logs and event logs.
     proxy_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    grpc_host: str = "127.0.0.1"
-    grpc_port: int = 8081
+    grpc_host: str = "127.0.0.1"  # where clients connect (0.0.0.0: every interface)
+    grpc_port: int = 8081  # the client (gRPC) port; 0 = a free one
     # host:port clients should use to reach this proxy (QueryRoute answers it).
     advertise_address: str | None = None
-    http_host: str = "127.0.0.1"
-    http_port: int = 8082
+    http_host: str = "127.0.0.1"  # the ops port's host: /metrics, /readyz, /v1/status
+    http_port: int = 8082  # the ops port; 0 = a free one
+    # The brokers' name servers (host:port each).
     namesrv_addrs: list[str] = field(default_factory=lambda: ["127.0.0.1:9876"])
-    route_ttl_s: float = 30.0
-    max_body_bytes: int = 4 * 1024 * 1024
+    route_ttl_s: float = 30.0  # a topic's route is looked up again after this
+    max_body_bytes: int = 4 * 1024 * 1024  # past it, MESSAGE_BODY_TOO_LARGE
     # The longest lite topic name (UTF-8 bytes) a client may use; told to lite consumers in
     # their settings (the Apache proxy's maxLiteTopicSize default).
     max_lite_topic_size: int = 64
@@ -278,12 +280,14 @@ class ProxyConfig:
     # receive.max_in_flight is, so clients that open streams with ever new client ids cost
     # bounded memory. One client id holds at most proxy.api.session.STREAMS_PER_CLIENT.
     max_telemetry_streams: int = 20_000
-    event_log_dir: str | None = None
+    event_log_dir: str | None = None  # write the polling event log (JSON lines) here
     # An event-log file is completed (renamed to its visible name, so the Spark job reads
     # it) at this size or age, whichever comes first: the age bounds how far behind the
     # job's stream runs at a quiet proxy.
     event_log_max_bytes: int = 64 * 1024 * 1024
-    event_log_max_age_s: float = 300.0
+    event_log_max_age_s: float = 300.0  # the age of that pair
+    # A stopping worker still running after this is killed by its supervisor; the gRPC
+    # server's own grace for calls in flight is this, at most 10 s.
     shutdown_grace_s: float = 25.0
     # Every client connection gets an HTTP/2 GOAWAY at this age (gRPC adds up to 10 %): the
     # server goes on serving, calls in flight finish on the old connection, and the client's

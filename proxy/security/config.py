@@ -31,7 +31,7 @@ class SecurityConfig:
     tls_self_signed: bool = True
     # TLS on the gRPC port: PEM certificate chain and private key. Both or neither.
     tls_cert_file: str | None = None
-    tls_key_file: str | None = None
+    tls_key_file: str | None = None  # the certificate's PEM private key
     # With a CA bundle, clients must present a certificate it signed (mutual TLS).
     tls_client_ca_file: str | None = None
     # Serve the ops HTTP port over TLS too, with the same certificate.
@@ -46,7 +46,7 @@ class SecurityConfig:
     reload_interval_s: float = 10.0
     # The proxy's own credentials for brokers with ACL on (their remoting ACL hook).
     broker_access_key: str | None = None
-    broker_secret_key: str | None = field(default=None, repr=False)
+    broker_secret_key: str | None = field(default=None, repr=False)  # set it by environment
 
     @property
     def tls(self) -> bool:
