@@ -14,8 +14,16 @@ from proxy.config import ProxyConfig, ReceiveConfig
 
 
 class ProxyThread:
-    def __init__(self, *, brokers: int = 2, topics=("FuzzTopic",), **receive: Any) -> None:
+    def __init__(
+        self,
+        *,
+        brokers: int = 2,
+        topics=("FuzzTopic",),
+        options: dict[str, Any] | None = None,  # other ProxyConfig fields
+        **receive: Any,
+    ) -> None:
         self.brokers = brokers
+        self.options = options or {}
         self.topics = list(topics)
         self.receive = {"min_polling_ms": 200, **receive}
         self.loop = asyncio.new_event_loop()
@@ -40,6 +48,7 @@ class ProxyThread:
             namesrv_addrs=[self.cluster.namesrv_address],
             receive=ReceiveConfig(mode=self.receive.pop("mode", "notify"), **self.receive),
             proxy_id="fuzz-proxy",
+            **self.options,
         )
         self.app = ProxyApp(config)
         await self.app.start()
