@@ -1,24 +1,53 @@
-"""Bounded waits: a condition awaited instead of a sleep, and a pop drained until empty."""
+"""Bounded waits: a condition awaited instead of a sleep, and a pop drained until empty.
+
+``wait_until`` is for coroutines (its predicate may itself be a coroutine function);
+``wait_for`` is its twin for synchronous tests and threads. Both fail the test with
+``what`` and the time they waited when the condition does not come true in time.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.message import MessageExt
 
 
 async def wait_until(
-    predicate: Callable[[], bool], timeout: float = 2.0, step: float = 0.01
+    predicate: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 2.0,
+    step: float = 0.01,
+    what: str = "condition",
 ) -> None:
-    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
+    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds.
+
+    ``predicate`` may return an awaitable (an ``async def`` check), which is awaited.
+    """
+    loop = asyncio.get_running_loop()  # its clock: simulated on bench.sim's loop
+    deadline = loop.time() + timeout
+    while True:
+        met = predicate()
+        if inspect.isawaitable(met):
+            met = await met
+        if met:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not met within {timeout}s")
+        await asyncio.sleep(step)  # the poll's step: the loop runs what we wait on
+
+
+def wait_for(
+    predicate: Callable[[], bool], timeout: float = 2.0, step: float = 0.01, what: str = "condition"
+) -> None:
+    """``wait_until`` for synchronous code: poll ``predicate`` from this thread."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(step)
+            raise AssertionError(f"{what} not met within {timeout}s")
+        time.sleep(step)  # the poll's step: another thread or process makes it true
 
 
 async def pop_all(

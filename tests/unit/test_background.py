@@ -10,6 +10,7 @@ import logging
 from proxy import app as app_module
 from proxy.background import start_background, stop_background, waiting_at
 from proxy.config import ProxyConfig
+from tests.support.waits import wait_until
 
 
 async def test_a_failure_is_logged_at_once(caplog):
@@ -30,14 +31,14 @@ async def test_stop_cancels_and_waits(caplog):
 
     async def loops() -> None:
         try:
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # a loop that runs until it is cancelled
         finally:
             await asyncio.sleep(0.01)  # clean-up that takes a moment
             ended.set()
 
     with caplog.at_level(logging.ERROR):
         task = start_background(loops(), name="loop", log=logging.getLogger("test.background"))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the task starts, so it has a clean-up to run
         await asyncio.wait_for(stop_background(task), 1)
     assert task.cancelled() and ended.is_set()
     assert caplog.records == []  # a cancellation is not a failure
@@ -45,9 +46,10 @@ async def test_stop_cancels_and_waits(caplog):
 
 
 async def test_waiting_at_names_each_await_of_a_task_down_to_what_it_waits_for():
-    released = asyncio.Event()
+    released, parked = asyncio.Event(), asyncio.Event()
 
     async def inner() -> None:
+        parked.set()
         await released.wait()
 
     async def middle() -> None:
@@ -57,7 +59,7 @@ async def test_waiting_at_names_each_await_of_a_task_down_to_what_it_waits_for()
         await middle()
 
     task = asyncio.ensure_future(outer())
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(parked.wait(), 1)  # inner is at released.wait() once this returns
     where = waiting_at(task)
     names = [place.split(" ")[0] for place in where.split(" -> ")]
     assert names == ["outer", "middle", "inner", "wait", "a"], where
@@ -82,7 +84,7 @@ async def test_a_stop_that_hangs_is_named_with_where_it_waits_while_it_waits(cap
     step = app_module.Step("fleet links", nothing, close_links)
     with caplog.at_level(logging.WARNING, logger="proxy.app"):
         stopping = asyncio.ensure_future(app._timed_stop(step))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: bool(caplog.records), timeout=1, what="the stuck stop's warning")
         assert not stopping.done()
         [record] = caplog.records  # logged while the stop still waits
         message = record.getMessage()
@@ -90,13 +92,14 @@ async def test_a_stop_that_hangs_is_named_with_where_it_waits_while_it_waits(cap
         released.set()
         await asyncio.wait_for(stopping, 1)
     # A stop that is cancelled cancels the part's stop with it.
-    never = asyncio.Event()
+    never, hanging = asyncio.Event(), asyncio.Event()
 
     async def hangs() -> None:
+        hanging.set()
         await never.wait()
 
     hung = asyncio.ensure_future(app._timed_stop(app_module.Step("renewer", nothing, hangs)))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(hanging.wait(), 1)
     hung.cancel()
     await asyncio.gather(hung, return_exceptions=True)
     assert hung.cancelled()

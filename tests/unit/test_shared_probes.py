@@ -27,6 +27,7 @@ from proxy.receive.engine import ReceiveEngine
 from proxy.receive.probes import ProbeHub
 from proxy.receive.shared import DEFAULT_FALLBACK_S, HOLD_S, LINGER_S, SharedProbeHub
 from proxy.receive.types import ReceiveRequest, ReceiveResult
+from tests.support.waits import wait_until
 
 IDS = ["proxy-a", "proxy-b", "proxy-c"]
 GROUP, TOPIC = "G", "T"
@@ -101,11 +102,12 @@ async def heard(poll: asyncio.Future[ReceiveResult], msg: SimMessage, within: fl
 def test_polls_on_every_proxy_park_one_notification_per_broker_and_each_message_wakes_one():
     async def test(fleet: Fleet) -> None:
         polls = [fleet.poll(p) for p in IDS for _ in range(2)]
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # simulated time: a whole fallback window, counts settled
         assert fleet.parked() == [1, 1, 1]  # not one per proxy: three without sharing
         subscriber = fleet.engines[SUBSCRIBER].shared
         assert subscriber is not None and subscriber.fallbacks == 0
         msg = fleet.put(broker=1)
+        # Simulated time: 200 hops, room for a second poll to be woken if one wrongly were.
         await asyncio.sleep(0.1)
         answered = [p for p in polls if p.done()]
         assert len(answered) == 1  # one message, one poll woken fleet-wide
@@ -118,7 +120,7 @@ def test_polls_on_every_proxy_park_one_notification_per_broker_and_each_message_
 def test_a_subscriber_hears_through_the_owner_within_two_hops():
     async def test(fleet: Fleet) -> None:
         poll = fleet.poll(SUBSCRIBER)
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # simulated time: a whole fallback window, counts settled
         assert fleet.parked() == [1, 1, 1]
         took = await heard(poll, fleet.put(broker=2), within=1)
         # The owner's probe answer, a WAKE (one hop), the subscriber's pop.
@@ -134,7 +136,7 @@ def test_a_silent_owner_costs_at_most_the_fallback():
     async def test(fleet: Fleet) -> None:
         fleet.fabric.silent.add(OWNER)  # a partition: sends succeed, nothing arrives
         poll = fleet.poll(SUBSCRIBER)
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # simulated time: the message comes mid-poll, not with it
         msg = fleet.put(broker=0)
         took = await heard(poll, msg, within=DEFAULT_FALLBACK_S + 1)
         assert took <= DEFAULT_FALLBACK_S + 0.05, took
@@ -147,7 +149,7 @@ def test_a_silent_owner_costs_at_most_the_fallback():
 def test_an_owner_killed_mid_poll_costs_nothing_once_its_link_drops():
     async def test(fleet: Fleet) -> None:
         poll = fleet.poll(SUBSCRIBER)
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # simulated time: a whole fallback window, counts settled
         # SIGKILL: the owner's probes end with its connections, its link goes down.
         owner = fleet.engines[OWNER]
         owner.stop_polls()
@@ -156,10 +158,12 @@ def test_an_owner_killed_mid_poll_costs_nothing_once_its_link_drops():
         for proxy_id, hub in fleet.fabric.hubs.items():
             if proxy_id != OWNER:
                 hub.peer_lost(OWNER)
-        await asyncio.sleep(0.01)
         # The subscriber's own probes now (the dead owner's stay parked on the brokers
         # until their poll time ends, as a real broker keeps them).
-        assert fleet.engines[SUBSCRIBER].hub.probes_in_flight == 3
+        local = fleet.engines[SUBSCRIBER].hub
+        await wait_until(
+            lambda: local.probes_in_flight == 3, timeout=0.01, step=0.001, what="own probes"
+        )
         took = await heard(poll, fleet.put(broker=1), within=1)
         assert took < 0.01, took
 
@@ -169,14 +173,14 @@ def test_an_owner_killed_mid_poll_costs_nothing_once_its_link_drops():
 def test_an_owner_change_moves_the_key_without_a_gap():
     async def test(fleet: Fleet) -> None:
         poll = fleet.poll(SUBSCRIBER)
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # simulated time: a whole fallback window, counts settled
         fleet.fabric.ids = [i for i in IDS if i != OWNER]  # the owner leaves the members
         for hub in fleet.fabric.hubs.values():
             hub.members_changed()
         await heard(poll, fleet.put(broker=0), within=0.1)
         # The next poll subscribes at the new owner (or is it).
         again = fleet.poll(SUBSCRIBER)
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # simulated time: a whole fallback window, counts settled
         await heard(again, fleet.put(broker=2), within=0.1)
 
     on_fleet(test)
@@ -185,16 +189,16 @@ def test_an_owner_change_moves_the_key_without_a_gap():
 def test_a_subscriber_leaves_after_its_last_poll_and_the_owner_stops_probing_for_it():
     async def test(fleet: Fleet) -> None:
         poll = fleet.poll(SUBSCRIBER, await_s=2)
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # simulated time: a whole fallback window, counts settled
         assert fleet.parked() == [1, 1, 1]
         result = await asyncio.wait_for(poll, 2)
         assert result.messages == []
-        await asyncio.sleep(LINGER_S + 0.5)
+        await asyncio.sleep(LINGER_S + 0.5)  # simulated: the linger runs out, UNWATCH goes
         owner = fleet.engines[OWNER].shared
         assert owner is not None and owner.watchers == 0  # the UNWATCH arrived
         sent = owner.probes_sent
         # Its parked probes end with their poll time (at most 20 s) and are not sent again.
-        await asyncio.sleep(20)
+        await asyncio.sleep(20)  # simulated: the longest poll time (20 s) runs out
         assert fleet.parked() == [0, 0, 0]
         assert owner.probes_sent == sent
 
@@ -235,20 +239,20 @@ def test_a_wake_for_a_broker_no_poll_watches_now_waits_for_the_next_that_does():
         deadline = loop.time() + 20
         other = hub.watch(("b1", group, "t"), deadline, woken.append, lambda: None)
         paused = hub.watch(("b0", group, "t"), deadline, woken.append, lambda: None)
-        await asyncio.sleep(0)  # the WATCH goes
+        await asyncio.sleep(0)  # one loop turn: the WATCH goes
         hub.release(paused, missed=True)  # its pop of b0 found nothing: a pause
         hub.receive("proxy-b", PeerMessage(PeerKind.WAKE, group, "t", ("b0",)))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # simulated: the WAKE is held, not delivered nor handed back
         assert woken == [] and not [m for m in links.sent if m.kind is PeerKind.DONE]
         again = hub.watch(("b0", group, "t"), deadline, woken.append, lambda: None)
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the held WAKE is handed over with a call_soon
         assert woken == ["b0"]  # the held WAKE, to the poll that watches b0 again
         hub.release(again)
         assert [m.kind for m in links.sent][-1] is PeerKind.DONE
         # No poll of b0 comes: handed back after HOLD_S.
         hub.receive("proxy-b", PeerMessage(PeerKind.WAKE, group, "t", ("b0",)))
         before = len(links.sent)
-        await asyncio.sleep(HOLD_S + 0.01)
+        await asyncio.sleep(HOLD_S + 0.01)  # simulated: the hold runs out, DONE goes back
         assert [m.kind for m in links.sent[before:]] == [PeerKind.DONE]
         hub.release(other)
         await hub.close()
