@@ -3,13 +3,13 @@ every ``gc_full_collection_s``, CPython's own schedule back at close."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 
 import pytest
 
 from proxy.collector import NEVER, FullCollections
 from proxy.observability.metrics import ProxyMetrics
+from tests.support.waits import wait_until
 
 
 def full_collections_timed(m: ProxyMetrics) -> float:
@@ -31,10 +31,9 @@ async def test_full_collections_run_on_the_interval_only_and_the_schedule_is_res
         assert (young, middle, oldest) == (before[0], before[1], NEVER)
         # A full collection of this test process can itself take a good part of a second
         # on a loaded machine: wait (bounded) for two, not for a count after a fixed sleep.
-        for _ in range(200):
-            if full_collections_timed(metrics) >= 2:
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(
+            lambda: full_collections_timed(metrics) >= 2, timeout=10, step=0.05, what="two runs"
+        )
         ran = full_collections_timed(metrics)
         assert ran >= 2
     finally:

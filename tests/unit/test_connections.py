@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from proxy.api.connections import (
     Connections,
     open_peers,
 )
+from tests.support.waits import wait_for
 
 NOW = [100.0]
 
@@ -254,11 +254,8 @@ def test_a_connection_its_client_closed_is_not_open_but_can_still_be_named():
     try:
         client.close()
         peer = f"ipv4:127.0.0.1:{address[1]}"
-        for _ in range(100):  # the FIN, on loopback: at once, but bounded
-            if open_peers(port) == frozenset():
-                break
-            time.sleep(0.01)
-        assert open_peers(port) == frozenset()
+        # The FIN, on loopback: at once, but bounded.
+        wait_for(lambda: open_peers(port) == frozenset(), timeout=1, what="the client's FIN")
         assert open_peers(port, closing=True) == frozenset({peer})
     finally:
         server_side.close()

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from proxy.processor.consumer import ConsumerProcessor, Popped
+from tests.support.waits import wait_until
 
 
 def popped(msg_id: str) -> Popped:
@@ -21,12 +22,14 @@ class Recording(ConsumerProcessor):
         super().__init__(None, broker_timeout_s=1.0, hand_back_invisible_ms=100)  # type: ignore[arg-type]
         self.back: list[tuple[str, str]] = []
         self.moved: list[str] = []
+        self.moving: list[str] = []
         self.release = asyncio.Event()
 
     def hand_back(self, messages, reason, invisible_ms=None):
         self.back.extend((m.msg_id, reason) for m in messages)
 
     async def dead_letter(self, message, max_reconsume_times):
+        self.moving.append(message.msg_id)
         await self.release.wait()
         self.moved.append(message.msg_id)
 
@@ -46,7 +49,7 @@ async def test_a_cancel_while_moving_one_hands_back_every_message_not_moved():
     consumer = Recording()
     batch = [(popped("m1"), 0), (popped("m2"), 5), (popped("m3"), 0), (popped("m4"), 5)]
     task = asyncio.ensure_future(consumer.divert_exhausted(batch, max_attempts=3))
-    await asyncio.sleep(0.01)  # m2's move is waiting
+    await wait_until(lambda: consumer.moving == ["m2"], what="m2's move")  # waiting on release
 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -48,7 +48,7 @@ class ScriptedBroker:
     async def pop_lite(self, client_id, group, topic, *, poll_ms, on_late=None, **_):
         self.calls.append(poll_ms)
         delay, messages = self.script.pop(0) if self.script else (poll_ms / 1000, [])
-        await asyncio.sleep(delay)
+        await asyncio.sleep(delay)  # the scripted time the broker takes to answer
         return PopResult(code=0, messages=messages)
 
 
@@ -142,10 +142,7 @@ async def test_the_first_parked_pop_with_messages_answers_and_a_late_one_is_hand
     assert not result.is_short_polling_hit and result.pops == 4
     assert a.calls[1] > 1000 and b.calls[1] > 1000  # parked for the time left
     # b's parked pop still brings a message: it goes back, with its lite topic.
-    for _ in range(100):
-        if consumer.handed_back:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: bool(consumer.handed_back), timeout=1, what="a hand-back")
     assert consumer.handed_back == [("b7", "y", "deadline")]
 
 
@@ -199,10 +196,7 @@ async def test_a_late_pop_goes_back_when_no_poll_of_its_client_is_parked():
 
     await receiver.receive(request(polling_ms=2000), "client")
     other = asyncio.ensure_future(receiver.receive(request(polling_ms=2000), "another"))
-    for _ in range(100):
-        if consumer.handed_back:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: bool(consumer.handed_back), timeout=1, what="a hand-back")
     other.cancel()
     with pytest.raises(asyncio.CancelledError):
         await other
@@ -230,10 +224,7 @@ async def test_a_cancelled_poll_hands_back_what_its_pops_still_bring():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(100):
-        if consumer.handed_back:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: bool(consumer.handed_back), timeout=1, what="a hand-back")
     assert consumer.handed_back == [("a3", "x", "cancelled")]
 
 

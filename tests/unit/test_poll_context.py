@@ -136,7 +136,7 @@ async def test_waits_end_at_the_deadline_or_at_once_on_stop():
 
     ctx, _ = await context(ScriptedBroker("a"), polling_s=30.0)
     waiting = asyncio.ensure_future(ctx.wait_has_msg())
-    await asyncio.sleep(0)  # the wait has begun
+    await asyncio.sleep(0)  # one loop turn: the wait has begun, the stop ends it mid-wait
     ctx.stop()
     assert await asyncio.wait_for(waiting, 1) is False
     assert ctx.remaining_s == 0.0 and await ctx.pop(ctx.brokers[0], poll_ms=1000) == []
@@ -145,7 +145,7 @@ async def test_waits_end_at_the_deadline_or_at_once_on_stop():
 async def test_has_msg_wakes_the_wait():
     ctx, _ = await context(ScriptedBroker("a"), polling_s=30.0)
     waiting = asyncio.ensure_future(ctx.wait_has_msg())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn: the wait has begun, hasMsg wakes it mid-wait
     ctx.has_msg("a")
     assert await asyncio.wait_for(waiting, 1) is True
 

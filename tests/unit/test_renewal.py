@@ -9,6 +9,7 @@ import contextlib
 from proxy.processor.consumer import Popped
 from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.popinfo import PopCheckpointInfo
+from tests.support.waits import wait_until
 
 
 class _Broker:
@@ -217,7 +218,7 @@ async def test_a_retry_of_an_ack_that_settled_after_the_client_gave_up_is_answer
     # Another delivery at the same offset (a stub restarted empty) is not taken for it.
     other = await activity.ack_message(_ack_request(popped(11, pop_time=999_000)), None)  # type: ignore[arg-type]
     assert other.status.code == pb.Code.INVALID_RECEIPT_HANDLE  # its own, expired handle
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # past acked_memory_s (0.2 s): the proxy forgets the ack
     late = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
     assert late.status.code == pb.Code.INVALID_RECEIPT_HANDLE
 
@@ -234,7 +235,7 @@ async def test_an_ack_cancelled_in_flight_leaves_the_renewal_going():
 
     async def stuck(group, topic, checkpoints, lite_topics):
         started.set()
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # a broker that never answers the ack
 
     consumer.ack = stuck  # type: ignore[method-assign]
     activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
@@ -283,7 +284,8 @@ async def test_an_ack_cancelled_while_a_later_entry_is_looked_up_ends_the_earlie
     settles = FleetSettles(_SilentLinks(), r, ask_s=30.0)
     activity = AckActivity(consumer, 16, r, settles)  # type: ignore[arg-type]
     call = asyncio.ensure_future(activity.ack_message(request, None))  # type: ignore[arg-type]
-    await asyncio.sleep(0.05)  # the first entry looked up, the second waiting on its renewer
+    # The first entry looked up, the second waiting on its renewer's LENT.
+    await wait_until(lambda: bool(settles._asks), timeout=1, what="the second entry's ask")
     assert next(iter(r._handles.values())).settling == 1
     call.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -3,7 +3,6 @@ removed) with the watcher's own check and with its timer task."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -13,6 +12,7 @@ import pytest
 
 from proxy.receive.adaptive import Thresholds
 from proxy.receive.thresholds import Table, ThresholdsError, ThresholdsFile, parse
+from tests.support.waits import wait_until
 
 
 def doc(*entries: tuple[str, str, float, float]) -> str:
@@ -121,9 +121,12 @@ async def test_the_timer_task_reloads_and_stops_on_close(tmp_path: Path) -> None
     watcher.start()
     try:
         write(path, '[[thresholds]]\ngroup = "g"\ntopic = "t"\nhigh_rate = 7\nlow_rate = 2\n')
-        async with asyncio.timeout(5):
-            while applied.tables[-1] != {("g", "t"): Thresholds(7, 2)}:  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+        await wait_until(
+            lambda: applied.tables[-1] == {("g", "t"): Thresholds(7, 2)},
+            timeout=5,
+            step=0.02,
+            what="the rewritten file applied",
+        )
         task = watcher._task
         assert task is not None and not task.done()
     finally:
