@@ -227,3 +227,68 @@ async def test_exports_are_forwarded_as_received_to_another_collector(start_prox
     finally:
         await server.stop(None)
     await asyncio.sleep(0)
+
+
+async def test_workers_exports_add_up_in_the_groups_metrics(tmp_path):
+    """``--workers 2``: each client's exports land on the worker its connection reached;
+    the supervisor's /metrics adds the workers' histograms up, as it does the proxy's own."""
+    from tests.integration.test_proxy_workers import samples, start_group, stop
+
+    config = tmp_path / "proxy.toml"
+    config.write_text('[client_metrics]\nmode = "proxy"\n')
+    group = await start_group("--config", str(config))
+    try:
+        workers = (await group.status())["workers"]
+        for i in range(16):  # a connection each: the kernel spreads them over both workers
+            channel = grpc.aio.insecure_channel(
+                group.grpc, options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            async with channel:
+                one = point([1, 0, 0, 0, 0, 0, 0, 0], 0.5, consumer_group="G", client_id=f"c{i}")
+                await otlp_grpc.MetricsServiceStub(channel).Export(
+                    export(("rocketmq_delivery_latency", one)),
+                    metadata=client_headers(client_id=f"c{i}"),
+                )
+        per_worker = []
+        for worker in workers:
+            _, text = await group.get("/metrics", worker["http"])
+            per_worker.append(samples(text, "rocketmq_delivery_latency_count", group="G"))
+        assert all(n > 0 for n in per_worker), per_worker  # exports landed on both
+        _, text = await group.get("/metrics")
+        assert samples(text, "rocketmq_delivery_latency_count", group="G") == 16
+        assert samples(text, "rocketmq_delivery_latency_bucket", group="G", le="1.0") == 16
+        assert samples(text, "rocketmq_delivery_latency_sum", group="G") == 8.0
+    finally:
+        await stop(group)
+
+
+async def test_with_authentication_an_export_needs_a_valid_signature(start_proxy, tmp_path):
+    from proxy.security import signing
+    from proxy.security.config import SecurityConfig
+
+    users = tmp_path / "users.toml"
+    users.write_text('[[users]]\naccess_key = "alice"\nsecret_key = "alice-secret"\n')
+    app = await start_proxy(
+        brokers=1,
+        security=SecurityConfig(users_file=str(users), tls_self_signed=False),
+        proxy_options={"client_metrics": ClientMetricsConfig(mode=ClientMetricsMode.PROXY)},
+    )
+    sent = export(
+        ("rocketmq_delivery_latency", point([0, 0, 0, 0, 0, 0, 0, 1], consumer_group="G"))
+    )
+    date_time = signing.now_date_time()
+    signed = (
+        *client_headers(),
+        ("x-mq-date-time", date_time),
+        ("authorization", signing.authorization_header("alice", "alice-secret", date_time)),
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        stub = otlp_grpc.MetricsServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Export(sent, metadata=client_headers())
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "client metrics" in (err.value.details() or "")
+        assert await stub.Export(sent, metadata=signed) == ExportMetricsServiceResponse()
+    text = exposition(app)
+    assert sample(text, "rocketmq_proxy_client_metrics_exports_total", result="denied") == 1
+    assert sample(text, "rocketmq_delivery_latency_count", group="G") == 1

@@ -55,6 +55,10 @@ def test_limits_from_file_and_environment(tmp_path):
         ("grpc_max_connection_age_s = -1\n", "grpc_max_connection_age_s"),
         ("[limits]\nmax_delay_ms = -1\n", "limits must not be negative"),
         ("[limits]\nmax_invisible_ms = 5000\n", "max_invisible_ms"),
+        ('[client_metrics]\nmode = "on"\n', "client_metrics.mode must be one of"),
+        ('[client_metrics]\nmode = "collector"\n', "needs client_metrics.collector"),
+        ('[client_metrics]\nforward_to = "collector"\n', "is not host:port"),
+        ("[client_metrics]\nmax_label_sets = 0\n", "must be positive"),
     ],
 )
 def test_bad_configuration_is_refused_with_a_reason(tmp_path, text, message):
@@ -75,9 +79,24 @@ def test_the_example_file_lists_every_setting_with_its_default():
     text = example_path.read_text()
     import dataclasses
 
-    from proxy.config import LimitsConfig, ProxyConfig, ReceiveConfig
+    from proxy.config import ClientMetricsConfig, LimitsConfig, ProxyConfig, ReceiveConfig
 
     fields = [*dataclasses.fields(ProxyConfig), *dataclasses.fields(ReceiveConfig)]
+    fields += dataclasses.fields(ClientMetricsConfig)
     for f in [*fields, *dataclasses.fields(LimitsConfig)]:
         if f.name != "receive":
             assert f.name in text, f"{f.name} missing from the example"
+
+
+def test_client_metrics_from_the_file_and_the_environment(tmp_path):
+    from proxy.config import ClientMetricsMode
+
+    path = tmp_path / "proxy.toml"
+    path.write_text('[client_metrics]\nmode = "collector"\ncollector = "otel:4317"\n')
+    config = load(str(path), env={"RMQ_PROXY_CLIENT_METRICS_MAX_LABEL_SETS": "7"})
+    assert config.client_metrics.mode is ClientMetricsMode.COLLECTOR
+    assert config.client_metrics.collector == "otel:4317"
+    assert config.client_metrics.max_label_sets == 7
+    assert load(env={}).client_metrics.mode is ClientMetricsMode.OFF  # the default
+    env = {"RMQ_PROXY_CLIENT_METRICS_MODE": "proxy"}
+    assert load(env=env).client_metrics.mode is ClientMetricsMode.PROXY
