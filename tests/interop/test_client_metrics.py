@@ -31,8 +31,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as otlp_grpc
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
 
 from rocketmq_local import admin
 from tests.interop._harness import run_client, start_proxy
@@ -171,4 +176,49 @@ def test_official_clients_metrics_reach_prometheus_through_the_proxy(tmp_path):
                 prometheus.kill()
                 prometheus.wait(10)
         complaint = proxy.stop()
+    assert complaint is None, f"{complaint}\n{proxy.logs()}"
+
+
+class _Collector(otlp_grpc.MetricsServiceServicer):
+    """An OTLP collector that keeps what it is sent, and who sent it."""
+
+    def __init__(self) -> None:
+        self.exports: list[tuple[str, set[str]]] = []  # (x-mq-language, metric names)
+
+    def Export(self, request, context):
+        language = dict(context.invocation_metadata()).get("x-mq-language", "")
+        names = {
+            m.name for r in request.resource_metrics for s in r.scope_metrics for m in s.metrics
+        }
+        self.exports.append((language, names))
+        return ExportMetricsServiceResponse()
+
+
+def test_collector_mode_sends_the_python_clients_metrics_to_the_collector(tmp_path):
+    """The Python client exports where the settings say, in plaintext (its exporter has no
+    TLS). The Java client would use TLS there by default (its own TLS setting): a collector
+    for both must take both, as docs/client-metrics.md says."""
+    collector = _Collector()
+    server = grpc.server(ThreadPoolExecutor(2))
+    otlp_grpc.add_MetricsServiceServicer_to_server(collector, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'[client_metrics]\nmode = "collector"\ncollector = "127.0.0.1:{port}"\n')
+    proxy = start_proxy(tmp_path / "proxy", (), brokers=1, extra_args=("--config", str(config)))
+    try:
+        topic = f"metrics-collector-{uuid.uuid4().hex[:8]}"
+        admin.create_topic(proxy.namesrv, topic)
+        out = run_client(
+            "python", "produce", "--endpoint", proxy.grpc, "--topic", topic, "--count", 2,
+            timeout=RUN_TIMEOUT, home=tmp_path / "home",
+        )  # fmt: skip
+        assert len(out["ids"]) == 2
+        deadline = time.monotonic() + EXPORT_WAIT_S
+        while time.monotonic() < deadline and not collector.exports:
+            time.sleep(0.5)
+        assert ("PYTHON", {"rocketmq_send_cost_time"}) in collector.exports, collector.exports
+    finally:
+        complaint = proxy.stop()
+        server.stop(None)
     assert complaint is None, f"{complaint}\n{proxy.logs()}"
