@@ -16,6 +16,7 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from tests.support.waits import wait_until
 
 T = "TopicRoute"
 TIMEOUT = 3.0
@@ -34,15 +35,6 @@ async def broker_names(namesrv: RemotingClient, topic: str) -> list[str]:
         return []
     assert response.code == ResponseCode.SUCCESS
     return [b["brokerName"] for b in orjson.loads(response.body)["brokerDatas"]]
-
-
-async def eventually(check, timeout: float = 2.0, step: float = 0.05) -> None:
-    """Await ``check()`` until it returns true, within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(step)
 
 
 @pytest.fixture
@@ -128,7 +120,7 @@ async def test_silent_broker_expires(fast_namesrv):
         response = await client.invoke(register, TIMEOUT)
         assert response.code == ResponseCode.SUCCESS
         assert await broker_names(client, T) == ["broker-x"]
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # 0.6 s of registrations, twice the 0.3 s expiry
     route = orjson.loads((await get_route(client, T)).body)
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
     assert route["queueDatas"][0]["readQueueNums"] == 2
@@ -139,7 +131,7 @@ async def test_silent_broker_expires(fast_namesrv):
     async def gone() -> bool:
         return await broker_names(client, T) == []
 
-    await eventually(gone, timeout=2.0, step=0.02)
+    await wait_until(gone, timeout=2.0, step=0.02, what="broker-x expired")
     assert time.monotonic() - silent_at >= 0.2
     assert "broker-x" not in server.brokers
 
@@ -170,7 +162,7 @@ async def test_broker_registers_again_when_a_topic_is_created():
             async def routed() -> bool:
                 return await broker_names(namesrv, "FreshTopic") == [broker.name]
 
-            await eventually(routed, timeout=2.0, step=0.02)
+            await wait_until(routed, timeout=2.0, step=0.02, what="the topic routed")
         finally:
             await client.close()
             await namesrv.close()

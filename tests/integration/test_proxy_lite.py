@@ -19,6 +19,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.config import PollMode
 from proxy.remoting.lite import lite_queue_index
 from rocketmq_local import admin
+from tests.support.waits import wait_until
 
 Code = pb.Code
 
@@ -115,6 +116,19 @@ async def test_a_lite_message_goes_to_the_broker_that_owns_its_lite_topic(backen
         assert await backend.max_offset(other, lmq) == 0, name
 
 
+async def _parked(app, polls: int) -> None:
+    """Until ``polls`` lite polls are in flight, and a little longer: parked on the brokers."""
+    await wait_until(
+        lambda: app.engine.in_flight[PollMode.LITE] == polls,
+        timeout=5,
+        step=0.02,
+        what=f"{polls} lite poll(s) in flight",
+    )
+    # The count rises before the pops reach the brokers, and the brokers show no count of
+    # the lite pops they hold (conformance/test_lite.py): give them time to park.
+    await asyncio.sleep(0.5)
+
+
 async def test_a_parked_lite_poll_answers_when_a_message_arrives(backend, lean):
     app = await backend.start()
     parent, group = await lite_names(backend, app)
@@ -124,11 +138,7 @@ async def test_a_parked_lite_poll_answers_when_a_message_arrives(backend, lean):
 
     async def send_later() -> None:
         # Once the poll is parked: it counts as a long poll in flight, mode lite.
-        deadline = time.monotonic() + 5
-        while app.engine.in_flight[PollMode.LITE] != 1:
-            assert time.monotonic() < deadline, f"no lite poll in flight: {app.engine.in_flight}"
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.5)  # parked on the brokers, not only counted
+        await _parked(app, 1)
         await producer.send(parent, b"late-body", lite_topic="late")
 
     started = time.monotonic()
@@ -140,15 +150,6 @@ async def test_a_parked_lite_poll_answers_when_a_message_arrives(backend, lean):
     assert [m.body for m in result.messages] == [b"late-body"]
     assert waited < 8, f"answered after {waited:.1f}s, not when the message arrived"
     assert (await client.ack(group, parent, result.messages)).status.code == Code.OK
-
-
-async def _parked(app, polls: int) -> None:
-    """Until ``polls`` lite polls are in flight, and a little longer: parked on the brokers."""
-    deadline = time.monotonic() + 5
-    while app.engine.in_flight[PollMode.LITE] != polls:
-        assert time.monotonic() < deadline, f"lite polls in flight: {app.engine.in_flight}"
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(0.5)  # the count rises before the pops reach the brokers
 
 
 async def test_a_pop_left_parked_by_the_last_poll_serves_the_next_poll(backend, lean):
@@ -194,10 +195,9 @@ async def test_lite_polls_count_against_the_in_flight_limit(backend, lean):
     for client in (first, second):
         assert (await client.sync_lite(group, parent, ["idle"])).status.code == Code.OK
     held = asyncio.create_task(first.receive(group, parent, await_ms=5000))
-    deadline = time.monotonic() + 5
-    while app.engine.in_flight[PollMode.LITE] != 1:
-        assert time.monotonic() < deadline, f"no lite poll in flight: {app.engine.in_flight}"
-        await asyncio.sleep(0.02)
+    await wait_until(
+        lambda: app.engine.in_flight[PollMode.LITE] == 1, timeout=5, step=0.02, what="a lite poll"
+    )
     refused = await second.receive(group, parent, await_ms=5000)
     assert refused.status == Code.TOO_MANY_REQUESTS, refused.message
     assert not (await held).messages

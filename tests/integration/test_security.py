@@ -20,6 +20,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.security.config import SecurityConfig
 from tests.support.secure_client import SecureLeanClient
 from tests.support.tls_ca import make_ca
+from tests.support.waits import wait_until
 
 SECRET = "alice-secret-value"
 USERS = f"""
@@ -218,10 +219,9 @@ async def test_certificate_reload_on_file_change(secure_proxy, clients, ca, tmp_
     # Replace the files as an operator (or cert-manager) does: write, then rename over.
     for src, dst in ((new_key, tls.key_file), (new_cert, tls.cert_file)):
         os.replace(src, dst)
-    for _ in range(100):
-        if tls.status()["cert_sha256"] != before:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(
+        lambda: tls.status()["cert_sha256"] != before, timeout=5, step=0.05, what="the new pair"
+    )
     after = tls.status()["cert_sha256"]
     assert after != before and tls.status()["reloads"] >= 1
     # A new connection is served the new certificate.
@@ -231,10 +231,9 @@ async def test_certificate_reload_on_file_change(secure_proxy, clients, ca, tmp_
     assert (await alice.query_route("orders")).status.code == pb.Code.OK
     # A broken file keeps the pair in use and says so.
     await asyncio.to_thread(Path(tls.key_file).write_text, "not a key")
-    for _ in range(100):
-        if tls.status()["last_error"]:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(
+        lambda: bool(tls.status()["last_error"]), timeout=5, step=0.05, what="the reload error"
+    )
     assert tls.status()["last_error"] and tls.status()["cert_sha256"] == after
 
 
@@ -246,18 +245,19 @@ async def test_user_file_reload(secure_proxy, clients, ca, tmp_path):
     users.write_text(USERS + '\n[[users]]\naccess_key = "carol"\nsecret_key = "carol-secret"\n'
                      'publish = ["orders"]\n')  # fmt: skip
     proxy.security.reload_now()  # what SIGHUP does
-    for _ in range(100):
-        if (await carol.send("orders", b"x")).status.code == pb.Code.OK:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the new user was never accepted")
+
+    async def accepted() -> bool:
+        return (await carol.send("orders", b"x")).status.code == pb.Code.OK
+
+    await wait_until(accepted, timeout=5, step=0.05, what="the new user accepted")
     users.write_text("[[users]\nbroken")
     proxy.security.reload_now()
-    for _ in range(100):
-        if proxy.status()["security"]["users"]["last_error"]:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(
+        lambda: bool(proxy.status()["security"]["users"]["last_error"]),
+        timeout=5,
+        step=0.05,
+        what="the users file's error",
+    )
     assert proxy.status()["security"]["users"]["last_error"]
     assert (await carol.send("orders", b"y")).status.code == pb.Code.OK  # previous users stay
 
