@@ -1,10 +1,22 @@
-"""The aggregation, one function for the batch job and the stream.
+"""The aggregation, shared by the batch job and the stream, in three steps.
 
-Per window (event time = the request's arrival), proxy, group, topic and mode: request
-counts, the ratios operators tune long polling from, broker requests per delivered message
-and wait-time quantiles. The fleet rollup (``proxy = "_fleet"``) is computed in the same
-aggregation from the raw rows, not summed from the per-proxy rows: quantiles of several
-proxies cannot be merged from their per-proxy quantiles.
+- ``per_proxy``: the one pass over the records. Per window (event time = the request's
+  arrival), proxy, group, topic and mode: the request counts and a KLL sketch of the wait
+  times (``wait_sketch``, Spark's ``kll_sketch_agg_bigint``).
+- ``with_fleet``: adds the fleet rollup (``proxy = "_fleet"``) from the per-proxy rows,
+  never from the records: counts are summed, sketches merged (``kll_merge_agg_bigint``).
+  A merged KLL sketch keeps the error bound of one built from all the values at once.
+- ``finish``: the ratios operators tune long polling from, broker requests per delivered
+  message, the wait-time quantiles read off the sketch, and the date partition.
+
+The batch job runs the three in one plan (``aggregate``). A stream's one stateful
+aggregation is ``per_proxy``, so its state holds the sketches; each micro-batch's fleet
+rows are merged again from the stored per-proxy rows, sketches included (``sink.upsert``).
+
+Quantile error: a sketch of ``KLL_K`` items holds every value while its group has at most
+that many, and then gives exact nearest-rank quantiles (the value at rank ceil(q * n) of
+the sorted waits). Beyond, the value returned for quantile q has a rank within
+``RANK_ERROR`` * n of q * n (DataSketches' bound for this k, at 99 % confidence).
 """
 
 from __future__ import annotations
@@ -20,12 +32,17 @@ from polling_report.schema import (
     GROUP_KEYS,
     PARTITION_DATE,
     WAIT_COLUMNS,
+    WAIT_SKETCH,
 )
 
-# percentile_approx keeps every value while a group holds fewer than about this many, so
-# small groups get exact quantiles (the value at rank ceil(q * n)); beyond, the error is at
-# most 1/ACCURACY of the group's rank range.
-ACCURACY = 10_000
+# The sketches' k: items kept per level, so exact up to this many waits per group.
+KLL_K = 200
+# The normalized rank error of a KLL sketch of k = 200 (DataSketches, 99 % confidence,
+# single quantile): what the tests check the quantiles of large groups against.
+RANK_ERROR = 0.0165
+
+COUNTS = ("requests", "long_polls", "short_poll_hits", "found", "messages", "pops", "notifications")
+WINDOW_KEYS = ("window_start", "window_end", "window_seconds")
 
 
 def _count(condition: Column) -> Column:
@@ -37,8 +54,9 @@ def _ratio(numerator: str, denominator: str) -> Column:
     return F.when(F.col(denominator) > 0, F.col(numerator) / F.col(denominator))
 
 
-def aggregate(events: DataFrame, window_s: int, watermark_s: int | None = None) -> DataFrame:
-    """Aggregate well-formed events (``source.valid_events``) into windows of ``window_s``.
+def per_proxy(events: DataFrame, window_s: int, watermark_s: int | None = None) -> DataFrame:
+    """Counts and wait sketch per window of ``window_s``, proxy, group, topic and mode, from
+    well-formed events (``source.valid_events``).
 
     ``watermark_s`` (streams only): how late a record may arrive; a window's state is kept
     until the newest event time seen is that much past the window's end, later records
@@ -47,11 +65,7 @@ def aggregate(events: DataFrame, window_s: int, watermark_s: int | None = None) 
     timed = events.withColumn("event_time", F.timestamp_millis("ts"))
     if watermark_s is not None:
         timed = timed.withWatermark("event_time", f"{watermark_s} seconds")
-    # Each record counts for its proxy and for the fleet: one extra row per record, in the
-    # same pass (the stream allows one aggregation, and the fleet's quantiles need raw rows).
-    doubled = timed.withColumn("proxy", F.explode(F.array(F.col("proxy"), F.lit(FLEET))))
-    quantiles = [float(q) for q in WAIT_COLUMNS]
-    grouped = doubled.groupBy(
+    grouped = timed.groupBy(
         F.window("event_time", f"{window_s} seconds").alias("window"), *GROUP_KEYS
     ).agg(
         F.count(F.lit(1)).alias("requests"),
@@ -61,21 +75,38 @@ def aggregate(events: DataFrame, window_s: int, watermark_s: int | None = None) 
         F.sum("messages").alias("messages"),
         F.sum("pops").alias("pops"),
         F.sum("notifications").alias("notifications"),
-        F.percentile_approx("wait_ms", quantiles, ACCURACY).alias("wait_q"),
+        F.kll_sketch_agg_bigint("wait_ms", KLL_K).alias(WAIT_SKETCH),
     )
     return grouped.select(
         F.col("window.start").alias("window_start"),
         F.col("window.end").alias("window_end"),
         F.lit(window_s).alias("window_seconds"),
         *GROUP_KEYS,
-        "requests",
-        "long_polls",
-        "short_poll_hits",
-        "found",
-        "messages",
-        "pops",
-        "notifications",
-        (F.col("requests") / F.lit(float(window_s))).alias("request_rate"),
+        *COUNTS,
+        WAIT_SKETCH,
+    )
+
+
+def with_fleet(rows: DataFrame) -> DataFrame:
+    """``rows`` (``per_proxy``'s columns, no fleet rows) and the fleet's rows merged from
+    them: each row counts for its proxy and for the fleet. A proxy's row passes through
+    as it is (a merge of one sketch holds the same values)."""
+    doubled = rows.withColumn("proxy", F.explode(F.array(F.col("proxy"), F.lit(FLEET))))
+    return doubled.groupBy(*WINDOW_KEYS, *GROUP_KEYS).agg(
+        *(F.sum(c).alias(c) for c in COUNTS),
+        F.kll_merge_agg_bigint(WAIT_SKETCH, KLL_K).alias(WAIT_SKETCH),
+    )
+
+
+def finish(rows: DataFrame) -> DataFrame:
+    """The stored aggregates from ``per_proxy``'s columns (the fleet's rows included)."""
+    ranks = F.array(*(F.lit(float(q)) for q in WAIT_COLUMNS))
+    quantiles = F.kll_sketch_get_quantile_bigint(WAIT_SKETCH, ranks)
+    return rows.withColumn("wait_q", quantiles).select(
+        *WINDOW_KEYS,
+        *GROUP_KEYS,
+        *COUNTS,
+        (F.col("requests") / F.col("window_seconds")).alias("request_rate"),
         _ratio("long_polls", "requests").alias("long_poll_share"),
         _ratio("short_poll_hits", "requests").alias("short_poll_hit_ratio"),
         _ratio("found", "requests").alias("found_ratio"),
@@ -84,9 +115,20 @@ def aggregate(events: DataFrame, window_s: int, watermark_s: int | None = None) 
             (F.col("pops") + F.col("notifications")) / F.col("messages"),
         ).alias("broker_requests_per_message"),
         *(F.col("wait_q")[i].alias(name) for i, name in enumerate(WAIT_COLUMNS.values())),
+        WAIT_SKETCH,
         # The window's UTC date (the session runs in UTC): the output partition.
-        F.date_format(F.col("window.start"), "yyyy-MM-dd").alias(PARTITION_DATE),
+        F.date_format(F.col("window_start"), "yyyy-MM-dd").alias(PARTITION_DATE),
     )
+
+
+def aggregate(events: DataFrame, window_s: int) -> DataFrame:
+    """The batch job's aggregates: per proxy and for the fleet, one pass over ``events``."""
+    return finish(with_fleet(per_proxy(events, window_s)))
+
+
+def base_columns(stored: DataFrame) -> DataFrame:
+    """``per_proxy``'s columns of stored aggregates (what ``with_fleet`` takes)."""
+    return stored.select(*WINDOW_KEYS, *GROUP_KEYS, *COUNTS, WAIT_SKETCH)
 
 
 def output_schema(spark: SparkSession) -> T.StructType:

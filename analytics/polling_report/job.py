@@ -1,6 +1,6 @@
 """The job: read, aggregate, write, summarise, push; once over what is there (batch) or
 incrementally as files arrive (stream). Both use ``source.valid_events`` and
-``aggregate.aggregate``, so they compute the same rows from the same input."""
+``aggregate``'s steps, so they compute the same rows from the same input."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from polling_report.aggregate import aggregate, output_schema
+from polling_report.aggregate import aggregate, output_schema, per_proxy
 from polling_report.html import write_html
 from polling_report.model import Summary
 from polling_report.push import push
@@ -124,12 +124,15 @@ def run_stream(
     events = valid_events(
         read_event_stream(spark, opts.events, opts.dates, opts.max_files_per_trigger)
     )
-    rows = aggregate(events, opts.window_s, watermark_s=opts.lateness_s)
+    # The query's one stateful aggregation: per proxy, the wait sketches in its state. The
+    # fleet rows are merged from the stored per-proxy rows as each micro-batch is written.
+    rows = per_proxy(events, opts.window_s, watermark_s=opts.lateness_s)
+    schema = output_schema(spark)
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         batch.persist()
         try:
-            state.dates.update(upsert(batch, opts.out))
+            state.dates.update(upsert(batch, opts.out, schema))
         finally:
             batch.unpersist()
         state.batches_written += 1

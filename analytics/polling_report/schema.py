@@ -52,3 +52,6 @@ GROUP_KEYS = ("proxy", "group", "topic", "mode")
 ROW_KEY = ("window_start", *GROUP_KEYS)
 # Wait-time quantile (as the Pushgateway label spells it) -> column of the aggregates.
 WAIT_COLUMNS = {"0.5": "wait_p50_ms", "0.9": "wait_p90_ms", "0.99": "wait_p99_ms"}
+# The wait times' KLL sketch (binary, DataSketches' KllLongsSketch), stored beside the
+# quantiles read from it: rows merge into wider ones (the fleet, a day) without the records.
+WAIT_SKETCH = "wait_sketch"

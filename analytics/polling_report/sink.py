@@ -3,10 +3,12 @@
 Batch: each run overwrites exactly the date partitions it produced (dynamic partition
 overwrite), so re-running a day replaces it and leaves the other days alone.
 
-Stream: a micro-batch in update mode holds the new state of every window it changed. It is
-merged into its dates' partitions by row key (window, proxy, group, topic, mode) and those
-partitions are rewritten, so a window updated by late records is replaced, not duplicated.
-The merge reads the very files the rewrite replaces, so it is first written whole to a
+Stream: a micro-batch in update mode holds the new state of every per-proxy window it
+changed (counts and wait sketch, ``aggregate.per_proxy``). It replaces the stored rows of
+the same key (window, proxy, group, topic, mode) in its dates' partitions; the fleet rows
+of those dates are merged again from the per-proxy rows that result, sketches included;
+and those partitions are rewritten, so a window updated by late records is replaced, not
+duplicated. The merge reads the very files the rewrite replaces, so it is first written whole to a
 staging directory beside them (``_staging``: Spark's readers skip names that start with an
 underscore) and the rewrite reads that. Files, not ``localCheckpoint``: a local checkpoint
 lives in the executors' block stores, and an executor lost before the rewrite took its
@@ -20,7 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from polling_report.schema import PARTITION_DATE, ROW_KEY
+from polling_report.aggregate import base_columns, finish, with_fleet
+from polling_report.schema import FLEET, PARTITION_DATE, ROW_KEY
 
 # Under the output directory; a micro-batch's merge before it replaces its dates.
 STAGING = "_staging"
@@ -66,16 +69,19 @@ def delete_path(spark: SparkSession, path: str) -> None:
     )
 
 
-def upsert(batch: DataFrame, out: str) -> list[str]:
-    """Merge a micro-batch of updated windows into ``out``; return the dates rewritten."""
+def upsert(batch: DataFrame, out: str, schema: StructType) -> list[str]:
+    """Merge a micro-batch of updated per-proxy windows (``aggregate.per_proxy``'s
+    columns) into ``out``, whose rows have ``schema``; return the dates rewritten."""
     spark = batch.sparkSession
-    dates = sorted(r[0] for r in batch.select(PARTITION_DATE).distinct().collect())
+    updated = finish(batch)  # the date partition of each row, and its final columns
+    dates = sorted(r[0] for r in updated.select(PARTITION_DATE).distinct().collect())
     if not dates:
         return []
-    stored = read_dates(spark, out, batch.schema, dates)
+    stored = read_dates(spark, out, schema, dates).where(F.col("proxy") != FLEET)
     kept = stored.join(batch.select(*ROW_KEY), list(ROW_KEY), "left_anti")
+    proxies = base_columns(kept).unionByName(base_columns(updated))
     staging = f"{out.rstrip('/')}/{STAGING}"
-    kept.unionByName(batch).write.mode("overwrite").parquet(staging)
-    write_dates(spark.read.schema(batch.schema).parquet(staging), out)
+    finish(with_fleet(proxies)).write.mode("overwrite").parquet(staging)
+    write_dates(spark.read.schema(schema).parquet(staging), out)
     delete_path(spark, staging)
     return dates

@@ -95,11 +95,14 @@ EXPECTED_DAY1 = [
 
 
 def stored_rows(spark, out, date=None):
+    """Every stored row, its wait sketch as the number of waits it holds (``sketch_n``):
+    sketches of the same waits taken in another order differ in their bytes."""
     from pyspark.sql import functions as F
 
     df = spark.read.parquet(out)
     if date is not None:
         df = df.where(F.col("date").cast("string") == date)
+    df = df.withColumn("sketch_n", F.kll_sketch_get_n_bigint("wait_sketch")).drop("wait_sketch")
     rows = []
     for r in df.collect():
         d = r.asDict()
@@ -125,6 +128,8 @@ def test_aggregates_match_hand_computed_and_malformed_lines_are_counted(spark, t
     assert summary.dates == [DAY, "2024-05-02"]
     day1 = stored_rows(spark, out, DAY)
     assert comparable(day1) == comparable(EXPECTED_DAY1)
+    # Each row's sketch holds its waits, the fleet's those of all its proxies.
+    assert all(r["sketch_n"] == r["requests"] for r in day1)
     assert {r["window_seconds"] for r in day1} == {60}
     assert {(r["window_start"], r["window_end"].strftime("%H:%M")) for r in day1} == {
         (W1, "10:01"),

@@ -38,8 +38,13 @@ ROW_KEY = ("window_start", "proxy", "group", "topic", "mode")
 
 
 def all_rows(spark, out: Path) -> list[dict]:
-    """Every stored row, every column (the date partition too), in key order."""
-    rows = [r.asDict() for r in spark.read.parquet(str(out)).collect()]
+    """Every stored row, every column (the date partition too), in key order; the wait
+    sketch as its count (its bytes depend on the order the waits came in)."""
+    from pyspark.sql import functions as F
+
+    stored = spark.read.parquet(str(out))
+    stored = stored.withColumn("sketch_n", F.kll_sketch_get_n_bigint("wait_sketch"))
+    rows = [r.asDict() for r in stored.drop("wait_sketch").collect()]
     return sorted(rows, key=lambda r: tuple(r[k] for k in ROW_KEY))
 
 
