@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from proxy.remoting.broker_client import BrokerClient, PopResult
 from rocketmq_local.admin import max_offset
+from tests.support.waits import wait_until
 
 #: How long a test waits for an unacked message to come back. A stub revives at the
 #: invisible time; a real broker's revive service scans its revive queue in rounds and
@@ -27,20 +25,20 @@ async def pop_eventually(
 ) -> PopResult:
     """Pop (without parking: a real broker does not reliably wake a parked pop on a
     revival) until something comes; fail after ``deadline_s``."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        result = await client.pop(group, topic, **kwargs)
-        if result.found:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"nothing came for {group} on {topic} within {deadline_s}s")
-        await asyncio.sleep(step_s)
+    last: list[PopResult] = []
+
+    async def found() -> bool:
+        last[:] = [await client.pop(group, topic, **kwargs)]
+        return last[0].found
+
+    await wait_until(found, timeout=deadline_s, step=step_s, what=f"a pop for {group} on {topic}")
+    return last[0]
 
 
 async def wait_offset(client: BrokerClient, topic: str, offset: int, timeout_s: float = 10.0):
     """Wait until queue 0 of ``topic`` reaches ``offset`` (see ``wait_visible``)."""
-    deadline = time.monotonic() + timeout_s
-    while await max_offset(client, topic, 0) < offset:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{topic}:0 never reached offset {offset}")
-        await asyncio.sleep(0.01)
+
+    async def reached() -> bool:
+        return await max_offset(client, topic, 0) >= offset
+
+    await wait_until(reached, timeout=timeout_s, step=0.01, what=f"{topic}:0 at offset {offset}")

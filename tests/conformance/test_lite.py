@@ -230,7 +230,8 @@ async def test_parked_lite_pop_is_woken_by_a_message(backend):
     await subscribe(remoting, client_id, group, parent, {lite})
     started = time.monotonic()
     parked = asyncio.ensure_future(pop_lite(remoting, client_id, group, parent, poll_ms=8000))
-    await asyncio.sleep(0.3)  # the pop reaches the broker and parks (nothing to await)
+    # The pop reaches the broker and parks: no broker counts parked lite pops to await.
+    await asyncio.sleep(0.3)
     assert not parked.done()
     await send_lite(backend, parent, lite, b"wake")
     response = await asyncio.wait_for(parked, TIMEOUT_S)

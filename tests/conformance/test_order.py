@@ -15,6 +15,7 @@ from proxy.remoting.popinfo import PopCheckpointInfo
 from rocketmq_local.admin import wait_visible
 from tests.conformance._util import pop_eventually
 from tests.conformance.test_pop import raw_pop
+from tests.support.waits import wait_until
 
 INVISIBLE_MS = 60_000  # long: nothing here may come back by its invisible time
 POP_ORDER_REVIVE_QUEUE = 999
@@ -69,7 +70,7 @@ async def test_orderly_pop_blocks_the_queue_until_acked(backend):
     changed = await client.change_invisible_time(group, topic, second.properties[Prop.POP_CK], 1000)
     assert PopCheckpointInfo.parse(changed).pop_time == ck(second).pop_time
     assert not (await orderly(client, group, topic, "a4")).found  # not yet
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(1.2)  # past the 1 s invisible time: the second may come back
     redo = await pop_eventually(
         client, group, topic, order=True, attempt_id="a5", invisible_ms=INVISIBLE_MS,
         deadline_s=10.0,
@@ -84,10 +85,11 @@ async def test_orderly_pop_blocks_the_queue_until_acked(backend):
     assert not (await orderly(client, group, topic, "a6")).found
     assert not (await client.notification(group, topic, order=True)).has_msg
     await client.send(topic, b"m3", queue_id=0)
-    deadline = time.monotonic() + 10
-    while not (await client.notification(group, topic, order=True)).has_msg:
-        assert time.monotonic() < deadline, "an orderly probe never saw the free queue's message"
-        await asyncio.sleep(0.05)
+
+    async def seen() -> bool:
+        return (await client.notification(group, topic, order=True)).has_msg
+
+    await wait_until(seen, timeout=10, step=0.05, what="an orderly probe seeing the free queue")
     last = await pop_eventually(
         client, group, topic, order=True, attempt_id="a7", invisible_ms=INVISIBLE_MS
     )
@@ -106,6 +108,8 @@ async def test_an_orderly_probe_parked_on_a_blocked_queue_wakes_on_the_ack(backe
     probe = asyncio.ensure_future(
         backend.client().notification(group, topic, order=True, poll_ms=8000, timeout=12)
     )
+    # The probe parks (POLLING_INFO counts pops, not notifications: nothing to await), and
+    # must not answer in this time while the queue is blocked.
     await asyncio.sleep(0.5)
     assert not probe.done(), "an orderly probe answered while the only queue was blocked"
     started = time.monotonic()

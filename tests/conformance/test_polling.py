@@ -12,6 +12,7 @@ from proxy.remoting.message import Prop
 from rocketmq_local.admin import wait_visible
 from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually
 from tests.conformance.test_pop import fresh, pop_fields
+from tests.support.waits import wait_until
 
 #: A parked request shows in POLLING_INFO only once the broker has parked it.
 PARK_DEADLINE_S = 10.0
@@ -19,10 +20,11 @@ PARK_DEADLINE_S = 10.0
 
 async def parked(client, group: str, topic: str, queue_id: int = -1, want: int = 1) -> None:
     """Wait until POLLING_INFO counts ``want`` pops parked on (topic, group, queue_id)."""
-    deadline = time.monotonic() + PARK_DEADLINE_S
-    while await client.polling_info(group, topic, queue_id) != want:
-        assert time.monotonic() < deadline, "the pop was never parked"
-        await asyncio.sleep(0.02)
+
+    async def counted() -> bool:
+        return await client.polling_info(group, topic, queue_id) == want
+
+    await wait_until(counted, timeout=PARK_DEADLINE_S, step=0.02, what=f"{want} pop(s) parked")
 
 
 async def test_parked_pop_is_woken_by_a_send(backend):
@@ -129,7 +131,7 @@ async def test_pop_parked_on_one_queue_wakes_only_for_that_queue(backend):
     await parked(client, group, topic, queue_id=1)
 
     await client.send(topic, b"elsewhere", queue_id=2)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # room for a wrong wake-up: none may come in it
     assert not task.done()
     assert await client.polling_info(group, topic, 1) == 1
 

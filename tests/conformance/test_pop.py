@@ -15,7 +15,7 @@ from proxy.remoting.message import BatchEntry, Prop, decode_messages
 from proxy.remoting.popinfo import PopCheckpointInfo, retry_flag
 from rocketmq_local.admin import max_offset, wait_visible
 from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually, wait_offset
-from tests.support.waits import pop_all
+from tests.support.waits import pop_all, wait_until
 
 HEADER_KEYS = {"popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo",
                "msgOffsetInfo"}  # fmt: skip
@@ -267,14 +267,15 @@ async def test_redelivery_through_the_v2_retry_topic(backend):
     first = await client.pop(group, topic, invisible_ms=SHORT_INVISIBLE_MS)
     assert first.messages[0].reconsume_times == 0
 
+    raws: list[RemotingCommand] = []
+
+    async def popped() -> bool:
+        raws[:] = [await raw_pop(client, group, topic, invisibleTime=SHORT_INVISIBLE_MS)]
+        return raws[0].code == ResponseCode.SUCCESS
+
     for attempt in (1, 2):
-        deadline = time.monotonic() + 30
-        while True:
-            raw = await raw_pop(client, group, topic, invisibleTime=SHORT_INVISIBLE_MS)
-            if raw.code == ResponseCode.SUCCESS or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.1)
-        assert raw.code == ResponseCode.SUCCESS
+        await wait_until(popped, timeout=30, step=0.1, what=f"redelivery {attempt}")
+        [raw] = raws
         [record] = decode_messages(raw.body)
         assert record.reconsume_times == attempt
         assert record.topic == topic

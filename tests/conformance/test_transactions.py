@@ -31,7 +31,7 @@ from proxy.remoting.message import MessageExt, Prop, decode_messages
 from proxy.remoting.recall import RecallHandle
 from rocketmq_local.launcher import LOWEST_PRIORITY, SPINNING_THREAD
 from tests.conformance._util import pop_eventually
-from tests.support.waits import pop_all
+from tests.support.waits import pop_all, wait_until
 
 TIMER_PRECISION_MS = 1000
 LATE_BOUND_MS = 3000  # a timed message is popped at most this long after its time
@@ -73,7 +73,7 @@ async def test_half_message_is_invisible_until_commit(backend):
     client = backend.client()
     pgroup = backend.unique("P")
     sent = await send_half(client, topic, b"half", pgroup)
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # room for the half message to show, were it visible
     assert await pop_all(client, group, topic) == []
     await client.end_transaction(end_header(sent, pgroup, topic, TRANSACTION_COMMIT_TYPE))
     [msg] = (await pop_eventually(client, group, topic)).messages
@@ -90,7 +90,7 @@ async def test_rolled_back_half_message_is_never_delivered(backend):
     await client.end_transaction(end_header(sent, pgroup, topic, TRANSACTION_ROLLBACK_TYPE))
     marker = await client.send(topic, b"marker")
     got = (await pop_eventually(client, group, topic)).messages
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # room for the rolled-back message to show, were it delivered
     got += await pop_all(client, group, topic)
     assert [m.properties[Prop.UNIQ_KEY] for m in got] == [marker.msg_id]
 
@@ -145,10 +145,13 @@ async def test_timed_message_is_delivered_at_its_time(backend):
     sent = await client.send(topic, b"timed", properties={Prop.TIMER_DELIVER_MS: str(deliver_ms)})
     assert await pop_all(client, group, topic) == []
     got: list[MessageExt] = []
-    while not got and now_ms() < deliver_ms + LATE_BOUND_MS + 2000:
-        got = await pop_all(client, group, topic)
-        if not got:
-            await asyncio.sleep(0.1)
+
+    async def delivered() -> bool:
+        got.extend(await pop_all(client, group, topic))
+        return bool(got)
+
+    left_s = (deliver_ms + LATE_BOUND_MS + 2000 - now_ms()) / 1000
+    await wait_until(delivered, timeout=left_s, step=0.1, what="the timed message")
     arrived = now_ms()
     assert [m.properties[Prop.UNIQ_KEY] for m in got] == [sent.msg_id]
     assert deliver_ms - TIMER_PRECISION_MS <= arrived <= deliver_ms + LATE_BOUND_MS
@@ -171,7 +174,7 @@ async def test_recalled_timed_message_is_never_delivered(backend):
     )
     assert await client.recall(topic, topic, recalled.recall_handle) == recalled.msg_id
     got = (await pop_eventually(client, group, topic, deadline_s=10.0)).messages
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(1.5)  # room for the recalled message to show, were it delivered
     got += await pop_all(client, group, topic)
     assert [m.properties[Prop.UNIQ_KEY] for m in got] == [kept.msg_id]
     # Once its time is past, a handle cannot be recalled.
