@@ -5,13 +5,13 @@ first, in every receive mode."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from tests.integration._backend import BROKERS
+from tests.support.waits import wait_until
 
 OK = pb.Code.OK
 CONFLICT = pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
@@ -21,13 +21,16 @@ QUEUES = 4
 async def _wait_stored(backend, topic: str, count: int, timeout_s: float = 10.0) -> None:
     """Until the brokers' queues of ``topic`` hold ``count`` messages (a real broker
     indexes a message a moment after it answers the send)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    held = [0]
+
+    async def stored() -> bool:
         offsets = [await backend.max_offset(b, topic, q) for b in BROKERS for q in range(QUEUES)]
-        if sum(offsets) >= count:
-            return
-        assert time.monotonic() < deadline, f"{topic} holds {sum(offsets)} of {count}"
-        await asyncio.sleep(0.02)
+        held[0] = sum(offsets)
+        return held[0] >= count
+
+    await wait_until(
+        stored, timeout=timeout_s, step=0.02, what=lambda: f"{topic} holding {count} ({held[0]})"
+    )
 
 
 async def test_routes_advertise_the_topic_type_and_sends_must_match(backend, lean):

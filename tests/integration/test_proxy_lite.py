@@ -122,7 +122,7 @@ async def _parked(app, polls: int) -> None:
         lambda: app.engine.in_flight[PollMode.LITE] == polls,
         timeout=5,
         step=0.02,
-        what=f"{polls} lite poll(s) in flight",
+        what=lambda: f"{polls} lite poll(s) in flight (in flight: {app.engine.in_flight})",
     )
     # The count rises before the pops reach the brokers, and the brokers show no count of
     # the lite pops they hold (conformance/test_lite.py): give them time to park.
@@ -196,7 +196,10 @@ async def test_lite_polls_count_against_the_in_flight_limit(backend, lean):
         assert (await client.sync_lite(group, parent, ["idle"])).status.code == Code.OK
     held = asyncio.create_task(first.receive(group, parent, await_ms=5000))
     await wait_until(
-        lambda: app.engine.in_flight[PollMode.LITE] == 1, timeout=5, step=0.02, what="a lite poll"
+        lambda: app.engine.in_flight[PollMode.LITE] == 1,
+        timeout=5,
+        step=0.02,
+        what=lambda: f"a lite poll (in flight: {app.engine.in_flight})",
     )
     refused = await second.receive(group, parent, await_ms=5000)
     assert refused.status == Code.TOO_MANY_REQUESTS, refused.message

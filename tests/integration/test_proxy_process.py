@@ -13,6 +13,7 @@ import aiohttp
 from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
 from tests.support.proxy_process import ready_line
+from tests.support.waits import wait_until
 
 
 async def start_proxy_process(
@@ -54,19 +55,26 @@ async def test_sigterm_answers_polls_in_flight_and_exits():
         got = await client.receive("G", "T", await_ms=5000)  # the minimum poll
         assert got.status == pb.Code.OK
         poll = asyncio.ensure_future(client.receive("G", "T", await_ms=20_000))
-        await asyncio.sleep(0.5)
-        started = time.perf_counter()
-        os.kill(proc.pid, signal.SIGTERM)
         async with aiohttp.ClientSession() as http:
-            # not ready at once, while it drains
-            for _ in range(50):
+
+            async def polling() -> bool:  # the supervisor's status lists its workers'
+                async with http.get(f"http://{ready['http']}/v1/status") as r:
+                    workers = (await r.json())["workers"]
+                return sum(sum(w["status"]["receive"]["in_flight"].values()) for w in workers) == 1
+
+            await wait_until(polling, timeout=5, step=0.02, what="the poll in flight")
+            started = time.perf_counter()
+            os.kill(proc.pid, signal.SIGTERM)
+
+            async def draining() -> bool:
                 try:
                     async with http.get(f"http://{ready['http']}/readyz") as r:
-                        if r.status == 503:
-                            break
+                        return r.status == 503
                 except aiohttp.ClientError:
-                    break  # already gone
-                await asyncio.sleep(0.02)
+                    return True  # already gone
+
+            # Not ready at once, while it drains.
+            await wait_until(draining, timeout=1, step=0.02, what="/readyz 503 on SIGTERM")
         result = await poll
         assert result.status == pb.Code.MESSAGE_NOT_FOUND
         # Once the connection aged (at most 2.2 s and a margin), not at the poll's 20 s.

@@ -331,10 +331,10 @@ async def test_a_drain_waits_for_a_quiet_client_until_its_connection_has_aged(
                 except grpc.aio.AioRpcError as err:
                     errors.append(f"{err.code().name}: {err.details()}")
                 served.append("second" if len(second.service.connections) else "first")
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(1.0)  # one send a second, quiet between, past the age
 
         sends = asyncio.ensure_future(quiet_sends(int(age_s * 2 + 3)))
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: bool(served), timeout=5, what="the first send")  # before the stop
         loop = asyncio.get_running_loop()
         await asyncio.wait_for(first.stop(), 20)
         stopped = loop.time()

@@ -2,7 +2,8 @@
 
 ``wait_until`` is for coroutines (its predicate may itself be a coroutine function);
 ``wait_for`` is its twin for synchronous tests and threads. Both fail the test with
-``what`` and the time they waited when the condition does not come true in time.
+``what`` (a text, or a callable that says what was seen at the end) and the time they
+waited when the condition does not come true in time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ async def wait_until(
     predicate: Callable[[], bool | Awaitable[bool]],
     timeout: float = 2.0,
     step: float = 0.01,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
 ) -> None:
     """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds.
 
@@ -35,19 +36,26 @@ async def wait_until(
         if met:
             return
         if loop.time() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
+            raise AssertionError(_failed(what, timeout))
         await asyncio.sleep(step)  # the poll's step: the loop runs what we wait on
 
 
 def wait_for(
-    predicate: Callable[[], bool], timeout: float = 2.0, step: float = 0.01, what: str = "condition"
+    predicate: Callable[[], bool],
+    timeout: float = 2.0,
+    step: float = 0.01,
+    what: str | Callable[[], str] = "condition",
 ) -> None:
     """``wait_until`` for synchronous code: poll ``predicate`` from this thread."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
+            raise AssertionError(_failed(what, timeout))
         time.sleep(step)  # the poll's step: another thread or process makes it true
+
+
+def _failed(what: str | Callable[[], str], timeout: float) -> str:
+    return f"{what() if callable(what) else what} not met within {timeout}s"
 
 
 async def pop_all(
