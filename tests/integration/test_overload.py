@@ -64,7 +64,7 @@ async def test_streams_never_read_and_clients_gone_leave_nothing_in_flight(start
         call = client.stub.ReceiveMessage(request, metadata=client.metadata, timeout=30)
         calls.append(call)
         if i % 2:  # half of them give up mid-poll
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the client's own patience: 50 ms into its poll
             call.cancel()
     await wait_until(lambda: in_flight(app) == 0, timeout=20)
     for client in lazy:

@@ -44,7 +44,9 @@ async def parked(app, mode: str) -> None:
         await wait_until(lambda: app.engine.hub.probes_in_flight == 2, timeout=5)
     else:
         await wait_until(lambda: any(c.pops for c in app.engine._polls), timeout=5)
-    await asyncio.sleep(0.2)  # the broker parks what it was sent
+    # The broker parks what it was sent; nothing counts a parked NOTIFICATION on a real
+    # broker (POLLING_INFO counts pops only, conformance/test_polling.py) to wait on.
+    await asyncio.sleep(0.2)
 
 
 async def receive_with_late_send(backend, app, lean, mode: str, await_ms: int, to="broker-b"):
@@ -398,6 +400,7 @@ async def test_a_filter_that_drops_most_messages_does_not_storm_the_brokers(back
             tag = "tagA" if i % 10 == 0 else "tagB"
             broker = ("broker-a", "broker-b")[(i + i // 10) % 2]  # tagA on both brokers
             await clients[broker].send(topic, f"m{i}".encode(), tag=tag)
+            # Paced at ``rate`` messages a second: the load's arrival rate is the subject.
             await asyncio.sleep(max(0.0, started + (i + 1) / rate - time.perf_counter()))
         await wait_until(lambda: len(delivered) >= sent // 10, timeout=10, step=0.05)
         pops, notes = _pops(app) - base_pops, _notifications(app) - base_notes

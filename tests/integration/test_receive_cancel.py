@@ -78,7 +78,7 @@ async def test_a_cancel_at_any_await_hands_back_what_was_not_written(start_proxy
         request = receive_request(G, T, await_ms=2000, batch=32, invisible_ms=INVISIBLE_MS)
         task = asyncio.ensure_future(app.receive.receive_message(request, context))
         for _ in range(turns):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop turn: the cancel lands at turn ``turns``
             if task.done():
                 break
         finished = task.done()

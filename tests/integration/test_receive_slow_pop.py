@@ -48,7 +48,7 @@ def answer_pops_late(cluster: StubCluster) -> asyncio.Event:
         popped.set()
 
         async def later():
-            await asyncio.sleep(LATE_S)
+            await asyncio.sleep(LATE_S)  # the slow broker: its answer comes LATE_S late
             return await reply if asyncio.isfuture(reply) or asyncio.iscoroutine(reply) else reply
 
         return later()

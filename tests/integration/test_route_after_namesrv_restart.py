@@ -201,11 +201,11 @@ async def test_a_failed_refresh_is_not_retried_by_every_request(route_body):
         try:
             before = await pool.route(T)
             fake.knows = False
-            await asyncio.sleep(ttl)  # stale now
+            await asyncio.sleep(ttl)  # the route's TTL runs out: stale now
             asked, started = fake.asked, time.monotonic()
             for _ in range(50):
                 assert await pool.route(T) == before
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.005)  # requests spread over time: retries per interval
             retries = int((time.monotonic() - started) / ttl)
             # The first request's refresh, and one per retry interval: not one per request.
             assert 1 <= fake.asked - asked <= 1 + retries < 50
