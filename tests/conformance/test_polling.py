@@ -11,7 +11,8 @@ from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import Prop
 from rocketmq_local.admin import wait_visible
 from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually
-from tests.conformance.test_pop import fresh, pop_fields
+from tests.conformance.test_pop import fresh
+from tests.support.remoting import pop_fields
 from tests.support.waits import wait_until
 
 #: A parked request shows in POLLING_INFO only once the broker has parked it.

@@ -15,6 +15,7 @@ from proxy.remoting.message import BatchEntry, Prop, decode_messages
 from proxy.remoting.popinfo import PopCheckpointInfo, retry_flag
 from rocketmq_local.admin import max_offset, wait_visible
 from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually, wait_offset
+from tests.support.remoting import pop_fields
 from tests.support.waits import pop_all, wait_until
 
 HEADER_KEYS = {"popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo",
@@ -23,24 +24,6 @@ HEADER_KEYS = {"popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetI
 
 def ck(msg) -> PopCheckpointInfo:
     return PopCheckpointInfo.parse(msg.properties[Prop.POP_CK])
-
-
-def pop_fields(group: str, topic: str, **over) -> dict[str, str]:
-    fields = {
-        "consumerGroup": group,
-        "topic": topic,
-        "queueId": "-1",
-        "maxMsgNums": "32",
-        "invisibleTime": "30000",
-        "pollTime": "0",
-        "bornTime": str(now_ms()),
-        "initMode": "1",
-        "expType": "TAG",
-        "exp": "*",
-        "order": "false",
-    }
-    fields.update({k: str(v) for k, v in over.items()})
-    return fields
 
 
 async def raw_pop(client, group: str, topic: str, **over) -> RemotingCommand:

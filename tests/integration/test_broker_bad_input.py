@@ -15,6 +15,7 @@ from proxy.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand, decode, encode
 from proxy.remoting.message import Prop
 from proxy.remoting.popinfo import PopCheckpointInfo
+from tests.support.remoting import pop_fields
 
 T = "TopicBad"
 G = "GroupBad"
@@ -30,24 +31,6 @@ async def raw(broker, client):
     await remoting.close()
 
 
-def pop_fields(**overrides: str) -> dict[str, str]:
-    fields = {
-        "consumerGroup": G,
-        "topic": T,
-        "queueId": "-1",
-        "maxMsgNums": "1",
-        "invisibleTime": "30000",
-        "pollTime": "0",
-        "bornTime": str(int(time.time() * 1000)),
-        "initMode": "1",
-        "expType": "TAG",
-        "exp": "*",
-        "order": "false",
-    }
-    fields.update(overrides)
-    return {k: v for k, v in fields.items() if v is not None}
-
-
 async def call(remoting: RemotingClient, code: int, fields: dict, body: bytes = b""):
     return await remoting.invoke(RemotingCommand(code, fields, body), TIMEOUT)
 
@@ -59,18 +42,18 @@ async def test_unknown_request_code(raw):
 
 
 async def test_pop_more_than_32(raw):
-    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(maxMsgNums="33"))
+    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(G, T, maxMsgNums=33))
     assert response.code == ResponseCode.INVALID_PARAMETER
     assert "32" in response.remark
 
 
 async def test_pop_32_is_allowed(raw):
-    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(maxMsgNums="32"))
+    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(G, T, maxMsgNums=32))
     assert response.code == ResponseCode.SUCCESS
 
 
 async def test_missing_required_field(raw):
-    fields = pop_fields()
+    fields = pop_fields(G, T)
     del fields["consumerGroup"]
     response = await call(raw, RequestCode.POP_MESSAGE, fields)
     assert response.code == ResponseCode.INVALID_PARAMETER
@@ -78,7 +61,7 @@ async def test_missing_required_field(raw):
 
 
 async def test_non_numeric_queue_id(raw):
-    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(queueId="one"))
+    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(G, T, queueId="one"))
     assert response.code == ResponseCode.INVALID_PARAMETER
     assert "queueId" in response.remark
 
@@ -93,19 +76,19 @@ async def test_send_to_bad_topic_name(broker, raw):
 
 
 async def test_pop_on_unknown_topic(raw):
-    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(topic="NoSuchTopic"))
+    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(G, "NoSuchTopic"))
     assert response.code == ResponseCode.TOPIC_NOT_EXIST
 
 
 @pytest.mark.parametrize("queue_id", ["4", "99", "-2"])
 async def test_pop_queue_id_out_of_range(raw, queue_id):
-    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(queueId=queue_id))
+    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(G, T, queueId=queue_id))
     assert response.code == ResponseCode.INVALID_PARAMETER
     assert "queueId" in response.remark
 
 
 async def test_illegal_filter_expression(raw):
-    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(exp="||"))
+    response = await call(raw, RequestCode.POP_MESSAGE, pop_fields(G, T, exp="||"))
     assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
 
 

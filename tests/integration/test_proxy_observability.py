@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.api.v2 import definition_pb2 as pb
 from tests.support.brokers import send_to
+from tests.support.metrics import total
 from tests.support.waits import wait_until
 
 T, G = "T", "G"
@@ -23,20 +23,9 @@ def read_events(directory) -> list[dict]:
     return [json.loads(line) for f in files for line in f.read_text().splitlines()]
 
 
-def samples(app, name: str) -> list[tuple[dict, float]]:
-    text = app.metrics.render()[0].decode()
-    return [
-        (s.labels, s.value)
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name
-    ]
-
-
 def value(app, name: str, **labels) -> float:
-    return sum(
-        v for lbl, v in samples(app, name) if all(lbl.get(k) == x for k, x in labels.items())
-    )
+    """The sum of ``app``'s samples called ``name`` whose labels include ``labels``."""
+    return total(app.metrics.render()[0], name, **labels)
 
 
 async def test_scenario_metrics_and_events(start_proxy, lean, tmp_path):

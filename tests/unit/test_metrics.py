@@ -11,6 +11,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.observability.metrics import ProxyMetrics
+from tests.support.metrics import samples as metric_samples
 
 
 def families(m: ProxyMetrics) -> dict[str, Metric]:
@@ -21,13 +22,7 @@ def families(m: ProxyMetrics) -> dict[str, Metric]:
 
 def samples(m: ProxyMetrics, sample_name: str) -> dict[frozenset, float]:
     """Every sample called ``sample_name``, keyed by its label set."""
-    body, _ = m.render()
-    out: dict[frozenset, float] = {}
-    for fam in text_string_to_metric_families(body.decode()):
-        for s in fam.samples:
-            if s.name == sample_name:
-                out[frozenset(s.labels.items())] = s.value
-    return out
+    return {frozenset(lbl.items()): v for lbl, v in metric_samples(m.render()[0], sample_name)}
 
 
 def labels(**kw: str) -> frozenset:
