@@ -16,12 +16,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.lean_client import LeanClient, Received
 from bench.processes import terminate
 from proxy.api.v2 import definition_pb2 as pb
+from tests.support.metrics import total
 from tests.support.proxy_process import ready_line
+from tests.support.waits import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60.0
@@ -75,23 +76,13 @@ async def stop(g: Group) -> None:
     await terminate(g.proc, 30)
 
 
-def samples(text: str, name: str, **labels: str) -> float:
-    """The sum of the samples called ``name`` whose labels include ``labels``."""
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
 ROUTES = {"protocol_type": "grpc", "request_code": "query_route"}
 
 
 async def routes_served(g: Group, worker_http: str | None = None) -> float:
     """QueryRoute calls counted (histogram count) by the group, or by one worker."""
     _, text = await g.get("/metrics", worker_http)
-    return samples(text, "rocketmq_proxy_rpc_latency_seconds_count", **ROUTES)
+    return total(text, "rocketmq_proxy_rpc_latency_seconds_count", **ROUTES)
 
 
 def alive(pid: int) -> bool:
@@ -125,10 +116,10 @@ async def test_two_workers_serve_one_port_and_metrics_sum(group: Group) -> None:
     assert sum(per_worker) == 16
     # One scrape of the group: the counter and the histogram summed over the workers.
     _, text = await group.get("/metrics")
-    assert samples(text, "rocketmq_proxy_rpc_latency_seconds_count", **ROUTES) == 16
-    assert samples(text, "rocketmq_proxy_send_messages_total", topic="T") == 16
-    assert samples(text, "rocketmq_proxy_ready") == 1
-    assert samples(text, "rocketmq_proxy_long_polls_limit") == 2 * 20_000  # livesum
+    assert total(text, "rocketmq_proxy_rpc_latency_seconds_count", **ROUTES) == 16
+    assert total(text, "rocketmq_proxy_send_messages_total", topic="T") == 16
+    assert total(text, "rocketmq_proxy_ready") == 1
+    assert total(text, "rocketmq_proxy_long_polls_limit") == 2 * 20_000  # livesum
 
 
 async def test_a_message_sent_through_one_worker_is_acked_through_another(
@@ -173,12 +164,13 @@ async def test_a_killed_worker_is_restarted_and_the_port_keeps_serving(group: Gr
     counted = await routes_served(group)
     victim = (await group.status())["workers"][0]
     os.kill(victim["pid"], signal.SIGKILL)
+
     # Once the supervisor has reaped it (connections still in a dying listener's accept
     # queue are reset, as with any SO_REUSEPORT group), new ones go to the worker left.
-    deadline = time.monotonic() + 10
-    while (await group.status())["workers"][0]["pid"] == victim["pid"]:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
+    async def reaped() -> bool:
+        return (await group.status())["workers"][0]["pid"] != victim["pid"]
+
+    await wait_until(reaped, timeout=10, step=0.02, what="the killed worker reaped")
     for i in range(4):
         c = LeanClient(group.grpc, f"during-{i}", own_connection=True)
         try:
@@ -186,13 +178,14 @@ async def test_a_killed_worker_is_restarted_and_the_port_keeps_serving(group: Gr
             assert route.status.code == pb.Code.OK
         finally:
             await c.close()
-    deadline = time.monotonic() + 30
-    while True:
-        w = (await group.status())["workers"][0]
-        if w["ready"] and w["pid"] not in (None, victim["pid"]):
-            break
-        assert time.monotonic() < deadline, w
-        await asyncio.sleep(0.2)
+
+    w: dict[str, Any] = {}
+
+    async def restarted() -> bool:
+        w.update((await group.status())["workers"][0])
+        return bool(w["ready"]) and w["pid"] not in (None, victim["pid"])
+
+    await wait_until(restarted, timeout=30, step=0.2, what=lambda: f"a new worker ready ({w})")
     assert w["restarts"] == 1 and w["last_exit"] == -signal.SIGKILL
     assert (await group.get("/readyz"))[0] == 200
     # The dead worker's samples stay: the group's counter never goes backwards.
@@ -216,18 +209,23 @@ async def test_sigterm_drains_every_worker_and_exits_0(tmp_path: Path) -> None:
         # would have odds of 2^-63).
         deadline = time.monotonic() + 20
         parked: list[int] = []
+
+        async def counted() -> bool:
+            nonlocal parked
+            workers = (await g.status())["workers"]
+            parked = [sum(w["status"]["receive"]["in_flight"].values()) for w in workers]
+            return sum(parked) == len(polls)
+
         while not (parked and all(n > 0 for n in parked)):
             assert len(clients) < 64 and time.monotonic() < deadline, parked
             client = LeanClient(g.grpc, f"c{len(clients)}", own_connection=True)
             clients.append(client)
             polls.append(asyncio.ensure_future(client.receive("G", "T", await_ms=20_000)))
-            while True:  # until this poll is counted by the worker that took it
-                workers = (await g.status())["workers"]
-                parked = [sum(w["status"]["receive"]["in_flight"].values()) for w in workers]
-                if sum(parked) == len(polls):
-                    break
-                assert time.monotonic() < deadline, parked
-                await asyncio.sleep(0.05)
+            # Until this poll is counted by the worker that took it.
+            left = max(0.0, deadline - time.monotonic())
+            await wait_until(
+                counted, timeout=left, step=0.05, what=lambda: f"every poll counted ({parked})"
+            )
         started = time.perf_counter()
         g.proc.send_signal(signal.SIGTERM)
         results = await asyncio.wait_for(asyncio.gather(*polls), 15)
