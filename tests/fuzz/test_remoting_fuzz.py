@@ -42,6 +42,7 @@ from proxy.remoting.command import (
 from proxy.remoting.headers import RegisterBrokerHeader, now_ms
 from tests.fuzz._proxy_thread import ProxyThread
 from tests.fuzz.test_grpc_fuzz import _BASES, CODES, GROUP, call_stream, call_unary
+from tests.support.waits import wait_for
 
 TOPIC = "FuzzTopic"
 
@@ -311,7 +312,7 @@ class HostileBroker:
             writer.write(frame)
 
     async def _later(self, frame: bytes, writer) -> None:
-        await asyncio.sleep(self.late_s)
+        await asyncio.sleep(self.late_s)  # the hostile broker's late answer: the subject
         if not writer.is_closing():
             writer.write(frame)
 
@@ -423,10 +424,12 @@ def _ack_of(messages):
 
 def test_after_the_hostile_broker_behaves_the_proxy_serves_through_it(hostile):
     hostile.mitm.weights = {"pass": 1.0}
-    deadline = time.monotonic() + 20
-    while True:  # a connection in back-off after a close comes back within seconds
-        sent = call_unary(hostile.stub, "SendMessage", _to_hostile(_BASES["SendMessage"]), METADATA)
-        if sent.status.code == pb.Code.OK:
-            break
-        assert time.monotonic() < deadline, sent.status
-        time.sleep(0.5)
+    statuses: list = []
+
+    def sent() -> bool:
+        request = _to_hostile(_BASES["SendMessage"])
+        statuses[:] = [call_unary(hostile.stub, "SendMessage", request, METADATA).status]
+        return statuses[0].code == pb.Code.OK
+
+    # A connection in back-off after a close comes back within seconds.
+    wait_for(sent, timeout=20, step=0.5, what=lambda: f"a send served ({statuses[0]})")
