@@ -87,19 +87,31 @@ def per_proxy(events: DataFrame, window_s: int, watermark_s: int | None = None) 
     )
 
 
+def window_date() -> Column:
+    """The window's UTC date (the session runs in UTC): the output partition."""
+    return F.date_format(F.col("window_start"), "yyyy-MM-dd").alias(PARTITION_DATE)
+
+
 def with_fleet(rows: DataFrame) -> DataFrame:
     """``rows`` (``per_proxy``'s columns, no fleet rows) and the fleet's rows merged from
-    them: each row counts for its proxy and for the fleet. A proxy's row passes through
-    as it is (a merge of one sketch holds the same values)."""
-    doubled = rows.withColumn("proxy", F.explode(F.array(F.col("proxy"), F.lit(FLEET))))
-    return doubled.groupBy(*WINDOW_KEYS, *GROUP_KEYS).agg(
+    them, partitioned by date: each row counts for its proxy and for the fleet. A proxy's
+    row passes through as it is (a merge of one sketch holds the same values).
+
+    The rows are shuffled once, by date; the merge groups by the date too, so it needs no
+    other shuffle, and the writer finds each date in one task (one file per date)."""
+    dated = rows.withColumn(PARTITION_DATE, window_date())
+    doubled = dated.repartition(PARTITION_DATE).withColumn(
+        "proxy", F.explode(F.array(F.col("proxy"), F.lit(FLEET)))
+    )
+    return doubled.groupBy(PARTITION_DATE, *WINDOW_KEYS, *GROUP_KEYS).agg(
         *(F.sum(c).alias(c) for c in COUNTS),
         F.kll_merge_agg_bigint(WAIT_SKETCH, KLL_K).alias(WAIT_SKETCH),
     )
 
 
 def finish(rows: DataFrame) -> DataFrame:
-    """The stored aggregates from ``per_proxy``'s columns (the fleet's rows included)."""
+    """The stored aggregates from ``with_fleet``'s rows: a row-by-row projection, which
+    keeps their partitioning by date."""
     ranks = F.array(*(F.lit(float(q)) for q in WAIT_COLUMNS))
     quantiles = F.kll_sketch_get_quantile_bigint(WAIT_SKETCH, ranks)
     return rows.withColumn("wait_q", quantiles).select(
@@ -116,8 +128,7 @@ def finish(rows: DataFrame) -> DataFrame:
         ).alias("broker_requests_per_message"),
         *(F.col("wait_q")[i].alias(name) for i, name in enumerate(WAIT_COLUMNS.values())),
         WAIT_SKETCH,
-        # The window's UTC date (the session runs in UTC): the output partition.
-        F.date_format(F.col("window_start"), "yyyy-MM-dd").alias(PARTITION_DATE),
+        PARTITION_DATE,
     )
 
 

@@ -17,6 +17,7 @@ from polling_report.html import write_html
 from polling_report.model import Summary
 from polling_report.push import push
 from polling_report.recommend import DEFAULT_MIN_REQUESTS, DEFAULT_TARGET
+from polling_report.schema import WAIT_SKETCH
 from polling_report.sink import read_dates, upsert, write_dates
 from polling_report.source import INPUT_METRICS, read_event_stream, read_events, valid_events
 from polling_report.summary import summarize, window_rows
@@ -70,21 +71,25 @@ def _finish(
     spark: SparkSession, opts: JobOptions, summary: Summary, dates: list[str] | None
 ) -> Summary:
     """Summarise what is stored for ``dates`` (all if None) and push it if asked to."""
-    stored = _stored(spark, opts.out, dates)
-    if dates is None:
-        dates = sorted(r[0] for r in stored.select("date").distinct().collect())
-    summary.dates = dates
-    started = time.monotonic()
-    summarize(
-        stored,
-        summary,
-        complete_before=opts.now() - opts.lateness_s,
-        target=opts.target_hit_ratio,
-        min_requests=opts.min_requests,
-    )
-    log.info("summarised in %.1f s", time.monotonic() - started)
-    if opts.html:
-        write_html(opts.html, window_rows(stored), summary)
+    # The summary's queries read the stored rows, without their sketches, once into memory.
+    stored = _stored(spark, opts.out, dates).drop(WAIT_SKETCH).cache()
+    try:
+        if dates is None:
+            dates = sorted(r[0] for r in stored.select("date").distinct().collect())
+        summary.dates = dates
+        started = time.monotonic()
+        summarize(
+            stored,
+            summary,
+            complete_before=opts.now() - opts.lateness_s,
+            target=opts.target_hit_ratio,
+            min_requests=opts.min_requests,
+        )
+        log.info("summarised in %.1f s", time.monotonic() - started)
+        if opts.html:
+            write_html(opts.html, window_rows(stored), summary)
+    finally:
+        stored.unpersist()
     if opts.pushgateway:
         push(opts.pushgateway, opts.job, summary)
     return summary

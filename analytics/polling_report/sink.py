@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from polling_report.aggregate import base_columns, finish, with_fleet
+from polling_report.aggregate import base_columns, finish, window_date, with_fleet
 from polling_report.schema import FLEET, PARTITION_DATE, ROW_KEY
 
 # Under the output directory; a micro-batch's merge before it replaces its dates.
@@ -30,10 +30,10 @@ STAGING = "_staging"
 
 
 def write_dates(aggregates: DataFrame, out: str) -> None:
-    """Replace the date partitions of ``out`` that ``aggregates`` has rows for."""
+    """Replace the date partitions of ``out`` that ``aggregates`` has rows for; rows
+    partitioned by date (``aggregate.with_fleet``'s) are written as one file per date."""
     (
-        aggregates.repartition(PARTITION_DATE)  # one file per date: aggregates are small
-        .write.mode("overwrite")
+        aggregates.write.mode("overwrite")
         .option("partitionOverwriteMode", "dynamic")
         .partitionBy(PARTITION_DATE)
         .parquet(out)
@@ -73,15 +73,15 @@ def upsert(batch: DataFrame, out: str, schema: StructType) -> list[str]:
     """Merge a micro-batch of updated per-proxy windows (``aggregate.per_proxy``'s
     columns) into ``out``, whose rows have ``schema``; return the dates rewritten."""
     spark = batch.sparkSession
-    updated = finish(batch)  # the date partition of each row, and its final columns
-    dates = sorted(r[0] for r in updated.select(PARTITION_DATE).distinct().collect())
+    dates = sorted(r[0] for r in batch.select(window_date()).distinct().collect())
     if not dates:
         return []
     stored = read_dates(spark, out, schema, dates).where(F.col("proxy") != FLEET)
     kept = stored.join(batch.select(*ROW_KEY), list(ROW_KEY), "left_anti")
-    proxies = base_columns(kept).unionByName(base_columns(updated))
+    proxies = base_columns(kept).unionByName(base_columns(batch))
     staging = f"{out.rstrip('/')}/{STAGING}"
     finish(with_fleet(proxies)).write.mode("overwrite").parquet(staging)
-    write_dates(spark.read.schema(schema).parquet(staging), out)
+    staged = spark.read.schema(schema).parquet(staging)
+    write_dates(staged.repartition(PARTITION_DATE), out)
     delete_path(spark, staging)
     return dates

@@ -55,16 +55,21 @@ def malformed(df: DataFrame) -> Column:
 
 
 def valid_events(df: DataFrame, observation: Observation | str = INPUT_METRICS) -> DataFrame:
-    """The well-formed rows of ``df``, counting lines and malformed lines as they pass.
+    """The well-formed rows of ``df``, counting lines and malformed lines as they pass:
+    the required fields and the date partition (``broker``, which nothing aggregates, is
+    left out).
 
     ``observe`` counts during the job's one pass over the input (no second read): after a
     batch action the counts are in ``observation.get``; for a stream they are in each
-    progress report's ``observedMetrics[observation]``.
+    progress report's ``observedMetrics[observation]``. The optimizer prunes no column
+    through an ``observe``, so the columns are chosen before it: a field that is not
+    selected is not converted by the JSON reader (measured: 0.5 s of executor CPU less in
+    6.5 s for 2 M records without ``broker``).
     """
-    flagged = df.withColumn(_BAD, malformed(df))
+    flagged = df.select(*REQUIRED_FIELDS, PARTITION_DATE, malformed(df).alias(_BAD))
     counted = flagged.observe(
         observation,
         F.count(F.lit(1)).alias("lines"),
         F.count_if(F.col(_BAD)).alias("malformed"),
     )
-    return counted.where(~F.col(_BAD)).drop(CORRUPT, _BAD)
+    return counted.where(~F.col(_BAD)).drop(_BAD)
