@@ -52,7 +52,7 @@ class ScriptedBroker:
         self.pops += 1
         if self.down:
             raise RemotingError(f"{self.name} is down")
-        await asyncio.sleep(self.pop_delay_s)
+        await asyncio.sleep(self.pop_delay_s)  # the scripted time the broker takes to answer
         taken, self.holds = self.holds[:max_nums], self.holds[max_nums:]
         if not self.holds:
             self.arrived.clear()
