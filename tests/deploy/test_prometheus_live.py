@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as
 from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
 from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR
-from tests.support import otlp
+from tests.support import otlp, waits
 from tests.support.ports import free_port
 
 pytestmark = [
@@ -105,17 +105,22 @@ def start(name: str, args: list[str], run: Path, env: dict | None = None) -> Pro
 
 
 def wait_for(what: str, check, proc: Proc | None = None, timeout: float = WAIT_S):
-    """Poll ``check()`` until it returns a true value; fail with the process's output."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll ``check()`` until it returns a true value, and return that; fail with the
+    process's output (``waits.wait_for`` does the polling)."""
+    value = None
+
+    def ready() -> bool:
+        nonlocal value
         if proc is not None and proc.popen.poll() is not None:
             raise AssertionError(f"{proc.name} exited while waiting for {what}:\n{proc.output()}")
         value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    tail = f":\n{proc.output()}" if proc else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}{tail}")
+        return bool(value)
+
+    def said() -> str:
+        return what if proc is None else f"{what} ({proc.name} printed:\n{proc.output()})"
+
+    waits.wait_for(ready, timeout, step=0.25, what=said)
+    return value
 
 
 def http_get(url: str) -> tuple[int, bytes]:
@@ -184,6 +189,8 @@ async def workload(grpc: str) -> None:
         assert received == 16
         # A coupled poll given up by its client: the parked pop's message is handed back.
         poll = asyncio.ensure_future(client.receive(GROUP, TOPIC, await_ms=3000))
+        # Its pop reaches the broker and parks: neither the client nor the proxy's status
+        # says when a pop is parked on a broker, so it is given the time.
         await asyncio.sleep(0.3)
         poll.cancel()
         await asyncio.gather(poll, return_exceptions=True)
@@ -196,7 +203,7 @@ async def workload(grpc: str) -> None:
                 break
         # A notify long poll woken by a probe, and one that runs out empty.
         poll = asyncio.ensure_future(client.receive(GROUP, TOPIC, await_ms=2000))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the message must come after the poll parked: time for it
         await client.send(TOPIC, b"late")
         assert (await poll).messages
         got = await client.receive(GROUP, TOPIC, await_ms=600)

@@ -4,7 +4,6 @@ stack on real RocketMQ brokers (``--real``), stopped in order on SIGTERM."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -20,6 +19,7 @@ import yaml
 
 from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
+from tests.support.waits import wait_for, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy" / "local" / "stack.py"
@@ -40,15 +40,16 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def printed() -> bool:
         out = path.read_text() if path.exists() else ""
         if text in out:
-            return out
+            return True
         if proc.poll() is not None:
             raise AssertionError(f"stack exited with {proc.returncode}:\n{out}")
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} not printed within {timeout}s")
+        return False
+
+    wait_for(printed, timeout=timeout, step=0.1, what=f"{text!r} printed")
+    return path.read_text()
 
 
 @contextlib.contextmanager
@@ -148,14 +149,15 @@ async def test_stack_serves_then_stops_cleanly_on_sigint(stack):
         wanted = {p["urls"][0].split("/")[2] for p in proxies}
         wanted.add(endpoints["pushgateway"]["address"])
         up: set[str] = set()
-        for _ in range(120):
+
+        async def all_up() -> bool:
             _, body = await _get(http, f"{prometheus}/api/v1/targets")
             active = json.loads(body)["data"]["activeTargets"]
-            up = {t["labels"]["instance"] for t in active if t["health"] == "up"}
-            if wanted <= up:
-                break
-            await asyncio.sleep(0.5)
-        assert wanted <= up, f"targets up: {up}"
+            up.clear()
+            up.update(t["labels"]["instance"] for t in active if t["health"] == "up")
+            return wanted <= up
+
+        await wait_until(all_up, timeout=60, step=0.5, what=lambda: f"{wanted} up (up: {up})")
         _, body = await _get(http, f"{prometheus}/api/v1/rules")
         loaded = {g["name"] for g in json.loads(body)["data"]["groups"]}
         assert loaded == _rule_groups()
@@ -182,14 +184,20 @@ async def test_stack_with_fleet_links_its_proxies(tmp_path):
     with _running_stack(tmp_path, "--fleet") as (_proc, _printed, endpoints, _run, _out):
         proxies = [endpoints["proxy-1"], endpoints["proxy-2"]]
         async with aiohttp.ClientSession() as http:
+
+            async def linked_fleet(url: str) -> dict:
+                fleet: dict = {}
+
+                async def linked() -> bool:
+                    fleet.update(json.loads((await _get(http, url))[1])["fleet"])
+                    return len(fleet["up"]) == 1
+
+                await wait_until(linked, timeout=10, step=0.1, what=lambda: f"linked: {fleet}")
+                return fleet
+
             for proxy in proxies:
                 url = next(u for u in proxy["urls"] if u.endswith("/v1/status"))
-                fleet: dict = {}
-                for _ in range(100):  # bounded: 10 s
-                    fleet = json.loads((await _get(http, url))[1])["fleet"]
-                    if len(fleet["up"]) == 1:
-                        break
-                    await asyncio.sleep(0.1)
+                fleet = await linked_fleet(url)
                 assert len(fleet["up"]) == 1 and len(fleet["members"]) == 2, fleet
         await _send_and_receive(
             proxies[0]["address"], proxies[1]["address"], "stack-fleet", "TestTopic"
