@@ -10,7 +10,6 @@ stopped by process id: the session's shared ``real_cluster`` runs without ACL.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -24,6 +23,7 @@ from proxy.security.config import SecurityConfig
 from proxy.security.signing import RemotingSigner
 from tests.conftest import ProxyOnStubs
 from tests.support.secure_client import SecureLeanClient
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(240)]
 
@@ -69,16 +69,13 @@ def acl_cluster():
             signer(create)
             answer = admin_call(broker.address, create)
             assert answer.code == ResponseCode.SUCCESS, answer.remark
-        deadline = time.monotonic() + 15
-        while True:
-            route = admin_call(
-                cluster.namesrv_address,
-                RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicHeader(TOPIC).encode()),
-            )
-            if route.code == ResponseCode.SUCCESS:
-                break
-            assert time.monotonic() < deadline, "the topic's route never appeared"
-            time.sleep(0.1)
+        get_route = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicHeader(TOPIC).encode())
+        wait_for(
+            lambda: admin_call(cluster.namesrv_address, get_route).code == ResponseCode.SUCCESS,
+            timeout=15,
+            step=0.1,
+            what="the topic's route",
+        )
         yield cluster
     finally:
         cluster.stop()
