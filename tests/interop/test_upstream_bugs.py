@@ -29,6 +29,7 @@ from tests.interop._harness import (
     run_client,
     start_proxy,
 )
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.interop, pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -69,11 +70,15 @@ class PushConsumer:
         return path.read_text(errors="replace").splitlines() if path.exists() else []
 
     def wait(self, until, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not until():
+        def done() -> bool:
+            if until():
+                return True
             assert self.proc.poll() is None, f"the push consumer exited: {self.proc.returncode}"
-            assert time.monotonic() < deadline, f"{what}: {self.events_path.read_text()[-3000:]}"
-            time.sleep(0.5)
+            return False
+
+        wait_for(
+            done, timeout, step=0.5, what=lambda: f"{what}: {self.events_path.read_text()[-3000:]}"
+        )
 
     def stop(self) -> None:
         (self.control / "stop").touch()
