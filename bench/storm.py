@@ -54,6 +54,7 @@ import grpc
 from bench.bench_proxy import load_average, machine
 from bench.lean_client import ClientTls, LeanClient, receive_request, server_tls
 from bench.processes import Process, System, _spawn, terminate
+from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.loop import run_main
@@ -101,7 +102,7 @@ async def python_storm(config: dict[str, Any]) -> dict[str, Any]:
                 request, metadata=client.metadata, timeout=timeout
             ):
                 if response.WhichOneof("content") == "status":
-                    record["answer"] = response.status.code
+                    record["answer"] = pb.Code.Name(response.status.code)
             record["status"] = "OK"
         except grpc.aio.AioRpcError as exc:
             record["status"] = exc.code().name
@@ -213,10 +214,13 @@ def summarize(result: dict[str, Any], polls: int, parked_at: float | None) -> di
         ).items()
     }
     ok = sorted(c["ended"] for c in calls if c.get("status") == "OK")
+    # What the OK answers said (the response's status code: 40401 MESSAGE_NOT_FOUND).
+    answers = Counter(str(c.get("answer", "none")) for c in calls if c.get("status") == "OK")
     failed = sorted(c["ended"] for c in calls if c.get("status") not in ("OK", None))
     return {
         "polls": polls,
         "answered": statuses.get("OK", 0),
+        "answer_codes": dict(answers),
         "errors": errors,
         "setup": result.get("setup", {}),
         "errors_ended_s": [round(failed[0], 2), round(failed[-1], 2)] if failed else None,
@@ -359,6 +363,10 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# The response status codes as numbers (rows written before they were named) -> names.
+CODE_NAMES = {str(v): k for k, v in pb.Code.items()}
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| polls | target | generator | answered | errors | all parked (s) | answers (s) "
@@ -367,10 +375,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * 9]
     for r in rows:
         errors = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
+        # Answers that are not the empty one (the Apache proxy's TOO_MANY_REQUESTS).
+        other = {
+            CODE_NAMES.get(code, code): n
+            for code, n in r.get("answer_codes", {}).items()
+            if CODE_NAMES.get(code, code) != "MESSAGE_NOT_FOUND"
+        }
+        answered = f"{r['answered']:,}" + "".join(f" ({n:,} {c})" for c, n in other.items())
         answers = "-" if r["answers_s"] is None else f"{r['answers_s'][0]} to {r['answers_s'][1]}"
         parked = "-" if r["all_parked_s"] is None else str(r["all_parked_s"])
         lines.append(
-            f"| {r['polls']:,} | {r['target']} | {r['generator']} | {r['answered']:,} "
+            f"| {r['polls']:,} | {r['target']} | {r['generator']} | {answered} "
             f"| {errors} | {parked} | {answers} | {r['rss_mb'][0]} → {r['rss_mb'][1]} "
             f"| {r['load'][0]} |"
         )

@@ -154,8 +154,8 @@ async function main() {
     if (c.telemetry) c.telemetry.cancel();
     c.client.close();
   }
-  process.stdout.write(JSON.stringify({ generator: 'node', setup, calls: records }) + '\n');
-  process.exit(0);
+  // Exit once the line is flushed: a pipe takes it in pieces, and exit() drops the rest.
+  process.stdout.write(JSON.stringify({ generator: 'node', setup, calls: records }) + '\n', () => process.exit(0));
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });
