@@ -232,7 +232,8 @@ async def test_exports_are_forwarded_as_received_to_another_collector(start_prox
 async def test_workers_exports_add_up_in_the_groups_metrics(tmp_path):
     """``--workers 2``: each client's exports land on the worker its connection reached;
     the supervisor's /metrics adds the workers' histograms up, as it does the proxy's own."""
-    from tests.integration.test_proxy_workers import samples, start_group, stop
+    from tests.integration.test_proxy_workers import start_group, stop
+    from tests.support.metrics import total
 
     config = tmp_path / "proxy.toml"
     config.write_text('[client_metrics]\nmode = "proxy"\n')
@@ -252,12 +253,12 @@ async def test_workers_exports_add_up_in_the_groups_metrics(tmp_path):
         per_worker = []
         for worker in workers:
             _, text = await group.get("/metrics", worker["http"])
-            per_worker.append(samples(text, "rocketmq_delivery_latency_count", group="G"))
+            per_worker.append(total(text, "rocketmq_delivery_latency_count", group="G"))
         assert all(n > 0 for n in per_worker), per_worker  # exports landed on both
         _, text = await group.get("/metrics")
-        assert samples(text, "rocketmq_delivery_latency_count", group="G") == 16
-        assert samples(text, "rocketmq_delivery_latency_bucket", group="G", le="1.0") == 16
-        assert samples(text, "rocketmq_delivery_latency_sum", group="G") == 8.0
+        assert total(text, "rocketmq_delivery_latency_count", group="G") == 16
+        assert total(text, "rocketmq_delivery_latency_bucket", group="G", le="1.0") == 16
+        assert total(text, "rocketmq_delivery_latency_sum", group="G") == 8.0
     finally:
         await stop(group)
 

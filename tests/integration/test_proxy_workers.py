@@ -76,9 +76,6 @@ async def stop(g: Group) -> None:
     await terminate(g.proc, 30)
 
 
-# test_client_metrics sums its samples with this file's name for it.
-samples = total
-
 ROUTES = {"protocol_type": "grpc", "request_code": "query_route"}
 
 

@@ -45,6 +45,13 @@ def test_families_have_the_contract_names_and_types():
         "rocketmq_proxy_ready": "gauge",
         "rocketmq_proxy_build_info": "gauge",
         "rocketmq_proxy_gc_pause_seconds": "histogram",
+        # The official clients' own metrics (client_metrics.mode = proxy), by their names.
+        "rocketmq_send_cost_time": "histogram",
+        "rocketmq_delivery_latency": "histogram",
+        "rocketmq_await_time": "histogram",
+        "rocketmq_process_time": "histogram",
+        "rocketmq_proxy_client_metrics_exports": "counter",
+        "rocketmq_proxy_client_metrics_dropped": "counter",
     }
     assert {name: fams[name].type for name in expected} == expected
     assert set(fams) == set(expected)
