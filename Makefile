@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The bench extra (matplotlib, py-spy, grpclib), over the above: make bench-* and make test.
+BENCH_STAMP := $(VENV)/.bench-installed
 # The versions every Python package of $(VENV) installs at: constraints.txt, made by
 # `make lock` from constraints.in. LOCK= (empty) installs the newest the pyproject ranges
 # allow instead, upgrading what is there (`make test-latest` does).
@@ -62,7 +64,8 @@ venv: $(STAMP)
 system-deps:
 	scripts/system-deps.sh
 
-test: system-deps $(STAMP) interop-deps deploy-node-deps rocketmq
+# The bench extra too: the smoke tier (tests/smoke) runs every benchmark through make.
+test: system-deps $(STAMP) $(BENCH_STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q --durations=25
@@ -80,19 +83,19 @@ check: lint
 LATEST_VENV ?= .venv-latest
 test-latest:
 	rm -f $(LATEST_VENV)/.installed $(LATEST_VENV)/.bench-installed
-	$(MAKE) VENV=$(LATEST_VENV) LOCK= $(LATEST_VENV)/.bench-installed test
+	$(MAKE) VENV=$(LATEST_VENV) LOCK= test
 
-# constraints.txt from constraints.in with uv (itself pinned there): one version of every
-# package, for every Python and platform the pyproject ranges allow (--universal).
-# LOCK_ARGS=--upgrade (the default) takes the newest of each; LOCK_ARGS="--upgrade-package
-# NAME" moves one; LOCK_ARGS= keeps every pin that still fits and adds what is new.
-LOCK_ARGS ?= --upgrade
 # docs/configuration.md from the configuration dataclasses (tests/unit/test_config_doc.py
 # fails while it is stale).
 .PHONY: config-doc
 config-doc: $(STAMP)
 	$(BIN)/python -m proxy.config_doc > docs/configuration.md
 
+# constraints.txt from constraints.in with uv (itself pinned there): one version of every
+# package, for every Python and platform the pyproject ranges allow (--universal).
+# LOCK_ARGS=--upgrade (the default) takes the newest of each; LOCK_ARGS="--upgrade-package
+# NAME" moves one; LOCK_ARGS= keeps every pin that still fits and adds what is new.
+LOCK_ARGS ?= --upgrade
 lock:
 	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet $(if $(wildcard constraints.txt),-c constraints.txt) uv
@@ -140,7 +143,6 @@ else
 	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/stub.json $(SOAK_ARGS)
 endif
 
-BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet $(PINS) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)

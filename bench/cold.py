@@ -4,7 +4,7 @@ official consumer of a fresh group on a fresh topic, many times over, per mode.
     .venv/bin/python -m bench.cold [--runs 20] [--modes adaptive,notify] [--apache]
         [--messages 3] [--out results/bench-cold]              # make bench-cold
 
-One real cluster (Apache RocketMQ 5.5.0, 2 brokers, Profile.BENCH), started once. Each run
+One real cluster (Apache RocketMQ 5.5.0, ``--brokers`` (2), Profile.BENCH), started once. Each run
 takes every mode in shuffled order; for each: a new proxy of that mode (its own process,
 ``--log-level debug`` so that it logs each poll's timeline, ``proxy/receive/timeline.py``),
 a new topic and a new group (the group is not created: the first pop creates it, as in
@@ -164,7 +164,9 @@ def summary(runs: list[dict]) -> dict[str, dict]:
 async def run(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     modes = [m for m in args.modes.split(",") if m]
-    system = await PeerSystem(brokers=2, modes=(), apache=args.apache, notify_workers=()).start()
+    system = await PeerSystem(
+        brokers=args.brokers, modes=(), apache=args.apache, notify_workers=()
+    ).start()
     labels = [*modes, *([PEER] if args.apache else [])]
     rng = random.Random(args.seed)
     runs: list[dict] = []
@@ -206,6 +208,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--brokers", type=int, default=2, help="real brokers in the cluster")
     p.add_argument("--modes", default="adaptive,notify")
     p.add_argument("--apache", action="store_true", help="the Apache proxy too (not cold)")
     p.add_argument("--messages", type=int, default=3)

@@ -5,8 +5,8 @@
 
 The reported case of ``bench/peer.py`` (apache/rocketmq#9145): one official Python
 SimpleConsumer (await 10 s), messages sent one at a time at random intervals, each to a
-random one of 2 real RocketMQ 5.5.0 brokers; send-to-receive latency, wall clock in both
-processes. Played through three systems, in shuffled order each round:
+random one of ``--brokers`` (2) real RocketMQ 5.5.0 brokers; send-to-receive latency, wall
+clock in both processes. Played through three systems, in shuffled order each round:
 
 - ``alone``: one notify proxy, no fleet: it probes for its consumer's polls itself;
 - ``owner``: a fleet of three notify proxies sharing their probes, the consumer on the
@@ -60,12 +60,18 @@ async def _proxy(name: str, namesrv: str, workdir: Path, fleet: list[str] | None
     return await _spawn(name, "proxy.cli", "main", *args)
 
 
-async def run(rounds: int, slot_s: float, await_s: int, gap_s: tuple[float, float]) -> dict:
+async def run(
+    rounds: int,
+    slot_s: float,
+    await_s: int,
+    gap_s: tuple[float, float],
+    broker_count: int = 2,
+) -> dict:
     from rocketmq_local.launcher import Profile, RealCluster
 
     rng = random.Random(4242)
     workdir = Path(tempfile.mkdtemp(prefix="fleet-hop-"))
-    cluster = await asyncio.to_thread(RealCluster.start, 2, profile=Profile.BENCH)
+    cluster = await asyncio.to_thread(RealCluster.start, broker_count, profile=Profile.BENCH)
     procs: list[Process] = []
     brokers = [scenarios_broker_client(b.name, b.address) for b in cluster.brokers]
     rows: dict[str, dict] = {c: {"latencies": [], "sent": 0, "undelivered": 0, "errors": []}
@@ -137,9 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--slot", type=float, default=40.0, help="seconds of sending per case")
     p.add_argument("--await-seconds", type=int, default=10)
+    p.add_argument("--brokers", type=int, default=2, help="real brokers in the cluster")
     p.add_argument("--out", default="results/fleet-hop")
     args = p.parse_args(argv)
-    report = asyncio.run(run(args.rounds, args.slot, args.await_seconds, (0.5, 1.5)))
+    report = asyncio.run(run(args.rounds, args.slot, args.await_seconds, (0.5, 1.5), args.brokers))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1))

@@ -138,7 +138,7 @@ async def fleet_of_three(tmp_path: Path, namesrv: str, names: tuple[str, str], s
             await stop(proxy)
 
 
-@pytest.fixture(params=["stub", "real"])
+@pytest.fixture(params=["stub", pytest.param("real", marks=pytest.mark.real)])
 async def fleet(request, tmp_path):
     names = (f"fleet-g-{uuid.uuid4().hex[:8]}", f"fleet-t-{uuid.uuid4().hex[:8]}")
     if request.param == "stub":

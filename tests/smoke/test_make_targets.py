@@ -1,0 +1,453 @@
+"""Every make target the README or docs/ tell a user to run, run as a user runs it: ``make
+<target> VAR=...`` from the repository root, in its smallest size, its results written into
+the test's temporary folder (``RESULTS=...``; never results/ or docs/). Each must exit 0
+and write what it says it writes; ``make run`` and ``make stack`` must serve, then stop
+cleanly on Ctrl-C (SIGINT to make's process group, as a terminal sends it).
+
+Through make, not the functions behind it: the suite once ran every benchmark's code on
+pytest's event loop while the commands ran on uvloop (``proxy.loop.run_main``), whose
+subprocess call refused a keyword asyncio takes, and every benchmark crashed at its first
+process with nobody told (issue 39). Here the interpreter, the loop, the Makefile's flags
+and prerequisites are the user's.
+
+The real-broker targets (bench-real, bench-peer, bench-cold, bench-fleet-hop, soak) start
+their own RocketMQ JVMs, as the commands do; missing jars or a JVM that does not start
+fail them, never skip them (``make test`` runs ``make rocketmq`` first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.ports import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+pytestmark = [pytest.mark.smoke, pytest.mark.slow]
+
+# The documented targets this file does not run, and why. Everything else the README and
+# docs/ name must have a test_make_<target> here (test_every_documented_target_is_smoked).
+NOT_RUN_HERE = {
+    "test": "the whole suite, this file included",
+    "test-latest": "the whole suite, in a virtualenv of its own",
+    "check": "a part of the suite",
+    "lint": "make check and make test run it",
+    "bench": "its four benchmarks, each run here: bench-modes, bench-calibrate, bench-broker, "
+    "bench-analytics",
+    "venv": "an install: every target here runs it first, as its prerequisite",
+    "system-deps": "an install, as above",
+    "rocketmq": "an install, as above",
+    "interop-deps": "an install, as above",
+    "deploy-node-deps": "an install, as above",
+    "lock": "rewrites the committed constraints.txt from PyPI",
+    "clean": "removes the virtualenv this file runs in",
+    "config-doc": "rewrites the committed docs/configuration.md; tests/unit/test_config_doc.py "
+    "checks that what it writes is what is committed",
+}
+# Stop: Ctrl-C, then at most this long before SIGKILL of what is left in the group.
+STOP_S = 60.0
+
+
+def _makefile_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][a-z0-9-]*):", (REPO / "Makefile").read_text(), re.M))
+
+
+def documented_targets() -> set[str]:
+    """Makefile targets that the README or a page of docs/ shows as ``make <target>``."""
+    said: set[str] = set()
+    for doc in DOCS:
+        said |= set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", doc.read_text()))
+    return said & _makefile_targets()
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment, less what a make above pytest exports to its recipes
+    (``make test``): a user's shell has none of it, and a jobserver or command-line
+    variables of another make must not reach the one started here."""
+    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def _venv_args() -> list[str]:
+    """``VENV=...`` when the suite runs in another virtualenv than the Makefile's default
+    (``make test-latest``'s), so that make runs the same interpreter and packages."""
+    if sys.prefix == sys.base_prefix:
+        pytest.fail(
+            "the smoke tier runs make with the virtualenv it runs in: run pytest from one "
+            "(make test)",
+            pytrace=False,
+        )
+    if Path(sys.prefix).resolve() == (REPO / ".venv").resolve():
+        return []
+    return [f"VENV={sys.prefix}"]
+
+
+def _start(target: str, variables: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``make <target> <variables>`` from the repository root, in a process group of its
+    own (its id is make's pid), output into ``log``."""
+    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            ["make", target, *_venv_args(), *variables],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_environment(),
+            start_new_session=True,
+        )
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> int | None:
+    """Ctrl-C to make's process group (the benchmarks stop what they started in their
+    ``finally``); past ``STOP_S``, SIGKILL to whatever is left of the group. make's exit
+    code, None if it had to be killed."""
+    code: int | None = None
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = proc.wait(STOP_S)
+    else:
+        code = proc.returncode
+    deadline = time.monotonic() + STOP_S
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _group_alive(proc.pid):
+        os.killpg(proc.pid, signal.SIGKILL)
+        code = None
+    if proc.poll() is None:
+        proc.wait(10)
+    return code
+
+
+def _tail(log: Path, chars: int = 6000) -> str:
+    return log.read_text(errors="replace")[-chars:]
+
+
+def make(tmp_path: Path, target: str, *variables: str, timeout: float) -> str:
+    """Run ``make <target> <variables>`` to its end (at most ``timeout`` s; past it the run
+    is stopped and the test fails); its output. Fails unless it exited 0."""
+    log = tmp_path / f"make-{target}.log"
+    proc = _start(target, list(variables), log)
+    started = time.monotonic()
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        pytest.fail(f"make {target} still running after {timeout:.0f} s:\n{_tail(log)}")
+    finally:
+        _stop_group(proc)  # anything it left in its group
+    took = time.monotonic() - started
+    print(f"make {target}: exit {code} in {took:.1f} s")
+    assert code == 0, f"make {target} exited with {code}:\n{_tail(log)}"
+    return log.read_text(errors="replace")
+
+
+def load_json(path: Path, output: str) -> dict:
+    assert path.is_file(), f"no {path}; the command's output:\n{output[-6000:]}"
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict), path
+    return data
+
+
+def _http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+def _wait_for_output(proc: subprocess.Popen[bytes], log: Path, pattern: str, timeout: float):
+    """The first match of ``pattern`` (multiline) in the output of a make that runs on;
+    fails if make exits or ``timeout`` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = re.search(pattern, log.read_text(errors="replace"), re.M)
+        if match:
+            return match
+        if proc.poll() is not None:
+            pytest.fail(f"make exited with {proc.returncode} before it served:\n{_tail(log)}")
+        time.sleep(0.2)
+    pytest.fail(f"{pattern!r} not printed within {timeout:.0f} s:\n{_tail(log)}")
+
+
+def _wait_http_200(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while (status := _http_status(url)) != 200:
+        assert time.monotonic() < deadline, f"{url} answered {status} for {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+def _ctrl_c(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """Ctrl-C as a terminal sends it (SIGINT to make's process group); make must end and
+    leave nothing of its group running. The output."""
+    code = _stop_group(proc)
+    output = log.read_text(errors="replace")
+    assert code is not None, f"it did not stop within {STOP_S:.0f} s of Ctrl-C:\n{output[-6000:]}"
+    # make passes the interrupt on and ends by it (-SIGINT), after its recipe has exited.
+    assert code in (0, -signal.SIGINT), f"make ended with {code}:\n{output[-6000:]}"
+    assert "Traceback" not in output, output[-6000:]
+    return output
+
+
+# --- the list of targets itself ------------------------------------------------------------
+
+
+def test_every_documented_target_is_smoked():
+    """A target a page tells a user to run gets a test here the day it is documented."""
+    documented = documented_targets()
+    assert {"run", "stack", "bench-modes", "soak"} <= documented  # the scan finds them
+    smoked = {
+        name.removeprefix("test_make_").replace("_", "-")
+        for name in globals()
+        if name.startswith("test_make_")
+    }
+    missing = documented - smoked - set(NOT_RUN_HERE)
+    assert not missing, f"documented make targets with no smoke test: {sorted(missing)}"
+    assert not smoked - _makefile_targets(), "a smoke test for a target make does not have"
+
+
+# --- the benchmarks on broker stubs ----------------------------------------------------------
+
+
+@pytest.mark.timeout(400)
+def test_make_bench_modes(tmp_path):
+    output = make(
+        tmp_path, "bench-modes", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--scenarios sparse,fanin --modes notify,adaptive --brokers 2 --rounds 1 "
+        "--sparse-slot-s 2 --fanin-polls 200",
+        timeout=300,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench" / "results.json", output)
+    assert set(results["sparse"]) == {"notify", "adaptive"}, results.keys()
+    assert all(row["delivered"] > 0 for row in results["sparse"].values()), results["sparse"]
+    assert set(results["fanin"]) == {"200"}, results["fanin"]
+    assert results["summary"], results.keys()
+    for chart in results["charts"]:
+        assert (tmp_path / "bench" / chart).stat().st_size > 0, chart
+    assert "latency_by_mode.png" in results["charts"]  # matplotlib: the bench extra
+
+
+@pytest.mark.timeout(200)
+def test_make_bench_broker(tmp_path):
+    output = make(
+        tmp_path, "bench-broker", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--messages 2000 --wakeups 20", timeout=120,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench-broker.json", output)
+    assert results["pop_ack_msgs_per_s"] > 0, results
+    assert results["wakeups"] == 20, results
+    assert results["wakeup_ms_p99"] is not None, results
+
+
+@pytest.mark.timeout(300)
+def test_make_bench_hostile(tmp_path):
+    output = make(
+        tmp_path, "bench-hostile", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--seconds 2 --warmup 1 --cooldown 1 --hoard-streams 50 --hoard-clients 2 "
+        "--heartbeat-concurrency 10 --flood-streams 2",
+        timeout=200,
+    )  # fmt: skip
+    results = load_json(tmp_path / "hostile" / "hostile.json", output)
+    phases = [p["phase"] for p in results["phases"]]
+    assert phases == ["baseline", "hoard", "heartbeat", "telemetry", "all"], phases
+    assert all(p["good"] for p in results["phases"]), results["phases"]
+    assert (tmp_path / "hostile" / "hostile.md").read_text().startswith("| phase |")
+
+
+@pytest.mark.timeout(300)
+def test_make_bench_calibrate(tmp_path):
+    output = make(
+        tmp_path, "bench-calibrate", f"RESULTS={tmp_path}", "BENCH_ARGS=--messages 3 --await-s 4",
+        timeout=200,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench" / "calibration.json", output)
+    clients = results["clients"]
+    assert set(clients) == {"official", "lean"}, clients.keys()
+    for name, row in clients.items():
+        assert row["sent"] == 3 and row["delivered"] == 3, (name, row)
+    assert results["verdict"], results
+
+
+@pytest.mark.timeout(300)
+def test_make_bench_analytics(tmp_path):
+    # The Spark job and its reference on 2,000 records generated into the temporary folder,
+    # on local[2] only: the standalone cluster the command goes on to start is the one
+    # tests/analytics/test_cluster.py runs (about a minute more here).
+    output = make(
+        tmp_path, "bench-analytics", f"RESULTS={tmp_path}",
+        f"BENCH_ARGS=--records 2000 --runs 1 --no-cluster --data {tmp_path / 'data'}",
+        timeout=240,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench-analytics.json", output)
+    assert results["records"] == 2000, results
+    assert [p["name"] for p in results["places"]] == ["local[2]"], results["places"]
+    for place in results["places"]:
+        assert len(place["runs"]) == 1 and place["best_job_records_per_s"] > 0, place
+
+
+@pytest.mark.timeout(300)
+def test_make_simulate(tmp_path):
+    chart = tmp_path / "scale-parked.png"
+    committed = (REPO / "docs" / "scale-parked.png").read_bytes()
+    output = make(
+        tmp_path, "simulate", f"RESULTS={tmp_path}", f"SIM_CHART={chart}",
+        "SIM_ARGS=--quick --warmup 5 --measure 5", timeout=200,
+    )  # fmt: skip
+    runs = json.loads((tmp_path / "sim" / "results.json").read_text())
+    assert isinstance(runs, list) and runs, output[-4000:]
+    assert (tmp_path / "sim" / "tables.md").read_text().strip()
+    assert chart.read_bytes().startswith(b"\x89PNG"), output[-4000:]
+    assert (REPO / "docs" / "scale-parked.png").read_bytes() == committed
+
+
+@pytest.mark.timeout(300)
+def test_make_fuzz(tmp_path):
+    output = make(tmp_path, "fuzz", "FUZZ_EXAMPLES=3", timeout=200)
+    assert re.search(r"^\d+ passed", output, re.M), output[-4000:]
+
+
+# --- the benchmarks and the soak on real RocketMQ brokers ------------------------------------
+
+
+@pytest.mark.real
+@pytest.mark.timeout(400)
+def test_make_bench_real(tmp_path):
+    output = make(
+        tmp_path, "bench-real", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--modes notify --brokers 1 --rounds 1 --sparse-slot-s 2 "
+        "--sparse-warmup-s 0",
+        timeout=300,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench-real" / "results.json", output)
+    assert results["sparse"]["notify"]["delivered"] > 0, results["sparse"]
+
+
+@pytest.mark.real
+@pytest.mark.timeout(500)
+def test_make_bench_peer(tmp_path):
+    # The Apache proxy beside ours; the Rust one is left out (its first build takes about
+    # 10 minutes).
+    output = make(
+        tmp_path, "bench-peer", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--peers apache,ours --scenarios reported --modes notify --brokers 1 "
+        "--rounds 1 --reported-slot-s 3 --reported-await-s 4",
+        timeout=400,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench-peer" / "results.json", output)
+    rows = results["reported"]
+    assert set(rows) == {"apache", "notify"}, rows.keys()
+    for label, row in rows.items():
+        assert row["sent"] > 0 and row["delivered"] == row["sent"], (label, row)
+    assert results["summary"], results.keys()
+
+
+@pytest.mark.real
+@pytest.mark.timeout(400)
+def test_make_bench_cold(tmp_path):
+    output = make(
+        tmp_path, "bench-cold", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--runs 1 --modes notify --messages 1 --brokers 1 --await-s 4", timeout=300,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench-cold" / "results.json", output)
+    summary = results["summary"]["notify"]
+    assert summary["runs"] == 1 and summary["undelivered"] == 0, summary
+    assert summary["first_ms_max"] is not None, summary
+
+
+@pytest.mark.real
+@pytest.mark.timeout(400)
+def test_make_bench_fleet_hop(tmp_path):
+    output = make(
+        tmp_path, "bench-fleet-hop", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--rounds 1 --slot 2 --brokers 1 --await-seconds 4", timeout=300,
+    )  # fmt: skip
+    results = load_json(tmp_path / "fleet-hop" / "results.json", output)
+    cases = results["cases"]
+    assert set(cases) == {"alone", "owner", "hop"}, cases.keys()
+    for case, row in cases.items():
+        assert row["sent"] > 0 and row["undelivered"] == 0, (case, row)
+
+
+@pytest.mark.real
+@pytest.mark.timeout(500)
+def test_make_soak(tmp_path):
+    # Both halves as the target runs them (real brokers, then stubs), a few seconds each,
+    # with one proxy killed and restarted.
+    output = make(
+        tmp_path, "soak", f"RESULTS={tmp_path}", "SOAK_MINUTES=0.1",
+        "SOAK_ARGS=--faults proxy --interval 4 --drain 30", timeout=400,
+    )  # fmt: skip
+    for backend in ("real", "stub"):
+        report = load_json(tmp_path / "soak" / f"{backend}.json", output)
+        assert report["backend"] == backend, report
+        assert report["confirmed"] > 0 and report["lost"] == 0, report
+        assert any("SIGKILL+restart proxy" in f for f in report["faults"]), report["faults"]
+
+
+# --- the long-running ones: serve, then stop on Ctrl-C ---------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_make_run(tmp_path):
+    grpc_port, http_port = free_port(), free_port()
+    log = tmp_path / "make-run.log"
+    proc = _start("run", [f"RUN_ARGS=--grpc-port {grpc_port} --http-port {http_port}"], log)
+    try:
+        ready = _wait_for_output(
+            proc, log, r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)$", 120
+        )
+        assert ready[1] == f"127.0.0.1:{grpc_port}", ready[0]
+        assert ready[2] == f"127.0.0.1:{http_port}", ready[0]
+        _wait_http_200(f"http://{ready[2]}/readyz", 30)
+    finally:
+        _ctrl_c(proc, log)
+    assert _http_status(f"http://127.0.0.1:{http_port}/readyz") is None  # nothing listens
+
+
+@pytest.mark.timeout(400)
+def test_make_stack(tmp_path):
+    run = tmp_path / "stack"
+    log = tmp_path / "make-stack.log"
+    proc = _start("stack", [f"STACK_ARGS=--free-ports --run-dir {run}"], log)
+    endpoints: list[dict] = []
+    try:
+        _wait_for_output(proc, log, r"Ctrl-C stops everything", 240)
+        endpoints = json.loads((run / "stack.json").read_text())
+        names = {e["name"] for e in endpoints}
+        assert {"namesrv", "proxy-1", "proxy-2", "prometheus", "pushgateway"} <= names, names
+        for e in endpoints:
+            for url in e["urls"]:
+                if url.endswith("/readyz"):
+                    _wait_http_200(url, 30)
+    finally:
+        output = _ctrl_c(proc, log)
+    assert "stopped; logs kept in" in output, output[-6000:]
+    # Every part stopped on the stack's SIGTERM by itself, none killed or dead before.
+    assert not re.search(r"stopped with code|had already exited", output), output[-6000:]
+    for e in endpoints:
+        with pytest.raises(ProcessLookupError):
+            os.kill(e["pid"], 0)
