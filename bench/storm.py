@@ -205,14 +205,10 @@ def bare_main() -> None:
 def summarize(result: dict[str, Any], polls: int, parked_at: float | None) -> dict[str, Any]:
     calls = result["calls"]
     statuses = Counter(c.get("status", "NOT_ENDED") for c in calls)
-    errors = {
-        f"{s} ({d})" if d else s: n
-        for (s, d), n in Counter(
-            (c.get("status", "NOT_ENDED"), c.get("details", ""))
-            for c in calls
-            if c.get("status") != "OK"
-        ).items()
-    }
+    failures = [c for c in calls if c.get("status") != "OK"]
+    errors = dict(Counter(c.get("status", "NOT_ENDED") for c in failures))
+    # One message per status, as the client saw it (they differ only in their timings).
+    samples = {c.get("status", "NOT_ENDED"): c.get("details", "") for c in failures}
     ok = sorted(c["ended"] for c in calls if c.get("status") == "OK")
     # What the OK answers said (the response's status code: 40401 MESSAGE_NOT_FOUND).
     answers = Counter(str(c.get("answer", "none")) for c in calls if c.get("status") == "OK")
@@ -222,6 +218,7 @@ def summarize(result: dict[str, Any], polls: int, parked_at: float | None) -> di
         "answered": statuses.get("OK", 0),
         "answer_codes": dict(answers),
         "errors": errors,
+        "error_details": samples,
         "setup": result.get("setup", {}),
         "errors_ended_s": [round(failed[0], 2), round(failed[-1], 2)] if failed else None,
         "answers_s": [round(ok[0], 2), round(ok[-1], 2)] if ok else None,
@@ -374,7 +371,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
     lines = [head, "|" + "---|" * 9]
     for r in rows:
-        errors = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
+        by_status: Counter[str] = Counter()
+        for key, n in r["errors"].items():
+            by_status[key.split(" (")[0]] += n  # rows that kept the message in the key
+        errors = ", ".join(f"{k}: {v:,}" for k, v in by_status.items()) or "0"
         # Answers that are not the empty one (the Apache proxy's TOO_MANY_REQUESTS).
         other = {
             CODE_NAMES.get(code, code): n
