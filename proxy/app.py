@@ -72,6 +72,18 @@ SLOW_STOP_S = 2.0
 STUCK_STOP_S = 5.0
 
 
+def pending_calls_options(max_in_flight: int) -> list[tuple[str, int]]:
+    """grpcio's limits on calls it holds before the server asks for them (its defaults:
+    1,000, beyond which it cancels a growing share at random, and 3,000), raised so that
+    a storm of every poll the proxy may hold, twice over, waits to be taken up instead.
+    The names have a dot after ``server`` (grpcio 1.85)."""
+    pending = 2 * max(max_in_flight, 1_000)
+    return [
+        ("grpc.server.max_pending_requests", pending),
+        ("grpc.server.max_pending_requests_hard_limit", pending),
+    ]
+
+
 async def _nothing() -> None:
     """A step with nothing to start (its part needs only stopping) or nothing to stop."""
 
@@ -320,6 +332,11 @@ class ProxyApp:
                 # MESSAGE_BODY_TOO_LARGE instead of gRPC's own error.
                 ("grpc.max_receive_message_length", 4 * config.max_body_bytes + (1 << 20)),
                 ("grpc.max_send_message_length", 4 * config.max_body_bytes + (1 << 20)),
+                # Calls that reached the server before it asked for them: past 1,000 grpcio
+                # cancels a rising share of them at random (3,000: all), CANCELLED before
+                # any handler, which a storm of polls reaches (issue 40). The proxy's own
+                # bound is receive.max_in_flight (TOO_MANY_REQUESTS, as the Apache proxy).
+                *pending_calls_options(config.receive.max_in_flight),
                 *([("grpc.so_reuseport", 1)] if self.reuse_port else []),
                 # No grace option: after its age GOAWAY a connection keeps its open calls
                 # (Telemetry streams, parked polls) as long as they last.
