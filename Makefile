@@ -51,10 +51,10 @@ help:
 
 # Everything editable: the proxy with its development tools, the broker stub (make run's
 # embedded brokers, the tests) and the Spark job (tests/analytics), each its own distribution.
-$(STAMP): pyproject.toml stub/pyproject.toml analytics/pyproject.toml $(LOCK)
+$(STAMP): pyproject.toml broker_stub/pyproject.toml analytics/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade $(if $(LOCK),-c $(LOCK)) pip
-	$(BIN)/pip install --quiet $(PINS) -e '.[dev]' -e ./stub -e ./analytics
+	$(BIN)/pip install --quiet $(PINS) -e '.[dev]' -e ./broker_stub -e ./analytics
 	touch $(STAMP)
 
 venv: $(STAMP)

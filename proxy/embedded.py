@@ -44,7 +44,7 @@ async def start_embedded_brokers(config: ProxyConfig) -> EmbeddedBrokers | None:
         return None
     missing = StubMissing(
         "--embedded-brokers runs the broker stub, a distribution of its own: "
-        "pip install rmq-broker-stub (from the repository: pip install ./stub)"
+        "pip install rmq-broker-stub (from the repository: pip install ./broker_stub)"
     )
     found = entry_points(group=ENTRY_POINTS, name="stub")
     if not found:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # The proxy (the root), the broker stub, the polling report job.
-PROJECTS = (REPO, REPO / "stub", REPO / "analytics")
+PROJECTS = (REPO, REPO / "broker_stub", REPO / "analytics")
 
 
 def declared_scripts() -> dict[str, str]:

@@ -149,7 +149,7 @@ def test_dockerignore_keeps_the_sources_the_build_copies_and_drops_the_rest(stag
         assert not ignored(source, rules), source
     for kept in (
         "proxy/app.py",
-        "stub/broker_stub/cli.py",
+        "broker_stub/cli.py",
         "analytics/polling_report/job.py",
         "proxy/api/v2/service_pb2.py",
     ):
@@ -159,7 +159,7 @@ def test_dockerignore_keeps_the_sources_the_build_copies_and_drops_the_rest(stag
 
 
 def test_build_stage_makes_the_three_wheels_and_the_proxys_holds_the_proxy_alone(stages, tmp_path):
-    """What `pip wheel . ./stub ./analytics` in the build stage does, on the context
+    """What `pip wheel . ./broker_stub ./analytics` in the build stage does, on the context
     .dockerignore leaves: the proxy's wheel has the proxy and nothing else (no stub, no Spark
     job, no tests); the stub and the analytics job are wheels of their own, each with its
     console scripts."""
@@ -177,7 +177,7 @@ def test_build_stage_makes_the_three_wheels_and_the_proxys_holds_the_proxy_alone
                     shutil.copy2(f, context / rel)
     (command,) = [a for a in build.all("RUN") if "pip wheel" in a]
     projects = [word for word in command.split() if word == "." or word.startswith("./")]
-    assert projects == [".", "./stub", "./analytics"]
+    assert projects == [".", "./broker_stub", "./analytics"]
     out = tmp_path / "wheels"
     # --no-build-isolation/--no-deps: the venv's setuptools, no downloads in the test.
     done = subprocess.run(

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PYPROJECTS = [REPO / "pyproject.toml", REPO / "stub" / "pyproject.toml",
+PYPROJECTS = [REPO / "pyproject.toml", REPO / "broker_stub" / "pyproject.toml",
               REPO / "analytics" / "pyproject.toml"]  # fmt: skip
 # The extras of the proxy that .venv installs (constraints.in).
 EXTRAS = ("dev", "bench")

@@ -66,7 +66,7 @@ UVLOOP_KEYWORDS = {
     "start_new_session", "executable", "pass_fds", "limit",
 }  # fmt: skip
 SPAWNERS = {"create_subprocess_exec", "create_subprocess_shell", "subprocess_exec"}
-SOURCES = ("bench", "proxy", "stub", "analytics", "rocketmq_local", "deploy/local", "tests")
+SOURCES = ("bench", "proxy", "broker_stub", "analytics", "rocketmq_local", "deploy/local", "tests")
 
 
 def test_no_subprocess_call_passes_a_keyword_uvloop_refuses():
