@@ -88,8 +88,9 @@ test-latest:
 # docs/configuration.md from the configuration dataclasses (tests/unit/test_config_doc.py
 # fails while it is stale).
 .PHONY: config-doc
+CONFIG_DOC ?= docs/configuration.md
 config-doc: $(STAMP)
-	$(BIN)/python -m proxy.config_doc > docs/configuration.md
+	$(BIN)/python -m proxy.config_doc > $(CONFIG_DOC)
 
 # constraints.txt from constraints.in with uv (itself pinned there): one version of every
 # package, for every Python and platform the pyproject ranges allow (--universal).
