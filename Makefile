@@ -38,6 +38,7 @@ help:
 	@echo "make bench-cold   the reported case cold, 20 times per mode: the first message (results/bench-cold)"
 	@echo "make bench-calibrate the lean load generator against the official Python client"
 	@echo "make bench-broker broker stub throughput and wake-up latency"
+	@echo "make bench-storm  thousands of long polls within a second: ours and the Apache proxy (results/bench-storm.json)"
 	@echo "make bench-hostile slow and hostile clients against one proxy: its memory, the others' p99 (results/hostile)"
 	@echo "make bench-analytics the Spark job's records/s on 10 million records, local[2] and a standalone cluster, beside a reference"
 	@echo "make simulate     a fleet of proxies on simulated time (docs/scale.md; SIM_ARGS=--help)"
@@ -182,6 +183,15 @@ bench-analytics: $(STAMP)
 # sparse workload through a notify proxy, both side by side ($(RESULTS)/bench/calibration.json).
 bench-calibrate: $(BENCH_STAMP) interop-deps
 	$(BIN)/python -m bench.calibrate_client --out $(RESULTS)/bench $(BENCH_ARGS)
+
+# A storm of long polls (bench/storm.py): N polls arriving within a second against the
+# Apache proxy and ours on real brokers, from a Python and a Node load generator
+# (@grpc/grpc-js from bench/storm_node's lock file); BENCH_ARGS="--smoke" on stubs in
+# seconds, BENCH_ARGS="--polls 2000,5000,20000" the sizes of docs/performance.md.
+STORM_NODE_STAMP := bench/storm_node/node_modules/.installed
+.PHONY: bench-storm
+bench-storm: $(BENCH_STAMP) rocketmq $(STORM_NODE_STAMP)
+	$(BIN)/python -m bench.storm --out $(RESULTS)/bench-storm.json $(BENCH_ARGS)
 
 # Slow and hostile clients (bench/hostile.py; about 3 minutes): one proxy on broker stubs,
 # well-behaved producers and consumers through it, and in turn a client holding Telemetry

@@ -249,6 +249,18 @@ def test_make_bench_modes(tmp_path):
     assert "latency_by_mode.png" in results["charts"]  # matplotlib: the bench extra
 
 
+@pytest.mark.timeout(300)
+def test_make_bench_storm(tmp_path):
+    """One storm on stubs, the Node generator (its npm install is the target's first run)."""
+    output = make(
+        tmp_path, "bench-storm", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--smoke --targets notify --generators node", timeout=240,
+    )  # fmt: skip
+    rows = load_json(tmp_path / "bench-storm.json", output)["rows"]
+    assert [(r["target"], r["generator"]) for r in rows] == [("notify", "node")], rows
+    assert rows[0]["answered"] == rows[0]["polls"] > 0 and not rows[0]["errors"], rows
+
+
 @pytest.mark.timeout(200)
 def test_make_config_doc(tmp_path):
     """What the target writes (elsewhere than the committed file) is the committed file."""
