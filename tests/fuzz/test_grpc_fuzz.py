@@ -376,6 +376,7 @@ def test_telemetry_answers_every_settings_with_a_status(proxy, stub):
     fuzz()
 
 
+@pytest.mark.slow
 def test_after_the_fuzzing_the_proxy_serves_and_holds_nothing(proxy, stub):
     """Runs last in this module: everything above is answered, so nothing may be left."""
     metadata = (("x-mq-client-id", "fuzz-client"),)

@@ -387,6 +387,7 @@ def _to_hostile(request):
 METADATA = (("x-mq-client-id", "fuzz-hostile"),)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @settings(max_examples=max(8, settings().max_examples // 6))
 @given(

@@ -229,6 +229,7 @@ async def test_exports_are_forwarded_as_received_to_another_collector(start_prox
     await asyncio.sleep(0)
 
 
+@pytest.mark.slow
 async def test_workers_exports_add_up_in_the_groups_metrics(tmp_path):
     """``--workers 2``: each client's exports land on the worker its connection reached;
     the supervisor's /metrics adds the workers' histograms up, as it does the proxy's own."""

@@ -272,6 +272,7 @@ async def not_back(fleet: Fleet, client: LeanClient, renewed_at: float) -> None:
     assert again.messages == [], [m.system_properties.message_id for m in again.messages]
 
 
+@pytest.mark.slow
 async def test_a_push_consumers_ack_through_another_proxy_settles_the_renewed_message(fleet):
     """A push consumer's connection moves (its age GOAWAY, a drain) between a message's
     delivery and its ack. The proxy the ack reaches borrows the current checkpoint from the
@@ -298,6 +299,7 @@ async def test_a_push_consumers_ack_through_another_proxy_settles_the_renewed_me
         await moved.close()
 
 
+@pytest.mark.slow
 async def test_a_draining_proxy_hands_its_renewals_to_its_heir(fleet):
     """The proxy renewing a push consumer's message drains (SIGTERM) while the client
     consumes it: it hands the renewal to its heir, the client's ack through another proxy

@@ -46,6 +46,7 @@ async def test_a_burst_past_max_in_flight_is_refused_then_served_again(start_pro
     assert got.status == Code.OK and [m.body for m in got.messages] == [b"after the burst"]
 
 
+@pytest.mark.slow
 async def test_streams_never_read_and_clients_gone_leave_nothing_in_flight(start_proxy, lean):
     """Clients that open ReceiveMessage and never read, and clients that cancel mid-poll:
     every poll ends, the limit frees up, and the messages go back to the queue."""

@@ -186,6 +186,7 @@ async def test_a_pop_left_parked_by_the_last_poll_serves_the_next_poll(backend, 
     assert (await client.ack(group, parent, result.messages)).status.code == Code.OK
 
 
+@pytest.mark.slow
 async def test_lite_polls_count_against_the_in_flight_limit(backend, lean):
     """A lite poll holds a parked pop on every broker: it is a long poll like any other,
     within ``receive.max_in_flight``."""
@@ -225,6 +226,7 @@ async def test_an_unsubscribed_lite_topic_is_no_longer_delivered(backend, lean):
     assert not again.messages
 
 
+@pytest.mark.slow
 async def test_offset_option_min_replays_what_the_group_already_acked(backend, lean):
     app = await backend.start()
     parent, group = await lite_names(backend, app)

@@ -9,6 +9,7 @@ import sys
 import time
 
 import aiohttp
+import pytest
 
 from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
@@ -40,6 +41,7 @@ async def start_proxy_process(
     return proc, await ready_line(proc, 30)
 
 
+@pytest.mark.slow
 async def test_sigterm_answers_polls_in_flight_and_exits():
     """The poll parked on the proxy holds its connection, which the drain lets age first
     (2 s here, 10 by default: its client may move away): then it is answered, empty, long

@@ -281,6 +281,7 @@ async def test_a_drain_under_load_moves_clients_before_its_server_stops(cluster,
     assert stopped_after < first.service.connections.lifetime_s + 2, stopped_after
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [True, False], ids=["with-stream", "stream-ended"])
 async def test_a_drain_waits_for_a_quiet_client_until_its_connection_has_aged(
     cluster, tmp_path, stream
