@@ -96,15 +96,14 @@ def window_date() -> Column:
 
 def with_fleet(rows: DataFrame) -> DataFrame:
     """``rows`` (``per_proxy``'s columns, no fleet rows) and the fleet's rows merged from
-    them, partitioned by date: each row counts for its proxy and for the fleet. A proxy's
-    row passes through as it is (a merge of one sketch holds the same values).
+    them, with their date partition: each row counts for its proxy and for the fleet. A
+    proxy's row passes through as it is (a merge of one sketch holds the same values).
 
-    The rows are shuffled once, by date; the merge groups by the date too, so it needs no
-    other shuffle, and the writer finds each date in one task (one file per date)."""
+    The merge runs in parallel over the shuffle partitions, and the writer takes its rows
+    from there, without a shuffle of its own. (Shuffled by date instead, one file per
+    date, the whole merge ran in one task: 4.8-7.5 s of a 10 million record run.)"""
     dated = rows.withColumn(PARTITION_DATE, window_date())
-    doubled = dated.repartition(PARTITION_DATE).withColumn(
-        "proxy", F.explode(F.array(F.col("proxy"), F.lit(FLEET)))
-    )
+    doubled = dated.withColumn("proxy", F.explode(F.array(F.col("proxy"), F.lit(FLEET))))
     return doubled.groupBy(PARTITION_DATE, *WINDOW_KEYS, *GROUP_KEYS).agg(
         *(F.sum(c).alias(c) for c in COUNTS),
         F.kll_merge_agg_bigint(WAIT_SKETCH, KLL_K).alias(WAIT_SKETCH),
@@ -112,8 +111,7 @@ def with_fleet(rows: DataFrame) -> DataFrame:
 
 
 def finish(rows: DataFrame) -> DataFrame:
-    """The stored aggregates from ``with_fleet``'s rows: a row-by-row projection, which
-    keeps their partitioning by date."""
+    """The stored aggregates from ``with_fleet``'s rows (a row-by-row projection)."""
     ranks = F.array(*(F.lit(float(q)) for q in WAIT_COLUMNS))
     quantiles = F.kll_sketch_get_quantile_bigint(WAIT_SKETCH, ranks)
     return rows.withColumn("wait_q", quantiles).select(

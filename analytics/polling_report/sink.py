@@ -30,8 +30,8 @@ STAGING = "_staging"
 
 
 def write_dates(aggregates: DataFrame, out: str) -> None:
-    """Replace the date partitions of ``out`` that ``aggregates`` has rows for; rows
-    partitioned by date (``aggregate.with_fleet``'s) are written as one file per date."""
+    """Replace the date partitions of ``out`` that ``aggregates`` has rows for: a file per
+    date and partition of ``aggregates`` that holds rows of it."""
     (
         aggregates.write.mode("overwrite")
         .option("partitionOverwriteMode", "dynamic")
