@@ -71,7 +71,7 @@ test: system-deps $(STAMP) $(BENCH_STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q --durations=25
 
-# The quick loop while changing the code (about 3 minutes on 2 cores): the lint, then the
+# The quick loop while changing the code (about 4 minutes on 2 cores): the lint, then the
 # unit tests and the stub-backed tests that take seconds; no real brokers, no official
 # clients, no soak, Spark or make-target smoke. `make test` runs all of it and the rest.
 CHECK_TESTS := tests/unit tests/integration tests/conformance tests/fuzz
