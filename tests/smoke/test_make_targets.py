@@ -117,16 +117,14 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> int | None:
-    """Ctrl-C to make's process group (the benchmarks stop what they started in their
-    ``finally``); past ``STOP_S``, SIGKILL to whatever is left of the group. make's exit
-    code, None if it had to be killed."""
-    code: int | None = None
-    if proc.poll() is None:
+    """Ctrl-C to make's process group while anything of it runs (the benchmarks stop what
+    they started in their ``finally``); past ``STOP_S``, SIGKILL to whatever is left of the
+    group. make's exit code, None if it had to be killed."""
+    code: int | None = proc.poll()
+    if _group_alive(proc.pid):
         os.killpg(proc.pid, signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             code = proc.wait(STOP_S)
-    else:
-        code = proc.returncode
     deadline = time.monotonic() + STOP_S
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -150,14 +148,16 @@ def make(tmp_path: Path, target: str, *variables: str, timeout: float) -> str:
     started = time.monotonic()
     try:
         code = proc.wait(timeout)
+        left_running = _group_alive(proc.pid)  # what it started and did not stop
     except subprocess.TimeoutExpired:
         _stop_group(proc)
         pytest.fail(f"make {target} still running after {timeout:.0f} s:\n{_tail(log)}")
     finally:
-        _stop_group(proc)  # anything it left in its group
+        _stop_group(proc)
     took = time.monotonic() - started
     print(f"make {target}: exit {code} in {took:.1f} s")
     assert code == 0, f"make {target} exited with {code}:\n{_tail(log)}"
+    assert not left_running, f"make {target} left processes running:\n{_tail(log)}"
     return log.read_text(errors="replace")
 
 
