@@ -57,6 +57,8 @@ NOT_RUN_HERE = {
 }
 # Stop: Ctrl-C, then at most this long before SIGKILL of what is left in the group.
 STOP_S = 60.0
+# After make exits, how long what it started may take to be gone before it counts as left.
+EXIT_GRACE_S = 10.0
 # How long a benchmark's RocketMQ JVM may take to start (rocketmq_local.launcher); the
 # real-broker targets' bounds below leave room for it.
 REAL_READY_S = 240
@@ -155,7 +157,12 @@ def make(tmp_path: Path, target: str, *variables: str, timeout: float) -> str:
     started = time.monotonic()
     try:
         code = proc.wait(timeout)
-        left_running = _group_alive(proc.pid)  # what it started and did not stop
+        # What it started and did not stop: a child still exiting (a Spark JVM whose
+        # driver has gone) gets a few seconds to be gone.
+        gone_by = time.monotonic() + EXIT_GRACE_S
+        while _group_alive(proc.pid) and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        left_running = _group_alive(proc.pid)
     except subprocess.TimeoutExpired:
         _stop_group(proc)
         pytest.fail(f"make {target} still running after {timeout:.0f} s:\n{_tail(log)}")
