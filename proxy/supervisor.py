@@ -154,11 +154,6 @@ class Supervisor:
             security = config.security
             if security.serves_tls and not security.tls:
                 self_signed = await asyncio.to_thread(make_self_signed, proxy_hosts(config))
-                log.warning("TLS: no certificate configured; the workers serve a self-signed "
-                            "one made at start (%s). Clients that check the server's "
-                            "certificate refuse it: give the proxy one with "
-                            "security.tls_cert_file (docs/security.md)",
-                            self_signed.cert_file)  # fmt: skip
                 config = self.config = replace(
                     config,
                     security=replace(

@@ -75,21 +75,15 @@ class SecurityRuntime:
         """Read the certificate and the user file (off the loop); a bad one is fatal. With
         TLS served and no certificate configured, make one (``proxy.security.self_signed``)."""
         config = self.config
-        if config.tls_mode is TlsMode.DISABLED:
-            pass
-        elif config.tls_cert_file and config.tls_key_file:
-            self.tls = await asyncio.to_thread(
-                ServerTls, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file
-            )
-        elif config.tls_self_signed:
-            made, self.tls = await asyncio.to_thread(
-                _self_signed_tls, self.hosts, config.tls_client_ca_file
-            )
-            self.self_signed = made
-            log.warning("TLS: no certificate configured; serving a self-signed one made at "
-                        "start (%s). Clients that check the server's certificate refuse it: "
-                        "give the proxy one with security.tls_cert_file (docs/security.md)",
-                        made.cert_file)  # fmt: skip
+        if config.tls_mode is not TlsMode.DISABLED:
+            if config.tls_cert_file and config.tls_key_file:
+                self.tls = await asyncio.to_thread(
+                    ServerTls, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file
+                )
+            elif config.tls_self_signed:
+                self.self_signed, self.tls = await asyncio.to_thread(
+                    _self_signed_tls, self.hosts, config.tls_client_ca_file
+                )
         if config.users_file:
             self._users_stamp = _stamp(config.users_file)
             users = await asyncio.to_thread(UserStore.load, config.users_file)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import os
 import shutil
 import socket
@@ -28,6 +29,8 @@ from cryptography.x509.oid import NameOID
 
 if TYPE_CHECKING:
     from proxy.config import ProxyConfig
+
+log = logging.getLogger(__name__)
 
 VALID_DAYS = 365
 
@@ -88,4 +91,7 @@ def make_self_signed(hosts: list[str]) -> SelfSigned:
                 serialization.NoEncryption(),
             )
         )
+    log.warning("TLS: no certificate configured; serving a self-signed one made at start "
+                "(%s). Clients that check the server's certificate refuse it: give the proxy "
+                "one with security.tls_cert_file (docs/security.md)", cert_file)  # fmt: skip
     return SelfSigned(directory, cert_file, key_file)
