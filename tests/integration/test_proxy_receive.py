@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 import pytest
@@ -37,6 +38,16 @@ HAND_BACK_BOUND_S = {"stub": 3.0, "real": 10.0}
 SLICE_BOUND_S = {"stub": 1.0, "real": 2.0}
 
 
+TIMELINE_LOGGER = "proxy.receive.timeline"
+
+
+def poll_timelines(caplog) -> str:
+    """The timelines the proxy logged for this test's polls (``proxy/receive/timeline.py``),
+    for a failure's message."""
+    lines = [r.getMessage() for r in caplog.records if r.name == TIMELINE_LOGGER]
+    return " | ".join(lines) or "no timeline logged"
+
+
 async def parked(app, mode: str) -> None:
     """Wait until the one poll in flight has made its first pop and is waiting: probes
     parked on both brokers (notify), or its pop sent to the broker (coupled, slicing)."""
@@ -66,15 +77,19 @@ async def receive_with_late_send(backend, app, lean, mode: str, await_ms: int, t
 
 
 @pytest.mark.parametrize("mode", ["notify", "adaptive"])
-async def test_notify_delivers_a_message_from_another_broker_at_once(backend, lean, mode):
-    """The mission's case. Adaptive on a quiet group polls as notify does."""
+async def test_notify_delivers_a_message_from_another_broker_at_once(backend, lean, mode, caplog):
+    """The mission's case. Adaptive on a quiet group polls as notify does. The poll may wait
+    5 s, so that a first pop slowed by a loaded machine leaves it time to park; what is held
+    to the bound is the time from the send to the answer."""
+    caplog.set_level(logging.DEBUG, logger=TIMELINE_LOGGER)
     app = await backend.start(mode=mode)
-    result, after_send, total = await receive_with_late_send(backend, app, lean, mode, 3000)
-    assert result.status == OK
+    result, after_send, total = await receive_with_late_send(backend, app, lean, mode, 5000)
+    story = f"after the send {after_send:.3f}s, poll {total:.3f}s; {poll_timelines(caplog)}"
+    assert result.status == OK, story
     assert [m.body for m in result.messages] == [b"late"]
     assert result.messages[0].system_properties.receipt_handle.split(" ")[5] == "broker-b"
-    assert after_send < DELIVERY_BOUND_S[backend.kind], f"took {after_send:.3f}s after the send"
-    assert total < 2.5  # well before the 3 s poll time
+    assert after_send < DELIVERY_BOUND_S[backend.kind], story
+    assert total < 4.5, story  # well before the 5 s poll time
     assert app.engine.switch.current(backend.group, backend.topic) == "notify"
     assert app.engine.hub.probes_sent >= 2  # it did probe both brokers
 
