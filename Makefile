@@ -247,16 +247,16 @@ rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP)
 # from the committed package-lock.json. Stamps keep repeated `make test` runs fast.
 INTEROP_VENV ?= .venv-interop
 INTEROP_PY_STAMP := $(INTEROP_VENV)/.installed
-INTEROP_NODE_DIR := tests/interop/node
+INTEROP_NODE_DIR := testkit/official/node
 INTEROP_NODE_STAMP := $(INTEROP_NODE_DIR)/node_modules/.installed
 NPM ?= npm
 
 .PHONY: interop-deps test-interop clean-interop
 
-$(INTEROP_PY_STAMP): tests/interop/requirements.txt
+$(INTEROP_PY_STAMP): testkit/official/requirements.txt
 	$(PYTHON) -m venv $(INTEROP_VENV)
 	echo '*' > $(INTEROP_VENV)/.gitignore
-	$(INTEROP_VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
+	$(INTEROP_VENV)/bin/pip install --quiet --disable-pip-version-check -r testkit/official/requirements.txt
 	touch $@
 
 # Every Node tool directory (here and below) installs the same way, from its lock file.

@@ -15,7 +15,7 @@ once, into ``--data`` (reused while the parameters match). Then, for each place 
 
 Job and reference alternate run by run, so the machine's load falls on both alike. The
 places: ``local[2]`` (one JVM, two cores), then a standalone cluster of a master and two
-workers of 1 core each (tests/analytics/_cluster.py) with one executor on each. Not part of
+workers of 1 core each (testkit/spark_cluster.py) with one executor on each. Not part of
 the test run. Goals: at least 500,000 records/s on local[2]; the job within 2x of the
 reference.
 """
@@ -194,7 +194,7 @@ def main() -> None:
     measure(session.spark, places[0], events, data, args.runs)
     session.spark.stop()
     if not args.no_cluster:
-        from tests.analytics._cluster import standalone_cluster
+        from testkit.spark_cluster import standalone_cluster
 
         root = Path(tempfile.mkdtemp(prefix="rmq-bench-cluster-"))
         try:

@@ -34,9 +34,9 @@ from pathlib import Path
 import aiohttp
 
 from bench import scenarios
-from bench.lean_client import TLS_ENDPOINTS, server_tls
-from bench.processes import BACKENDS, MODES, System, quiet_collector
 from proxy.loop import run_main
+from testkit.lean_client import TLS_ENDPOINTS, server_tls
+from testkit.processes import BACKENDS, MODES, System, quiet_collector
 
 # What each backend runs when no flag says otherwise. The real backend measures the sparse
 # case only: fan-in counts parked requests with the stub's POLLING_INFO, and the busy and

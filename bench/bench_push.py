@@ -19,11 +19,11 @@ import random
 import statistics
 import time
 
-from bench.lean_client import LeanClient, receive_request
 from broker_stub import BrokerConfig, StubCluster
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig, ReceiveConfig, ReceiveMode
 from proxy.remoting.broker_client import BrokerClient
+from testkit.lean_client import LeanClient, receive_request
 
 TOPIC, GROUP = "PushBench", "PushBenchGroup"
 

@@ -4,7 +4,7 @@
 
 Starts a name server, 4 brokers and a notify proxy as separate processes on loopback and runs
 the same sparse workload twice, in a random order: once consumed by the official
-rocketmq-python-client 5.1.2 SimpleConsumer (``bench/official_consumer.py`` in
+rocketmq-python-client 5.1.2 SimpleConsumer (``testkit/official/official_consumer.py`` in
 ``.venv-interop``), once by the benchmark's own consumer (``scenarios.Consumers`` over
 ``LeanClient``). One consumer, one topic per run; a producer sends straight to a random broker
 every 200-500 ms from a seeded RNG, so both runs see the same sends at the same offsets.
@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 
 from bench.bench_proxy import aligned, machine
-from bench.processes import System, broker_requests, scrape
 from bench.scenarios import Consumers, ModeTally, ms, percentile
+from testkit.processes import System, broker_requests, scrape
 
 REPO = Path(__file__).resolve().parents[1]
 INTEROP_PYTHON = REPO / ".venv-interop" / "bin" / "python"
-DRIVER = Path(__file__).resolve().parent / "official_consumer.py"
+DRIVER = Path(__file__).resolve().parents[1] / "testkit" / "official" / "official_consumer.py"
 CLIENTS = ("official", "lean")
 BODY_BYTES = 64
 

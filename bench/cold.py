@@ -34,11 +34,11 @@ from typing import Any
 
 from bench.bench_proxy import aligned, load_average, machine
 from bench.peer import PEER, PeerSystem, _official
-from bench.processes import Process, _spawn, scrape, terminate
 from bench.scenarios import ms, percentile
 from proxy.loop import run_main
 from proxy.receive.timeline import timelines
 from proxy.remoting.message import Prop
+from testkit.processes import Process, _spawn, scrape, terminate
 
 
 async def start_proxy(namesrv: str, mode: str, name: str, log_path: Path) -> Process:

@@ -4,7 +4,7 @@ message id twice in one receive, both at attempt 1, once in CI).
 
     python -m bench.fifo_loop --runs 1000 --lang python
 
-Each run is ``tests/interop/_scenarios.fifo_simple_consumers_in_order`` as the suite runs
+Each run is ``testkit/official/scenarios.fifo_simple_consumers_in_order`` as the suite runs
 it: 24 FIFO messages in 4 message groups to a fresh FIFO topic, three SimpleConsumers of a
 fresh FIFO group at once, each message exactly once, each group in order. The drivers
 record each message's receipt handle, whose broker, queue and offset tell a message given
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from rocketmq_local import admin
 from rocketmq_local.launcher import RealCluster
-from tests.interop import _scenarios as scenario
-from tests.interop._harness import run_client, start_proxy
+from testkit.official import scenarios as scenario
+from testkit.official.harness import run_client, start_proxy
 
 
 class Target:

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import cast
 
 from bench.peer import PeerSystem, _official, scenarios_broker_client, send_one_at_a_time
-from bench.processes import Process, _spawn, terminate
 from bench.scenarios import ms, percentile
 from proxy.fleet.members import owner_of
 from rocketmq_local.launcher import free_port_block
+from testkit.processes import Process, _spawn, terminate
 
 CASES = ("alone", "owner", "hop")
 

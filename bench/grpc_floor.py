@@ -37,7 +37,7 @@ from proxy.api.v2 import service_pb2, service_pb2_grpc
 CLIENT = """
 import asyncio, sys
 sys.path.insert(0, ".")
-from bench.lean_client import LeanClient
+from testkit.lean_client import LeanClient
 from proxy.api.v2 import service_pb2 as api
 async def stream(client):
     queue = asyncio.Queue()

@@ -4,7 +4,7 @@ them, or floods the proxy with Heartbeats or Telemetry, must not hurt the other 
     python -m bench.hostile --out results/hostile [--seconds 30]      (make bench-hostile)
 
 One proxy (``python -m proxy.cli --workers 1``) in front of a name server and broker stubs,
-each a process on free loopback ports (``bench/processes.py``), stopped by pid at the end.
+each a process on free loopback ports (``testkit/processes.py``), stopped by pid at the end.
 In this process, well-behaved clients run through every phase (the lean client): producers
 sending at a fixed rate (open loop: a send is started on its tick whatever the earlier ones
 do), SimpleConsumers long-polling and acking what they get, a client heartbeating every
@@ -56,12 +56,12 @@ from typing import Any
 import aiohttp
 import grpc
 
-from bench.lean_client import LeanClient, consumer_settings, millis
-from bench.processes import Process, System, quiet_collector, scrape, terminate
 from bench.scenarios import percentile
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
+from testkit.lean_client import LeanClient, consumer_settings, millis
+from testkit.processes import Process, System, quiet_collector, scrape, terminate
 
 TOPIC, GROUP = "HostileTopic", "HostileGroup"
 KINDS = ("hoard", "heartbeat", "telemetry")

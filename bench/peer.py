@@ -65,11 +65,7 @@ import grpc
 from bench import scenarios
 from bench.bench_proxy import aligned, load_average, machine
 from bench.calibrate_client import DRIVER, INTEROP_PYTHON
-from bench.lean_client import TLS_ENDPOINTS, LeanClient, consumer_settings, server_tls
-from bench.processes import Process, System, proxy_label, quiet_collector
 from bench.scenarios import ModeTally, ms, percentile
-from proxy.api.v2 import definition_pb2 as pb
-from proxy.api.v2 import service_pb2 as api
 from proxy.loop import run_main
 from proxy.receive.timeline import timelines
 from proxy.receive.types import PolledMessage
@@ -80,6 +76,8 @@ from proxy.remoting.lite import lite_queue_index
 from proxy.remoting.message import Prop
 from rocketmq_local import admin
 from rocketmq_local.admin import wait_visible
+from testkit.lean_client import TLS_ENDPOINTS, LeanClient, SettingsClient, server_tls
+from testkit.processes import Process, System, established_to, proxy_label, quiet_collector
 
 PEER = "apache"  # the Apache RocketMQ proxy 5.5.0 (cluster mode, its JVM from the launcher)
 RUST = "rust"  # the rocketmq-rust project's proxy, rocketmq-proxy 1.0.0 (scripts/rust-proxy.sh)
@@ -98,52 +96,6 @@ HARNESS_CODES = {
 
 
 # -- the load generator's client: settings over Telemetry first -----------------------------
-
-
-class SettingsClient(LeanClient):
-    """A LeanClient that, before its first receive, opens a Telemetry stream and sends its
-    SimpleConsumer settings, and waits for the answer, as the official clients do. The
-    Apache proxy takes a receive's subscription from these settings; ours answers them too,
-    so every proxy gets the same calls."""
-
-    def __init__(self, endpoint: str, client_id: str | None = "lean-client", **kw) -> None:
-        super().__init__(endpoint, client_id, **kw)
-        self.endpoint = endpoint
-        self.metadata = (
-            *self.metadata,
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-protocol", "v2"),
-            ("x-mq-client-version", "5.0.0"),
-        )
-        self._commands: asyncio.Queue | None = None
-        self._telemetry: grpc.aio.StreamStreamCall | None = None
-
-    async def prepare(self, group: str, topic: str, await_ms: int) -> None:
-        if self._telemetry is not None:
-            return
-        settings = consumer_settings(
-            pb.ClientType.SIMPLE_CONSUMER, group, topic, await_ms, self.endpoint
-        )
-        self._commands = asyncio.Queue()
-        self._commands.put_nowait(api.TelemetryCommand(settings=settings))
-        commands = self._commands
-
-        async def stream():
-            while (command := await commands.get()) is not None:
-                yield command
-
-        self._telemetry = self.stub.Telemetry(stream(), metadata=self.metadata)
-        await asyncio.wait_for(self._telemetry.read(), 15)
-
-    async def receive(self, group: str, topic: str, **options):
-        await self.prepare(group, topic, options.get("await_ms", 5000))
-        return await super().receive(group, topic, **options)
-
-    async def close(self) -> None:
-        if self._telemetry is not None and self._commands is not None:
-            self._commands.put_nowait(None)
-            self._telemetry.cancel()
-        await super().close()
 
 
 # -- the system: a real cluster with the Apache proxy, broker metrics on --------------------
@@ -768,19 +720,6 @@ LITE_CONSUMING_CODES = ("pop_lite_message", "ack_message", "batch_ack_message",
 
 
 # -- idle fan-in ----------------------------------------------------------------------------
-
-
-def established_to(port: int) -> int:
-    """TCP connections on this host established to ``port`` (the kernel's tables): the
-    load generator's connections to a proxy, when it is the proxy's only client."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(FileNotFoundError), open(table) as f:
-            next(f)  # the header
-            for line in f:
-                remote, state = line.split()[2:4]
-                count += state == "01" and int(remote.rsplit(":", 1)[1], 16) == port
-    return count
 
 
 async def fan_in(system: PeerSystem, *, polls: int, await_ms: int = 20_000,

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from bench.lean_client import LeanClient
-from bench.processes import (
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.remoting.broker_client import BrokerError
+from proxy.remoting.codes import ResponseCode
+from proxy.remoting.message import BatchEntry, Prop
+from testkit.lean_client import LeanClient
+from testkit.processes import (
     System,
     broker_requests,
     broker_requests_by_code,
     gc_pauses,
     scrape,
 )
-from proxy.api.v2 import definition_pb2 as pb
-from proxy.remoting.broker_client import BrokerError
-from proxy.remoting.codes import ResponseCode
-from proxy.remoting.message import BatchEntry, Prop
 
 # The consumers' client class; bench/peer.py puts in one that sends its settings over
 # Telemetry first, as the official clients do (the Apache proxy needs them).

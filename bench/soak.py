@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from bench import netfault
-from bench.lean_client import LeanClient
-from bench.processes import Process, _spawn, kill, terminate
 from proxy.api.v2 import definition_pb2 as pb
 from rocketmq_local import admin
 from rocketmq_local.launcher import free_port_block
+from testkit.lean_client import LeanClient
+from testkit.processes import Process, _spawn, kill, terminate
 
 if TYPE_CHECKING:
     from rocketmq_local.launcher import RealCluster

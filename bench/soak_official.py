@@ -6,7 +6,7 @@ through a fleet of proxies while faults strike on a seeded schedule; every messa
     python -m bench.soak_official --backend stub --minutes 2 --roster short
 
 Each client is a process of its own: the interop drivers' ``soak`` command (the Python driver
-``tests/interop/python_client.py`` documents the events), one role each: a producer of normal,
+``testkit/official/python_client.py`` documents the events), one role each: a producer of normal,
 FIFO or transactional messages, a SimpleConsumer, a PushConsumer. Every client dials one
 address, a TCP balancer's that follows the proxies' readiness (``Balancer``), as in a
 Kubernetes deployment; with ``--direct`` the Python and Java clients are given every proxy's
@@ -63,12 +63,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-
 from bench import netfault
 from bench.soak import Cluster, Resources, every_fault_played, fault_cycle
-from proxy.background import start_background, stop_background
-from tests.interop._harness import driver_command
+from testkit.balancer import Balancer
+from testkit.official.harness import driver_command
 
 log = logging.getLogger(__name__)
 
@@ -274,154 +272,6 @@ def _log_time(line: str, lang: str) -> int | None:
     zone = _LOG_ZONE.get(lang)
     stamp = stamp.replace(tzinfo=zone) if zone else stamp.astimezone()
     return int(stamp.timestamp() * 1000) + int(ms)
-
-
-class Balancer:
-    """A TCP balancer in front of the fleet, as in a Kubernetes deployment: the clients dial
-    one address that spreads connections over the proxies (the Node client cannot take
-    several endpoints anyway: grpc-js resolves "a:1,b:2" as one DNS name and fails). Like a
-    Kubernetes Service it sends new connections only to proxies whose readiness probe
-    passes (``/readyz`` every PROBE_S, as a pod's readinessProbe with periodSeconds 1): a
-    proxy that is draining answers 503, one that is starting is not ready yet. Each
-    connection goes to the next ready proxy that accepts it, and closes when that proxy's
-    side closes (after a GOAWAY, a connection's age or a drained proxy's, the client
-    reconnects, through here, to another one). Before the first probe, every proxy counts as
-    ready. A proxy being restarted leaves at once (``terminating``), before its SIGTERM, as
-    a Service drops a Terminating pod from its endpoints while the pod's preStop hook
-    waits, and comes back with its first passing probe once it has started again
-    (``started``)."""
-
-    PROBE_S = 1.0
-    # A probe not answered in this long leaves the proxy as it was: on the 2-core machine
-    # at a load of 50 a proxy's /readyz can take over a second, and counting that as not
-    # ready marked every proxy down at once, so the balancer closed every new connection
-    # (UNAVAILABLE for the clients, in a run with the connections' age GOAWAY). The
-    # Deployment's readinessProbe has timeoutSeconds 2.
-    PROBE_TIMEOUT_S = 2.0
-
-    def __init__(self, targets: list[tuple[str, str]]) -> None:
-        self.targets = targets  # (gRPC address, ops HTTP address) of each proxy
-        self.ready: set[str] | None = None  # gRPC addresses whose last probe passed
-        self._terminating: set[str] = set()  # gRPC addresses of proxies being restarted
-        self._turn = itertools.count()
-        self._server: asyncio.Server | None = None
-        self._probes: asyncio.Task[None] | None = None
-        self._writers: set[asyncio.StreamWriter] = set()  # both sides of every connection
-        self._connections: set[asyncio.Task[object]] = set()  # one handler per connection
-        self.port = 0
-
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._probes = start_background(self._probe_loop(), name="balancer probes", log=log)
-        return f"127.0.0.1:{self.port}"
-
-    async def _probe_loop(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.PROBE_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as http:
-            while True:
-                answers = await asyncio.gather(*(self._probe(http, ops) for _, ops in self.targets))
-                ready = set(self.ready or ())
-                for (grpc, _), answer in zip(self.targets, answers, strict=True):
-                    if answer is None and self.ready is not None:
-                        continue  # slow to answer: as it was (a loaded machine, not a drain)
-                    (ready.add if answer else ready.discard)(grpc)
-                self.ready = ready
-                await asyncio.sleep(self.PROBE_S)
-
-    def terminating(self, address: str) -> None:
-        """The proxy at gRPC ``address`` is about to be stopped: no new connection to it,
-        whatever its probes say."""
-        self._terminating.add(address)
-
-    def started(self, address: str) -> None:
-        """The proxy at ``address`` runs again, and has said so on its ready line: its
-        probes decide from here on."""
-        self._terminating.discard(address)
-
-    @staticmethod
-    async def _probe(http: aiohttp.ClientSession, ops: str) -> bool | None:
-        """200: ready; another status (a drain's 503) or no connection (a dead proxy):
-        not ready; no answer within PROBE_TIMEOUT_S: None, unknown."""
-        try:
-            async with http.get(f"http://{ops}/readyz") as response:
-                return response.status == 200
-        except TimeoutError:
-            return None
-        except aiohttp.ClientError:
-            return False
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        this = asyncio.current_task()
-        if this is not None:
-            self._connections.add(this)
-            this.add_done_callback(self._connections.discard)
-        self._writers.add(writer)
-        try:
-            await self._relay(reader, writer)
-        finally:
-            writer.close()
-            self._writers.discard(writer)
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        start = next(self._turn)
-        order = [self.targets[(start + i) % len(self.targets)][0] for i in range(len(self.targets))]
-        for address in order:
-            if address in self._terminating:
-                continue
-            if self.ready is not None and address not in self.ready:
-                continue
-            host, port = address.rsplit(":", 1)
-            try:
-                up_reader, up_writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, int(port)), 2
-                )
-            except (OSError, TimeoutError):
-                continue  # that proxy is down: the next one
-            self._writers.add(up_writer)
-            pipes = [
-                asyncio.ensure_future(_pipe(reader, up_writer)),
-                asyncio.ensure_future(_pipe(up_reader, writer)),
-            ]
-            try:
-                # Either side ending ends the connection: the client sees its proxy go.
-                await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                # Closed before anything else is awaited, so a cancelled relay cannot leave
-                # the proxy's side open (its server would wait for it when it stops).
-                up_writer.close()
-                self._writers.discard(up_writer)
-                for task in pipes:
-                    task.cancel()
-                await asyncio.gather(*pipes, return_exceptions=True)
-            return
-        # no proxy ready: the client sees its connection closed
-
-    async def close(self) -> None:
-        """Close every connection, both sides, and let each relay end by itself: a relay
-        task cancelled before its first step makes asyncio's stream callback log an error."""
-        await stop_background(self._probes)
-        if self._server is not None:
-            self._server.close()
-            for writer in list(self._writers):
-                writer.close()
-            relays = list(self._connections)
-            if relays:
-                _, stuck = await asyncio.wait(relays, timeout=5)
-                for task in stuck:
-                    task.cancel()
-                await asyncio.gather(*stuck, return_exceptions=True)
-            await self._server.wait_closed()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError):
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-
-
-# -- the run ------------------------------------------------------------------------------
 
 
 async def strike(

@@ -52,12 +52,12 @@ from typing import Any
 import grpc
 
 from bench.bench_proxy import load_average, machine
-from bench.lean_client import ClientTls, LeanClient, receive_request, server_tls
-from bench.processes import Process, System, _spawn, terminate
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.loop import run_main
+from testkit.lean_client import ClientTls, LeanClient, receive_request, server_tls
+from testkit.processes import Process, System, _spawn, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_DIR = ROOT / "bench" / "storm_node"
@@ -72,7 +72,7 @@ SLACK_S = 120.0
 async def python_storm(config: dict[str, Any]) -> dict[str, Any]:
     """The Python generator's storm (``storm_node/storm.mjs`` does the same in Node): every
     call's status and end, in seconds from the window's start."""
-    from bench.peer import SettingsClient
+    from testkit.lean_client import SettingsClient
 
     tls = (
         ClientTls(config["tls"]["root_pem"].encode(), config["tls"]["name"])
@@ -133,7 +133,7 @@ async def python_storm(config: dict[str, Any]) -> dict[str, Any]:
 
 def generator_main() -> None:
     """Child entry point of the Python generator: the config (JSON) in argv[1]."""
-    from bench.processes import quiet_collector
+    from testkit.processes import quiet_collector
 
     quiet_collector()
     result = run_main(python_storm(json.loads(sys.argv[1])))

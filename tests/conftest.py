@@ -98,7 +98,7 @@ async def start_proxy():
 @pytest.fixture
 async def lean():
     """LeanClient factory: ``lean(app)`` connects to a ProxyApp; closed at the end."""
-    from bench.lean_client import LeanClient
+    from testkit.lean_client import LeanClient
 
     clients = []
 

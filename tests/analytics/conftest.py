@@ -54,11 +54,11 @@ def spark():
 
 @pytest.fixture(scope="session")
 def standalone_cluster(tmp_path_factory):
-    """A Spark standalone cluster of three JVMs on loopback (tests/analytics/_cluster.py): a
+    """A Spark standalone cluster of three JVMs on loopback (testkit/spark_cluster.py): a
     master and two workers of 1 core and 1 GB each, started once for the session, all
     registered; stopped by pid at the end. A cluster that does not come up within 90 s
     fails the tests that asked for it, with the daemons' logs."""
-    from tests.analytics._cluster import standalone_cluster as start_cluster
+    from testkit.spark_cluster import standalone_cluster as start_cluster
 
     with start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
         yield cluster

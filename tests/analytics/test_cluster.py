@@ -1,5 +1,5 @@
 """The job on a real Spark standalone cluster: a master and two workers, each a JVM of its
-own on loopback (the session's ``standalone_cluster``, tests/analytics/_cluster.py), the job
+own on loopback (the session's ``standalone_cluster``, testkit/spark_cluster.py), the job
 submitted with deploy/spark/run-on-cluster.sh as on any cluster, its tasks run by executor
 JVMs the workers start.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from polling_report.job import JobOptions, run_batch
-from tests.analytics._cluster import (
+from testkit.spark_cluster import (
     StandaloneCluster,
     python_driver,
     running,

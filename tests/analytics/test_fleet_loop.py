@@ -37,7 +37,7 @@ import pytest
 from broker_stub import BrokerConfig, StubCluster
 from proxy.receive.thresholds import parse
 from proxy.remoting.broker_client import BrokerClient
-from tests.analytics._cluster import running, submit
+from testkit.spark_cluster import running, submit
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]

@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 import yaml
 
-from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.lean_client import LeanClient
 from tests.support.waits import wait_for, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from bench.lean_client import consumer_settings
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.app import ProxyApp
 from proxy.config import ClientMetricsConfig, ClientMetricsMode
+from testkit.lean_client import consumer_settings
 from tests.support.otlp import DELTA, client_headers, export, point
 from tests.support.waits import wait_until
 

@@ -30,10 +30,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bench.lean_client import LeanClient
 from broker_stub import BrokerConfig, StubCluster
 from proxy.api.errors import Code
 from proxy.fleet.members import owner_of
+from testkit.lean_client import LeanClient
 from tests.support.ports import free_port
 from tests.support.proxy_process import ready_line
 from tests.support.waits import wait_until

@@ -11,10 +11,10 @@ import contextlib
 import grpc
 import pytest
 
-from bench.lean_client import LeanClient, receive_request
 from proxy.api import session
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from testkit.lean_client import LeanClient, receive_request
 from tests.support.waits import wait_until
 
 Code = pb.Code

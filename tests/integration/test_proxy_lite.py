@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from bench.lean_client import consumer_settings, millis
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.config import PollMode
 from proxy.remoting.lite import lite_queue_index
 from rocketmq_local import admin
+from testkit.lean_client import consumer_settings, millis
 from tests.support.waits import wait_until
 
 Code = pb.Code

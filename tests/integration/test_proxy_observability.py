@@ -170,7 +170,7 @@ async def test_a_stream_that_breaks_mid_answer_records_what_was_written(
 ):
     """Two messages popped, the stream breaks writing the second: the record says one
     message and write_failed (not found with two), and the second is handed back."""
-    from bench.lean_client import receive_request
+    from testkit.lean_client import receive_request
 
     app = await start_proxy(mode="notify", event_log_dir=str(tmp_path), hand_back_invisible_ms=200)
     await send_to(app, "broker-a", b"one")

@@ -11,8 +11,8 @@ import time
 import aiohttp
 import pytest
 
-from bench.lean_client import LeanClient
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.lean_client import LeanClient
 from tests.support.proxy_process import ready_line
 from tests.support.waits import wait_until
 

@@ -217,7 +217,7 @@ async def test_stop_drains_polls_and_telemetry_streams_without_an_error(cluster,
 async def behind_a_balancer(cluster: StubCluster, tmp_path, age_s: float):
     """Two proxies whose connections age in ``age_s``, started, and a balancer (not started)
     that follows their /readyz every 0.2 s: it notices a drain long before the age."""
-    from bench.soak_official import Balancer
+    from testkit.balancer import Balancer
 
     base = dataclasses.replace(config_for(cluster, tmp_path), grpc_max_connection_age_s=age_s)
     first = ProxyApp(dataclasses.replace(base, proxy_id="first"))
@@ -239,7 +239,7 @@ async def test_a_drain_under_load_moves_clients_before_its_server_stops(cluster,
     server stops (docs/reliability.md, "Drain")."""
     import grpc
 
-    from bench.lean_client import LeanClient
+    from testkit.lean_client import LeanClient
 
     first, second, balancer = await behind_a_balancer(cluster, tmp_path, age_s=1.0)
     client = LeanClient(await balancer.start(), "drain-load")
@@ -298,8 +298,8 @@ async def test_a_drain_waits_for_a_quiet_client_until_its_connection_has_aged(
     proxy, without an error."""
     import grpc
 
-    from bench.lean_client import LeanClient
     from proxy.api.v2 import service_pb2 as api
+    from testkit.lean_client import LeanClient
 
     age_s = 3.0
     first, second, balancer = await behind_a_balancer(cluster, tmp_path, age_s)
@@ -356,8 +356,8 @@ async def test_a_drain_does_not_wait_for_clients_that_have_closed(cluster, tmp_p
     """Clients that held streams and closed their channels before the stop cost the drain
     nothing: their streams ended with them, and their connections closed, far before they
     would age (60 s here)."""
-    from bench.lean_client import LeanClient
     from proxy.api.v2 import service_pb2 as api
+    from testkit.lean_client import LeanClient
 
     config = dataclasses.replace(config_for(cluster, tmp_path), grpc_max_connection_age_s=60.0)
     app = ProxyApp(config)

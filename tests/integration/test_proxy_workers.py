@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bench.lean_client import LeanClient, Received
-from bench.processes import terminate
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.lean_client import LeanClient, Received
+from testkit.processes import terminate
 from tests.support.metrics import total
 from tests.support.proxy_process import ready_line
 from tests.support.waits import wait_until

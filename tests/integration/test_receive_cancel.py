@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from bench.lean_client import receive_request
 from proxy.api.v2 import service_pb2 as api
+from testkit.lean_client import receive_request
 
 T, G = "T", "G"
 INVISIBLE_MS = 60_000  # what the cancelled receive asks: far longer than the test waits

@@ -21,10 +21,10 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from bench.peer import SettingsClient
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from rocketmq_local import admin
+from testkit.lean_client import SettingsClient
 
 Code = pb.Code
 KB16 = 16 * 1024

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from rocketmq_local import admin
-from tests.interop._harness import ProxyProcess, start_proxy
-from tests.interop._harness import run_client as _run_client
+from testkit.official.harness import ProxyProcess, start_proxy
+from testkit.official.harness import run_client as _run_client
 
 MODES = ("notify", "coupled", "slicing", "adaptive")
 BACKENDS = ("stubs", "real")

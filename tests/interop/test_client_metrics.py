@@ -40,7 +40,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from rocketmq_local import admin
-from tests.interop._harness import run_client, start_proxy
+from testkit.official.harness import run_client, start_proxy
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(420)]
 

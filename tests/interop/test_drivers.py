@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.interop._harness import LANGS, run_driver
+from testkit.official.harness import LANGS, run_driver
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(60)]

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.interop import _scenarios as scenario
-from tests.interop._harness import REPO, ProxyProcess
+from testkit.official import scenarios as scenario
+from testkit.official.harness import REPO, ProxyProcess
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]

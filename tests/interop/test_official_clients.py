@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.interop import _scenarios as scenario
-from tests.interop._harness import LANGS
+from testkit.official import scenarios as scenario
+from testkit.official.harness import LANGS
 from tests.interop.conftest import DEFAULT_MODE, MODES, targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]

@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
-from tests.interop._harness import run_driver
+from testkit.official.harness import run_driver
 from tests.interop.conftest import DEFAULT_MODE, targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]

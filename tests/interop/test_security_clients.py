@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from tests.interop._harness import run_client, run_driver, start_proxy
+from testkit.official.harness import run_client, run_driver, start_proxy
 from tests.support.tls_ca import make_ca
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.interop import _scenarios as scenario
-from tests.interop._harness import run_driver, start_proxy
+from testkit.official import scenarios as scenario
+from testkit.official.harness import run_driver, start_proxy
 from tests.interop.conftest import DEFAULT_MODE, targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]

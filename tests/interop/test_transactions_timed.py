@@ -1,14 +1,14 @@
 """The official clients through the proxy: a committed, a rolled-back and an
 orphaned-then-checked transaction, a timed message delivered at its time, a recalled one
-never (``_scenarios.transactions_timed_and_recalled``, the bounds are stated there), on
+never (``scenarios.transactions_timed_and_recalled``, the bounds are stated there), on
 broker stubs and on the session's real RocketMQ 5.5.0."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.interop import _scenarios as scenario
-from tests.interop._harness import LANGS
+from testkit.official import scenarios as scenario
+from testkit.official.harness import LANGS
 from tests.interop.conftest import targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]

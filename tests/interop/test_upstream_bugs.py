@@ -1,12 +1,12 @@
 """Failures users report of the Apache proxy, done as the reporter did them, through this
 proxy with the official Python PushConsumer on real RocketMQ 5.5.0 brokers, asserting the
 right behaviour. (#9583, an ack after ChangeInvisibleDuration, is
-``_scenarios.change_invisible_then_ack``; apache/rocketmq-clients#1344, un-acked messages
-that never come back, is ``_scenarios.redelivery_without_ack``; #10784, messages without a
+``scenarios.change_invisible_then_ack``; apache/rocketmq-clients#1344, un-acked messages
+that never come back, is ``scenarios.redelivery_without_ack``; #10784, messages without a
 receipt handle, is counted by every soak: ``receipts_without_handle``.)
 
 Each test runs its own proxies (the suite's pool is shared) on the session's real brokers,
-with 10 s renewal slices (``_harness.RENEW_SLICE_MS``), and a PushConsumer of the Python
+with 10 s renewal slices (``harness.RENEW_SLICE_MS``), and a PushConsumer of the Python
 driver's ``soak`` command, whose events say when each message reached the listener.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from rocketmq_local import admin
-from tests.interop._harness import (
+from testkit.official.harness import (
     RENEW_SLICE_MS,
     driver_command,
     run_client,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import grpc
 
-from bench.lean_client import LeanClient
 from proxy.api.v2 import service_pb2_grpc
 from proxy.security import signing
+from testkit.lean_client import LeanClient
 
 
 class SecureLeanClient(LeanClient):

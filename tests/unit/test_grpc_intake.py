@@ -11,10 +11,10 @@ from collections import Counter
 import grpc
 import pytest
 
-from bench.lean_client import receive_request
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.app import pending_calls_options
+from testkit.lean_client import receive_request
 
 CALLS = 3_000
 CONNECTIONS = 4

@@ -17,12 +17,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bench import lean_client
-from bench.lean_client import LeanClient, certificate_name, server_tls
-from bench.peer import established_to
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.security.self_signed import SelfSigned, make_self_signed
+from testkit import lean_client
+from testkit.lean_client import LeanClient, certificate_name, server_tls
+from testkit.processes import established_to
 
 
 class Routes(service_pb2_grpc.MessagingServiceServicer):

@@ -1,4 +1,4 @@
-"""``bench.processes._spawn`` on the loop the entry points run on (uvloop, through
+"""``testkit.processes._spawn`` on the loop the entry points run on (uvloop, through
 ``proxy.loop.run_main``), with and without a group id: uvloop's ``subprocess_exec`` takes
 fewer keywords than asyncio's (it refused ``group=``, and every benchmark crashed at its
 first process). The smoke tier (tests/smoke) runs the commands themselves; this is the
@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 from bench import netfault
-from bench.processes import _spawn, terminate
 from proxy.loop import run_main
+from testkit.processes import _spawn, terminate
 
 
 def _gids(pid: int) -> list[int]:

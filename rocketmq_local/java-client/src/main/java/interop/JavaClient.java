@@ -3,7 +3,7 @@
  *
  * Built by `make rocketmq-java-client` into .cache/rocketmq/java-client (run it with
  * `java -Duser.home=DIR -cp interop-java-client.jar:lib/* interop.JavaClient ...`). Same command
- * line and output as tests/interop/python_client.py and node/client.mjs:
+ * line and output as testkit/official/python_client.py and node/client.mjs:
  *
  *   produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
  *           [--message-groups G] [--priority P] [--user-properties N[:B]]

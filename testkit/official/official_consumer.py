@@ -1,12 +1,12 @@
 """The official RocketMQ 5 Python client (rocketmq-python-client 5.1.2) as a benchmark
-consumer, for ``bench/calibrate_client.py``: one SimpleConsumer that receives, acks each
-message (one AckMessage per message, as that client does) and receives again, until told to
-stop.
+consumer (``bench/calibrate_client.py``, ``bench/peer.py``): one SimpleConsumer that
+receives, acks each message (one AckMessage per message, as that client does) and receives
+again, until told to stop.
 
 Run it with ``.venv-interop/bin/python`` (``make interop-deps``), never with the project's own
 interpreter: the client bundles its own ``apache.rocketmq.v2`` descriptors and protobuf. Of
 the project it imports only its neighbour ``official_python.py``;
-``tests/interop/python_client.py`` documents what the client requires of the server. Set HOME
+``testkit/official/python_client.py`` documents what the client requires of the server. Set HOME
 to move the client's log (~/logs/rocketmq_python).
 
     official_consumer.py --endpoint HOST:PORT --group G --topic T --await-seconds S

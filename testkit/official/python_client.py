@@ -103,9 +103,8 @@ import threading
 import time
 import traceback
 
-# The helpers every driver of the official Python client shares (bench/official_python.py;
-# the benchmarks' driver uses them too).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+# Run as a script from this directory: the helpers every driver of the official Python
+# client shares (official_python.py) are beside it.
 from official_python import (
     REQUEST_TIMEOUT_SECONDS,
     arm_watchdog,

@@ -28,7 +28,7 @@ import pytest
 from rocketmq_local.launcher import free_port_block
 
 HOST = "127.0.0.1"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 WORKER_CORES = 1

@@ -2,7 +2,7 @@
 
 Everything here is a separate process on 127.0.0.1 with a free port, started and stopped by
 pid with bounded waits. The official clients run in their own runtimes (``.venv-interop`` for
-Python, ``tests/interop/node`` for Node.js, both from ``make interop-deps``; a JVM with
+Python, ``testkit/official/node`` for Node.js, both from ``make interop-deps``; a JVM with
 ``.cache/rocketmq/java-client`` for Java, from ``make rocketmq``).
 """
 

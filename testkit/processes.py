@@ -8,6 +8,7 @@ The scenarios talk to either the same way: proxies, ``broker_clients``, ``create
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import os
@@ -380,3 +381,16 @@ def broker_requests_by_code(before: dict[str, float], after: dict[str, float]) -
 def broker_requests(before: dict[str, float], after: dict[str, float]) -> float:
     """Remoting requests the proxy sent to brokers between two scrapes."""
     return sum(broker_requests_by_code(before, after).values())
+
+
+def established_to(port: int) -> int:
+    """TCP connections on this host established to ``port`` (the kernel's tables): the
+    load generator's connections to a proxy, when it is the proxy's only client."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as f:
+            next(f)  # the header
+            for line in f:
+                remote, state = line.split()[2:4]
+                count += state == "01" and int(remote.rsplit(":", 1)[1], 16) == port
+    return count

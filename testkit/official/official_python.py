@@ -1,6 +1,6 @@
 """Helpers for driving the official RocketMQ 5 Python client (rocketmq-python-client 5.1.2),
-shared by the interop driver (tests/interop/python_client.py) and the benchmarks' driver
-(bench/official_consumer.py). Runs under ``.venv-interop/bin/python`` only: the client
+shared by the interop driver (testkit/official/python_client.py) and the benchmarks' driver
+(official_consumer.py, beside it). Runs under ``.venv-interop/bin/python`` only: the client
 bundles its own protobuf and generated descriptors.
 """
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.interop._harness import ProxyProcess, sleep_until
+from testkit.official.harness import ProxyProcess, sleep_until
 
 AWAIT_SECONDS = 5  # the proxy's minimum long-polling time: never ILLEGAL_POLLING_TIME
 INVISIBLE_SECONDS = 10  # the minimum legal invisible duration

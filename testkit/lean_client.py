@@ -4,6 +4,7 @@ prove interop separately (tests/interop)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import ssl
 from dataclasses import dataclass, field
@@ -314,3 +315,49 @@ def consumer_settings(
             )
         )
     return settings
+
+
+class SettingsClient(LeanClient):
+    """A LeanClient that, before its first receive, opens a Telemetry stream and sends its
+    SimpleConsumer settings, and waits for the answer, as the official clients do. The
+    Apache proxy takes a receive's subscription from these settings; ours answers them too,
+    so every proxy gets the same calls."""
+
+    def __init__(self, endpoint: str, client_id: str | None = "lean-client", **kw) -> None:
+        super().__init__(endpoint, client_id, **kw)
+        self.endpoint = endpoint
+        self.metadata = (
+            *self.metadata,
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"),
+            ("x-mq-client-version", "5.0.0"),
+        )
+        self._commands: asyncio.Queue | None = None
+        self._telemetry: grpc.aio.StreamStreamCall | None = None
+
+    async def prepare(self, group: str, topic: str, await_ms: int) -> None:
+        if self._telemetry is not None:
+            return
+        settings = consumer_settings(
+            pb.ClientType.SIMPLE_CONSUMER, group, topic, await_ms, self.endpoint
+        )
+        self._commands = asyncio.Queue()
+        self._commands.put_nowait(api.TelemetryCommand(settings=settings))
+        commands = self._commands
+
+        async def stream():
+            while (command := await commands.get()) is not None:
+                yield command
+
+        self._telemetry = self.stub.Telemetry(stream(), metadata=self.metadata)
+        await asyncio.wait_for(self._telemetry.read(), 15)
+
+    async def receive(self, group: str, topic: str, **options):
+        await self.prepare(group, topic, options.get("await_ms", 5000))
+        return await super().receive(group, topic, **options)
+
+    async def close(self) -> None:
+        if self._telemetry is not None and self._commands is not None:
+            self._commands.put_nowait(None)
+            self._telemetry.cancel()
+        await super().close()

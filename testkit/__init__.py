@@ -1,0 +1,14 @@
+"""What the test suite and the benchmarks both drive the proxy with.
+
+- ``lean_client``: a small asyncio client of the proxy's gRPC API (the calls the official
+  SimpleConsumer and Producer make), for tests and load.
+- ``processes``: name servers, brokers and proxies as processes on loopback, stopped by pid.
+- ``official``: the official RocketMQ 5 clients (Python, Node.js, Java) as driver processes,
+  and the scenarios every one of them is held to.
+- ``spark_cluster``: a Spark standalone cluster on loopback for the analytics job.
+- ``balancer``: a TCP balancer that follows the proxies' readiness, as a Kubernetes Service.
+
+``tests/`` and ``bench/`` import from here and never from each other's modules, except that
+tests of the benchmarks' own code (``tests/unit/test_bench_*``, the soak's accounting, the
+fleet simulator) import what they test.
+"""
