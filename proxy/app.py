@@ -194,7 +194,7 @@ class ProxyApp:
             ),
             receive=self.receive,
             ack=AckActivity(
-                self.consumer, rc.max_delivery_attempts, self.renewer, self.settles, config.limits
+                self.consumer, rc.max_delivery_attempts, self.renewer, config.limits, self.settles
             ),
             metrics=self.metrics,
             transaction=TransactionActivity(self.transactions),

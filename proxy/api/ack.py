@@ -39,11 +39,11 @@ class AckActivity:
         consumer: ConsumerProcessor,
         max_delivery_attempts: int,
         renewer: HandleRenewer,
+        limits: LimitsConfig,
         settles: FleetSettles | None = None,
-        limits: LimitsConfig | None = None,
     ) -> None:
         self.consumer = consumer
-        self.limits = limits or LimitsConfig()
+        self.limits = limits
         self.max_delivery_attempts = max_delivery_attempts
         self.renewer = renewer
         self.settles = settles  # set when the proxy joins a fleet

@@ -45,10 +45,10 @@ class ReceiveActivity:
         recorder: ReceiveRecorder,
         groups: GroupSettings,
         renewer: HandleRenewer,
-        limits: LimitsConfig | None = None,
+        limits: LimitsConfig,
     ) -> None:
         self.config = config
-        self.limits = limits or LimitsConfig()
+        self.limits = limits
         self.engine = engine
         self.consumer = consumer
         self.recorder = recorder

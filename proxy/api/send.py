@@ -40,15 +40,15 @@ class SendActivity:
         producer: ProducerProcessor,
         metrics: ProxyMetrics,
         max_body_bytes: int,
-        max_lite_topic_size: int = 64,
-        limits: LimitsConfig | None = None,
+        max_lite_topic_size: int,
+        limits: LimitsConfig,
     ) -> None:
         self.pool = pool
         self.producer = producer
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.max_lite_topic_size = max_lite_topic_size
-        self.limits = limits or LimitsConfig()
+        self.limits = limits
 
     async def send_message(
         self, request: api.SendMessageRequest, context: Context

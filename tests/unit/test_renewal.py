@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from proxy.config import LimitsConfig
 from proxy.processor.consumer import Popped
 from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.popinfo import PopCheckpointInfo
@@ -142,7 +143,7 @@ async def test_a_failed_ack_of_a_renewed_message_keeps_its_renewal_for_the_retry
 
     consumer = _FailingAcks()
     r, original = await renewed_once(consumer, 7)
-    activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
+    activity = AckActivity(consumer, 16, r, LimitsConfig())  # type: ignore[arg-type]
     handle = f"{original.checkpoint} {original.commit_log_offset}"
     request = api.AckMessageRequest(
         group=pb.Resource(name="G"),
@@ -209,7 +210,7 @@ async def test_a_retry_of_an_ack_that_settled_after_the_client_gave_up_is_answer
     consumer.failing = False
     r, original = await renewed_once(consumer, 11)
     r.acked_memory_s = 0.2
-    activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
+    activity = AckActivity(consumer, 16, r, LimitsConfig())  # type: ignore[arg-type]
     first = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
     assert first.status.code == pb.Code.OK and r.size == 0
     retried = await activity.ack_message(_ack_request(original), None)  # type: ignore[arg-type]
@@ -238,7 +239,7 @@ async def test_an_ack_cancelled_in_flight_leaves_the_renewal_going():
         await asyncio.sleep(3600)  # a broker that never answers the ack
 
     consumer.ack = stuck  # type: ignore[method-assign]
-    activity = AckActivity(consumer, 16, r)  # type: ignore[arg-type]
+    activity = AckActivity(consumer, 16, r, LimitsConfig())  # type: ignore[arg-type]
     call = asyncio.ensure_future(activity.ack_message(_ack_request(original), None))  # type: ignore[arg-type]
     await started.wait()
     call.cancel()
@@ -282,7 +283,7 @@ async def test_an_ack_cancelled_while_a_later_entry_is_looked_up_ends_the_earlie
         )
     )
     settles = FleetSettles(_SilentLinks(), r, ask_s=30.0)
-    activity = AckActivity(consumer, 16, r, settles)  # type: ignore[arg-type]
+    activity = AckActivity(consumer, 16, r, LimitsConfig(), settles)  # type: ignore[arg-type]
     call = asyncio.ensure_future(activity.ack_message(request, None))  # type: ignore[arg-type]
     # The first entry looked up, the second waiting on its renewer's LENT.
     await wait_until(lambda: bool(settles._asks), timeout=1, what="the second entry's ask")
