@@ -202,6 +202,13 @@ bench-storm: $(BENCH_STAMP) rocketmq $(STORM_NODE_STAMP)
 bench-hostile: $(STAMP)
 	$(BIN)/python -m bench.hostile --out $(RESULTS)/hostile $(BENCH_ARGS)
 
+# What a parked long poll costs the proxy, object by object (bench/poll_account.py; about a
+# minute): the proxy in the benchmark's own process on uvloop, 2,000 polls from client
+# processes, RSS, Python allocations by line and live objects by type per poll. Compare the
+# RSS with `python -m bench.grpc_floor` (a bare grpcio servicer holding the same calls).
+bench-account: $(STAMP)
+	$(BIN)/python -m bench.poll_account --out $(RESULTS)/poll-account.json $(BENCH_ARGS)
+
 clean: clean-interop
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info $(RMQ_CACHE)
 	rm -rf $(DASHBOARD_NODE_DIR)/node_modules $(K8S_NODE_DIR)/node_modules

@@ -56,9 +56,10 @@ class PollContext:
         # Stages with their times, when the timeline debug log is on (``timeline.py``).
         self.timeline: Timeline | None = Timeline.wanted()
         # One plain future at a time carries every wait of the poll; an idle poll is held
-        # by thousands, so no task, queue or event per poll.
-        self._waiter: asyncio.Future[None] | None = None
-        self._has_msg: asyncio.Future[None] | None = None
+        # by thousands, so no task, queue or event per poll. It ends with True when a
+        # broker said hasMsg (``wait_has_msg``), with None on time-out or stop.
+        self._waiter: asyncio.Future[bool | None] | None = None
+        self._watching = False  # in wait_has_msg: has_msg() ends the wait
 
     # -- time -----------------------------------------------------------------------------
 
@@ -85,16 +86,25 @@ class PollContext:
     def has_msg(self, broker: str = "") -> None:
         """A broker this poll watches said it has messages (see ``wait_has_msg``)."""
         self.mark("has_msg", broker)
-        if self._has_msg is not None and not self._has_msg.done():
-            self._has_msg.set_result(None)
+        if self._watching:
+            self._wake(True)
 
     async def wait_has_msg(self) -> bool:
-        """Wait for ``has_msg()`` until the deadline; False when time runs out first."""
-        self._has_msg = self.loop.create_future()
+        """Wait for ``has_msg()`` until the deadline; False when time runs out first or the
+        poll stops. The wait is the waiter future itself: the notify poll's idle state is
+        this one future and its timer."""
+        limit_s = self.remaining_s
+        if limit_s <= 0:
+            return False
+        waiter = self._waiter = self.loop.create_future()
+        self._watching = True
+        timer = self.loop.call_later(limit_s, self._wake)
         try:
-            return await self.wait_done(self._has_msg, self.remaining_s)
+            return bool(await waiter)
         finally:
-            self._has_msg = None
+            timer.cancel()
+            self._watching = False
+            self._waiter = None
 
     async def wait_done(self, future: asyncio.Future[Any], limit_s: float) -> bool:
         """Wait until ``future`` is done, ``limit_s`` passes or the poll stops; True if done.
@@ -112,9 +122,11 @@ class PollContext:
             self._waiter = None
         return future.done()
 
-    def _wake(self, _future: object = None) -> None:
+    def _wake(self, outcome: object = None) -> None:
+        """End the wait in progress: ``outcome`` True from ``has_msg``; anything else (a
+        timer, a stop, a future's done callback) ends it without hasMsg."""
         if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+            self._waiter.set_result(True if outcome is True else None)
 
     def first_pop_done(self, hit: bool) -> None:
         """The first pop found messages (``hit``) or not; ``on_first_pop`` hears it once."""

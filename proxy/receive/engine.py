@@ -12,7 +12,8 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from proxy.brokers import BrokerPool
 from proxy.config import PollMode, ReceiveConfig, ReceiveMode
@@ -200,12 +201,14 @@ class ReceiveEngine:
             self.in_flight[PollMode.LITE] -= 1
             self.metrics.long_poll_finished(PollMode.LITE)
 
-    async def _run(self, mode: PollMode, ctx: PollContext) -> list[PolledMessage]:
+    def _run(self, mode: PollMode, ctx: PollContext) -> Coroutine[Any, Any, list[PolledMessage]]:
+        """The poll of ``mode``, to be awaited by ``receive`` (a plain function: an idle
+        poll holds no frame of its own here)."""
         if mode is PollMode.NOTIFY:
-            return await notify_poll(ctx, self.hub, self.misses, self.config.max_probes_per_poll)
+            return notify_poll(ctx, self.hub, self.misses, self.config.max_probes_per_poll)
         if mode is PollMode.COUPLED:
-            return await coupled_poll(ctx)
-        return await slicing_poll(ctx, self.config.slice_ms, self.config.slice_quota)
+            return coupled_poll(ctx)
+        return slicing_poll(ctx, self.config.slice_ms, self.config.slice_quota)
 
     async def _divert_exhausted(self, messages: list[PolledMessage]) -> list[PolledMessage]:
         """Messages past their last attempt go to ``%DLQ%<group>`` instead of the client."""

@@ -316,6 +316,19 @@ def test_make_bench_hostile(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_make_bench_account(tmp_path):
+    output = make(
+        tmp_path, "bench-account", f"RESULTS={tmp_path}", "BENCH_ARGS=--polls 200", timeout=200
+    )
+    account = load_json(tmp_path / "poll-account.json", output)
+    assert account["polls"] == 200 and account["rss_per_poll_bytes"] > 0, account
+    # The proxy's own objects are in the account: its parts and its types are named.
+    assert account["python_by_part"]["proxy"] > 0, account["python_by_part"]
+    types = {row["type"] for row in account["objects"]}
+    assert "proxy.receive.context.PollContext" in types, types
+
+
+@pytest.mark.timeout(300)
 def test_make_bench_calibrate(tmp_path):
     output = make(
         tmp_path, "bench-calibrate", f"RESULTS={tmp_path}", "BENCH_ARGS=--messages 3 --await-s 4",
