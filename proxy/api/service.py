@@ -18,10 +18,11 @@ Telemetry are streams: ``_guard`` checks them here, the activities do the rest.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import Protocol, TypeVar
 
 from proxy.api import validation as check
@@ -84,14 +85,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # (``Drain._let_clients_move``).
         self.connections = Connections(0) if connections is None else connections
 
-    @contextlib.contextmanager
-    def _open(self, rpc: str, context: Context) -> Iterator[None]:
-        self.open_calls[rpc] += 1
-        try:
-            with self.connections.call(context):
-                yield
-        finally:
-            self.open_calls[rpc] -= 1
+    def _open(self, rpc: str, context: Context) -> _OpenCall:
+        """The call counted open, on its connection, while the block runs."""
+        return _OpenCall(self.open_calls, rpc, self.connections.call(context))
 
     async def _unary(
         self,
@@ -252,3 +248,36 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
 def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+class _OpenCall:
+    """``MessagingService._open``: a slotted object rather than a generator, as a parked
+    long poll holds one for as long as it waits."""
+
+    __slots__ = ("counts", "on_connection", "rpc")
+
+    def __init__(
+        self, counts: Counter[str], rpc: str, on_connection: AbstractContextManager[None]
+    ) -> None:
+        self.counts = counts
+        self.rpc = rpc
+        self.on_connection = on_connection
+
+    def __enter__(self) -> None:
+        self.counts[self.rpc] += 1
+        try:
+            self.on_connection.__enter__()
+        except BaseException:
+            self.counts[self.rpc] -= 1
+            raise
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.on_connection.__exit__(kind, exc, tb)
+        finally:
+            self.counts[self.rpc] -= 1

@@ -25,7 +25,7 @@ from proxy.receive.context import PollContext
 from proxy.receive.coupled import coupled_poll
 from proxy.receive.lite import LiteReceiver
 from proxy.receive.misses import MissMemory
-from proxy.receive.notify import notify_poll
+from proxy.receive.notify import NotifyPoll
 from proxy.receive.probes import ProbeHub, Prober
 from proxy.receive.shared import DEFAULT_FALLBACK_S, SharedProbeHub
 from proxy.receive.slicing import slicing_poll
@@ -205,7 +205,7 @@ class ReceiveEngine:
         """The poll of ``mode``, to be awaited by ``receive`` (a plain function: an idle
         poll holds no frame of its own here)."""
         if mode is PollMode.NOTIFY:
-            return notify_poll(ctx, self.hub, self.misses, self.config.max_probes_per_poll)
+            return NotifyPoll(ctx, self.hub, self.misses, self.config.max_probes_per_poll).run()
         if mode is PollMode.COUPLED:
             return coupled_poll(ctx)
         return slicing_poll(ctx, self.config.slice_ms, self.config.slice_quota)

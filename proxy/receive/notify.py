@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 
 from proxy.receive.context import PollContext
 from proxy.receive.misses import MissMemory
@@ -46,75 +45,107 @@ def _nothing_new(ctx: PollContext, hub: Prober) -> bool:
     return not req.fifo and all(hub.parked((b.name, req.group, req.topic)) for b in ctx.brokers)
 
 
-async def notify_poll(
-    ctx: PollContext, hub: Prober, misses: MissMemory, max_probes: int
-) -> list[PolledMessage]:
-    first = ctx.first_broker()
-    if first is None:
-        return []
-    req = ctx.request
-    if _nothing_new(ctx, hub):
-        ctx.mark("first_pop_skipped")
-        ctx.first_pop_done(False)
-    else:
-        messages = await ctx.pop(first)
-        ctx.first_pop_done(bool(messages))
-        if messages:
-            return messages
-    if ctx.remaining_s <= 0:
-        return []
+class NotifyPoll:
+    """One poll in notify mode: ``run`` is the task above, steps 1 to 4. Its state is these
+    slots rather than a coroutine's closures: an idle poll is held by thousands, and the
+    hub's callbacks are two bound methods made once."""
 
-    ready: list[str] = []  # the result queue: brokers that said hasMsg (a few at most)
-    deadline = req.answer_by
+    __slots__ = (
+        "active",
+        "ctx",
+        "hub",
+        "max_probes",
+        "misses",
+        "on_has_msg",
+        "on_probe_sent",
+        "pauses",
+        "ready",
+        "watches",
+    )
 
-    def has_msg(broker: str) -> None:
-        ready.append(broker)
-        ctx.has_msg(broker)
+    def __init__(self, ctx: PollContext, hub: Prober, misses: MissMemory, max_probes: int):
+        self.ctx = ctx
+        self.hub = hub
+        self.misses = misses
+        self.max_probes = max_probes
+        self.ready: list[str] = []  # the result queue: brokers that said hasMsg (a few)
+        self.watches: dict[str, Watch] = {}
+        self.pauses: dict[str, asyncio.TimerHandle] | None = None  # made at the first pause
+        self.active = True
+        self.on_has_msg = self._has_msg
+        self.on_probe_sent = ctx.count_probe
 
-    def watch(broker: str) -> Watch:
+    async def run(self) -> list[PolledMessage]:
+        ctx, hub = self.ctx, self.hub
+        first = ctx.first_broker()
+        if first is None:
+            return []
+        req = ctx.request
+        if _nothing_new(ctx, hub):
+            ctx.mark("first_pop_skipped")
+            ctx.first_pop_done(False)
+        else:
+            messages = await ctx.pop(first)
+            ctx.first_pop_done(bool(messages))
+            if messages:
+                return messages
+        if ctx.remaining_s <= 0:
+            return []
+        ready = self.ready
+        try:
+            for broker in ctx.brokers:
+                self._watch(broker.name)
+            while True:
+                if not ready and not await ctx.wait_has_msg():
+                    return []  # the deadline: answer empty
+                if not ready:
+                    continue
+                broker_name = ready.pop(0)
+                route = ctx.broker(broker_name)
+                # Patient: the broker has just said hasMsg, so it is up (ctx.pop).
+                messages = await ctx.pop(route, patient=True) if route is not None else []
+                hub.release(self.watches[broker_name], missed=not messages)
+                miss_key = (broker_name, req.group, req.topic, req.expression)
+                if messages:
+                    self.misses.hit(miss_key, ctx.loop.time())
+                    return messages
+                missed = self.misses.miss(miss_key, ctx.loop.time())
+                if ctx.probes < self.max_probes and ctx.remaining_s > 0:
+                    pause = MISS_BACKOFF_S[min(missed, len(MISS_BACKOFF_S)) - 1]
+                    if pause <= 0:
+                        self._watch(broker_name)
+                    elif pause < ctx.remaining_s:
+                        if self.pauses is None:
+                            self.pauses = {}
+                        self.pauses[broker_name] = ctx.loop.call_later(
+                            pause, self._watch_again, broker_name
+                        )
+        finally:
+            self.active = False
+            for timer in (self.pauses or {}).values():
+                timer.cancel()
+            for w in self.watches.values():
+                hub.release(w)
+
+    def _has_msg(self, broker: str) -> None:
+        self.ready.append(broker)
+        self.ctx.has_msg(broker)
+
+    def _watch(self, broker: str) -> None:
+        ctx = self.ctx
+        req = ctx.request
         ctx.mark("watch", broker)
-        return hub.watch(
+        self.watches[broker] = self.hub.watch(
             (broker, req.group, req.topic),
-            deadline,
-            has_msg,
-            functools.partial(ctx.count_probe, broker),
+            req.answer_by,
+            self.on_has_msg,
+            self.on_probe_sent,
             order=req.fifo,
         )
 
-    watches = {broker.name: watch(broker.name) for broker in ctx.brokers}
-    pauses: dict[str, asyncio.TimerHandle] = {}
-    active = True
-
-    def watch_again(broker_name: str) -> None:
-        pauses.pop(broker_name, None)
-        if active:
-            watches[broker_name] = watch(broker_name)
-
-    try:
-        while True:
-            if not ready and not await ctx.wait_has_msg():
-                return []  # the deadline: answer empty
-            if not ready:
-                continue
-            broker_name = ready.pop(0)
-            broker = ctx.broker(broker_name)
-            # Patient: the broker has just said hasMsg, so it is up (ctx.pop).
-            messages = await ctx.pop(broker, patient=True) if broker is not None else []
-            hub.release(watches[broker_name], missed=not messages)
-            miss_key = (broker_name, req.group, req.topic, req.expression)
-            if messages:
-                misses.hit(miss_key, ctx.loop.time())
-                return messages
-            missed = misses.miss(miss_key, ctx.loop.time())
-            if ctx.probes < max_probes and ctx.remaining_s > 0:
-                pause = MISS_BACKOFF_S[min(missed, len(MISS_BACKOFF_S)) - 1]
-                if pause <= 0:
-                    watch_again(broker_name)
-                elif pause < ctx.remaining_s:
-                    pauses[broker_name] = ctx.loop.call_later(pause, watch_again, broker_name)
-    finally:
-        active = False
-        for timer in pauses.values():
-            timer.cancel()
-        for w in watches.values():
-            hub.release(w)
+    def _watch_again(self, broker: str) -> None:
+        """A pause after an empty pop ended: watch the broker again, if still polling."""
+        if self.pauses is not None:
+            self.pauses.pop(broker, None)
+        if self.active:
+            self._watch(broker)

@@ -62,7 +62,7 @@ class Watch:
     key: ProbeKey
     deadline: float  # loop time
     on_has_msg: Callable[[str], None]  # called with the broker name
-    on_probe_sent: Callable[[], None]
+    on_probe_sent: Callable[[str], None]
     state: WatchState = WatchState.WATCHING
 
 
@@ -98,7 +98,7 @@ class Prober(Protocol):
         key: ProbeKey,
         deadline: float,
         on_has_msg: Callable[[str], None],
-        on_probe_sent: Callable[[], None],
+        on_probe_sent: Callable[[str], None],
         *,
         order: bool = False,
     ) -> Watch: ...
@@ -157,7 +157,7 @@ class ProbeHub:
         key: ProbeKey,
         deadline: float,
         on_has_msg: Callable[[str], None],
-        on_probe_sent: Callable[[], None],
+        on_probe_sent: Callable[[str], None],
         *,
         order: bool = False,
     ) -> Watch:
@@ -298,7 +298,7 @@ class ProbeHub:
                     poll_ms = min(poll_ms, int(self.slice_s * 1000))
                 state.probes += 1
                 if state.watchers:
-                    state.watchers[0].on_probe_sent()
+                    state.watchers[0].on_probe_sent(key[0])
                 self.probes_sent += 1
                 state.parked = True
                 try:

@@ -156,7 +156,7 @@ class SharedProbeHub:
         key: ProbeKey,
         deadline: float,
         on_has_msg: Callable[[str], None],
-        on_probe_sent: Callable[[], None],
+        on_probe_sent: Callable[[str], None],
         *,
         order: bool = False,
     ) -> Watch:
@@ -502,5 +502,5 @@ class SharedProbeHub:
         return asyncio.get_running_loop().time()
 
 
-def _nothing() -> None:
+def _nothing(_broker: str) -> None:
     return None

@@ -1,4 +1,4 @@
-"""notify_poll, the long-polling task of pop-with-notify, on scripted brokers: the first
+"""NotifyPoll, the long-polling task of pop-with-notify, on scripted brokers: the first
 pop, the watch on every broker, the pop of the broker that said hasMsg, the pauses after
 empty pops (a real broker says hasMsg for messages a tag filter then drops), the cap on
 probes, and no watch left behind."""
@@ -11,7 +11,7 @@ import pytest
 
 from proxy.receive.context import PollContext
 from proxy.receive.misses import MissMemory
-from proxy.receive.notify import notify_poll
+from proxy.receive.notify import NotifyPoll
 from proxy.receive.probes import ProbeHub
 from tests.support.scripted import Pool, ScriptedBroker, message, request
 from tests.support.waits import wait_until
@@ -50,7 +50,7 @@ async def test_a_first_pop_that_finds_messages_watches_nothing(hub_for):
     hub = hub_for(pool)
     ctx = await context(pool, 2.0)
 
-    got = await notify_poll(ctx, hub, MissMemory(), max_probes=8)
+    got = await NotifyPoll(ctx, hub, MissMemory(), max_probes=8).run()
 
     assert ids(got) == ["a-1"] and ctx.short_polling_hit
     assert hub.probes_sent == 0 and (a.probes, b.probes) == (0, 0)
@@ -61,7 +61,7 @@ async def test_the_broker_that_says_has_msg_is_popped_and_every_watch_is_release
     pool = Pool(a, b, c)
     hub = hub_for(pool)
     ctx = await context(pool, 5.0)
-    poll = asyncio.ensure_future(notify_poll(ctx, hub, MissMemory(), max_probes=8))
+    poll = asyncio.ensure_future(NotifyPoll(ctx, hub, MissMemory(), max_probes=8).run())
     await wait_until(lambda: hub.watchers == 3)
 
     b.put(message("b", 4))
@@ -83,7 +83,7 @@ async def test_empty_pops_after_has_msg_are_paced_and_remembered_for_the_next_po
     misses = MissMemory()
 
     ctx = await context(pool, 1.2)
-    assert await notify_poll(ctx, hub, misses, max_probes=100) == []
+    assert await NotifyPoll(ctx, hub, misses, max_probes=100).run() == []
     # Misses at about 0, 0, 0.05, 0.15, 0.35, 0.75 and 1.15 s: seven, not hundreds.
     assert 4 <= b.pops <= 10, b.pops
     streak = misses.streak(("b", "G", "T", "*"), ctx.loop.time())
@@ -91,7 +91,7 @@ async def test_empty_pops_after_has_msg_are_paced_and_remembered_for_the_next_po
 
     before = b.pops
     ctx = await context(pool, 0.5)
-    assert await notify_poll(ctx, hub, misses, max_probes=100) == []
+    assert await NotifyPoll(ctx, hub, misses, max_probes=100).run() == []
     assert 1 <= b.pops - before <= 2  # at the longest pause (0.4 s) from its first miss
     assert hub.watchers == 0
 
@@ -104,7 +104,7 @@ async def test_a_poll_sends_no_more_probes_than_its_cap(hub_for):
     loop = ctx.loop
     started = loop.time()
 
-    assert await notify_poll(ctx, hub, MissMemory(), max_probes=2) == []
+    assert await NotifyPoll(ctx, hub, MissMemory(), max_probes=2).run() == []
 
     assert ctx.probes == 2 and b.probes == 2
     assert b.pops == 3  # the first pop, and one after each hasMsg
@@ -120,7 +120,7 @@ async def test_a_message_arriving_while_a_broker_is_paused_is_still_found(hub_fo
     pool = Pool(a, b, c)
     hub = hub_for(pool)
     ctx = await context(pool, 3.0)
-    poll = asyncio.ensure_future(notify_poll(ctx, hub, MissMemory(), max_probes=100))
+    poll = asyncio.ensure_future(NotifyPoll(ctx, hub, MissMemory(), max_probes=100).run())
     await wait_until(lambda: b.pops >= 3)  # b is missing, and pausing
 
     c.put(message("c", 2))
@@ -138,12 +138,12 @@ async def test_a_poll_skips_its_first_pop_while_every_brokers_probe_is_parked(hu
     hub = hub_for(pool)
     misses = MissMemory()
     first_ctx = await context(pool, 5.0, hint="a")
-    first = asyncio.ensure_future(notify_poll(first_ctx, hub, misses, max_probes=8))
+    first = asyncio.ensure_future(NotifyPoll(first_ctx, hub, misses, max_probes=8).run())
     await wait_until(lambda: hub.parked(("a", "G", "T")) and hub.parked(("b", "G", "T")))
     assert (a.pops, b.pops) == (1, 0)
 
     second_ctx = await context(pool, 5.0, hint="b")
-    second = asyncio.ensure_future(notify_poll(second_ctx, hub, misses, max_probes=8))
+    second = asyncio.ensure_future(NotifyPoll(second_ctx, hub, misses, max_probes=8).run())
     await wait_until(lambda: hub.watchers == 4)
     assert (a.pops, b.pops) == (1, 0) and (a.probes, b.probes) == (1, 1)
     assert not second_ctx.short_polling_hit
@@ -164,14 +164,14 @@ async def test_a_poll_pops_first_when_a_probe_is_not_parked(hub_for):
     hub = hub_for(pool)
     misses = MissMemory()
     first_ctx = await context(pool, 5.0, hint="a")
-    first = asyncio.ensure_future(notify_poll(first_ctx, hub, misses, max_probes=8))
+    first = asyncio.ensure_future(NotifyPoll(first_ctx, hub, misses, max_probes=8).run())
     await wait_until(lambda: hub.parked(("b", "G", "T")))
     b.put(message("b", 1))
     await wait_until(lambda: b.pops == 1)  # the first poll's pop, slow
     assert not hub.parked(("b", "G", "T"))
 
     second_ctx = await context(pool, 0.4, hint="a")
-    assert await notify_poll(second_ctx, hub, misses, max_probes=8) == []
+    assert await NotifyPoll(second_ctx, hub, misses, max_probes=8).run() == []
     assert a.pops == 2  # the second poll's first pop too
     assert ids(await asyncio.wait_for(first, 3)) == ["b-1"]
 
@@ -183,11 +183,11 @@ async def test_a_fifo_poll_always_pops_first(hub_for):
     pool = Pool(a)
     hub = hub_for(pool)
     ctx = await context(pool, 5.0, fifo=True)
-    first = asyncio.ensure_future(notify_poll(ctx, hub, MissMemory(), max_probes=8))
+    first = asyncio.ensure_future(NotifyPoll(ctx, hub, MissMemory(), max_probes=8).run())
     await wait_until(lambda: hub.parked(("a", "G", "T")))
 
     ctx2 = await context(pool, 0.3, fifo=True)
-    assert await notify_poll(ctx2, hub, MissMemory(), max_probes=8) == []
+    assert await NotifyPoll(ctx2, hub, MissMemory(), max_probes=8).run() == []
     assert a.pops == 2
     first.cancel()
     await asyncio.gather(first, return_exceptions=True)

@@ -48,7 +48,7 @@ async def test_a_probe_that_raises_is_logged_reported_and_started_again(caplog):
         if not heard.done():
             heard.set_result(broker)
 
-    hub.watch(("broker-a", "g", "t"), loop.time() + 5, hear, lambda: None)
+    hub.watch(("broker-a", "g", "t"), loop.time() + 5, hear, lambda _broker: None)
     try:
         assert await asyncio.wait_for(heard, 2) == "broker-a"
     finally:
@@ -70,7 +70,7 @@ class Heard:
     def has_msg(self, broker: str) -> None:
         self.brokers.append(broker)
 
-    def probe_sent(self) -> None:
+    def probe_sent(self, broker: str) -> None:
         self.probes += 1
 
 
@@ -118,7 +118,7 @@ async def test_a_probe_is_held_as_long_as_its_longest_watcher_and_no_longer():
         assert b.probes == 2  # nothing probed past the last deadline
         # The last probe may answer a moment before the long deadline (its poll time is
         # whole milliseconds) and end with that watch still listed; the poll's release
-        # takes it out, as notify_poll's does when it answers.
+        # takes it out, as a NotifyPoll does when it answers.
         hub.release(short)
         hub.release(long)
         assert hub.watchers == 0

@@ -237,14 +237,14 @@ def test_a_wake_for_a_broker_no_poll_watches_now_waits_for_the_next_that_does():
         loop = asyncio.get_running_loop()
         woken: list[str] = []
         deadline = loop.time() + 20
-        other = hub.watch(("b1", group, "t"), deadline, woken.append, lambda: None)
-        paused = hub.watch(("b0", group, "t"), deadline, woken.append, lambda: None)
+        other = hub.watch(("b1", group, "t"), deadline, woken.append, lambda _broker: None)
+        paused = hub.watch(("b0", group, "t"), deadline, woken.append, lambda _broker: None)
         await asyncio.sleep(0)  # one loop turn: the WATCH goes
         hub.release(paused, missed=True)  # its pop of b0 found nothing: a pause
         hub.receive("proxy-b", PeerMessage(PeerKind.WAKE, group, "t", ("b0",)))
         await asyncio.sleep(0.1)  # simulated: the WAKE is held, not delivered nor handed back
         assert woken == [] and not [m for m in links.sent if m.kind is PeerKind.DONE]
-        again = hub.watch(("b0", group, "t"), deadline, woken.append, lambda: None)
+        again = hub.watch(("b0", group, "t"), deadline, woken.append, lambda _broker: None)
         await asyncio.sleep(0)  # one loop turn: the held WAKE is handed over with a call_soon
         assert woken == ["b0"]  # the held WAKE, to the poll that watches b0 again
         hub.release(again)
