@@ -198,3 +198,4 @@ def test_the_real_brokers_spinning_thread_runs_at_the_lowest_priority(real_clust
         assert threads, f"{broker.name}: no thread named {SPINNING_THREAD}"
         for tid in threads:
             assert os.getpriority(os.PRIO_PROCESS, tid) == LOWEST_PRIORITY, (broker.name, tid)
+            assert os.sched_getscheduler(tid) == os.SCHED_IDLE, (broker.name, tid)
