@@ -28,6 +28,7 @@ import logging
 import os
 import platform
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -174,6 +175,28 @@ CLUSTER_WORKER_MEMORY = "1200m"
 CLUSTER_EXECUTOR_MEMORY = "1g"
 
 
+def stop_spark_jvm() -> None:
+    """Stop the Spark JVM this process launched and wait until it is gone. It ends by
+    itself when this process exits, but seconds later on a busy machine: the command
+    would end with its JVM still running."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is None or proc is None:
+        return
+    gateway.shutdown()
+    if proc.stdin is not None:
+        proc.stdin.close()  # the JVM exits at the end of its standard input
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=10_000_000)
@@ -251,4 +274,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        stop_spark_jvm()
