@@ -74,7 +74,7 @@ test: system-deps $(STAMP) $(BENCH_STAMP) interop-deps deploy-node-deps rocketmq
 # The quick loop while changing the code (about 4 minutes on 2 cores): the lint, then the
 # unit tests and the stub-backed tests that take seconds; no real brokers, no official
 # clients, no soak, Spark or make-target smoke. `make test` runs all of it and the rest.
-CHECK_TESTS := tests/unit tests/integration tests/conformance tests/fuzz
+CHECK_TESTS := tests/unit tests/integration tests/conformance tests/fuzz bench/tests
 check: lint
 	$(BIN)/python -m pytest -q -m "not slow and not real and not interop" $(CHECK_TESTS)
 

@@ -8,7 +8,6 @@
 - ``spark_cluster``: a Spark standalone cluster on loopback for the analytics job.
 - ``balancer``: a TCP balancer that follows the proxies' readiness, as a Kubernetes Service.
 
-``tests/`` and ``bench/`` import from here and never from each other's modules, except that
-tests of the benchmarks' own code (``tests/unit/test_bench_*``, the soak's accounting, the
-fleet simulator) import what they test.
+``tests/`` and ``bench/`` import from here and never from each other; the benchmarks' own
+tests are in ``bench/tests``.
 """
