@@ -27,7 +27,7 @@ from proxy.receive.engine import ReceiveEngine
 from proxy.receive.probes import ProbeHub
 from proxy.receive.shared import DEFAULT_FALLBACK_S, HOLD_S, LINGER_S, SharedProbeHub
 from proxy.receive.types import ReceiveRequest, ReceiveResult
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 IDS = ["proxy-a", "proxy-b", "proxy-c"]
 GROUP, TOPIC = "G", "T"

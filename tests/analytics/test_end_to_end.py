@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 
 from polling_report.cli import main
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.waits import wait_until
 from tests.analytics.conftest import pushed
 from tests.support.brokers import send_to
-from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.slow
 

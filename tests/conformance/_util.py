@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from proxy.remoting.broker_client import BrokerClient, PopResult
 from rocketmq_local.admin import max_offset
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 #: How long a test waits for an unacked message to come back. A stub revives at the
 #: invisible time; a real broker's revive service scans its revive queue in rounds and

@@ -13,9 +13,9 @@ from proxy.remoting.codes import ResponseCode
 from proxy.remoting.message import Prop
 from proxy.remoting.popinfo import PopCheckpointInfo
 from rocketmq_local.admin import wait_visible
+from testkit.waits import wait_until
 from tests.conformance._util import pop_eventually
 from tests.conformance.test_pop import raw_pop
-from tests.support.waits import wait_until
 
 INVISIBLE_MS = 60_000  # long: nothing here may come back by its invisible time
 POP_ORDER_REVIVE_QUEUE = 999

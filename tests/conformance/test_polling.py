@@ -10,10 +10,10 @@ from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.message import Prop
 from rocketmq_local.admin import wait_visible
+from testkit.waits import wait_until
 from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually
 from tests.conformance.test_pop import fresh
 from tests.support.remoting import pop_fields
-from tests.support.waits import wait_until
 
 #: A parked request shows in POLLING_INFO only once the broker has parked it.
 PARK_DEADLINE_S = 10.0

@@ -14,9 +14,9 @@ from proxy.remoting.headers import now_ms
 from proxy.remoting.message import BatchEntry, Prop, decode_messages
 from proxy.remoting.popinfo import PopCheckpointInfo, retry_flag
 from rocketmq_local.admin import max_offset, wait_visible
+from testkit.waits import pop_all, wait_until
 from tests.conformance._util import SHORT_INVISIBLE_MS, pop_eventually, wait_offset
 from tests.support.remoting import pop_fields
-from tests.support.waits import pop_all, wait_until
 
 HEADER_KEYS = {"popTime", "invisibleTime", "reviveQid", "restNum", "startOffsetInfo",
                "msgOffsetInfo"}  # fmt: skip

@@ -30,8 +30,8 @@ from proxy.remoting.headers import CheckTransactionStateHeader, EndTransactionHe
 from proxy.remoting.message import MessageExt, Prop, decode_messages
 from proxy.remoting.recall import RecallHandle
 from rocketmq_local.launcher import LOWEST_PRIORITY, SPINNING_THREAD
+from testkit.waits import pop_all, wait_until
 from tests.conformance._util import pop_eventually
-from tests.support.waits import pop_all, wait_until
 
 TIMER_PRECISION_MS = 1000
 LATE_BOUND_MS = 3000  # a timed message is popped at most this long after its time

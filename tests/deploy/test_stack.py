@@ -19,7 +19,7 @@ import yaml
 
 from proxy.api.v2 import definition_pb2 as pb
 from testkit.lean_client import LeanClient
-from tests.support.waits import wait_for, wait_until
+from testkit.waits import wait_for, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy" / "local" / "stack.py"

@@ -28,8 +28,8 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.config import ProxyConfig
+from testkit.waits import wait_for
 from tests.fuzz._proxy_thread import ProxyThread
-from tests.support.waits import wait_for
 
 TOPIC, GROUP = "FuzzTopic", "FuzzGroup"
 CALL_TIMEOUT = 8.0  # every call's gRPC deadline; the proxy must answer well before

@@ -40,9 +40,9 @@ from proxy.remoting.command import (
     encode,
 )
 from proxy.remoting.headers import RegisterBrokerHeader, now_ms
+from testkit.waits import wait_for
 from tests.fuzz._proxy_thread import ProxyThread
 from tests.fuzz.test_grpc_fuzz import _BASES, CODES, GROUP, call_stream, call_unary
-from tests.support.waits import wait_for
 
 TOPIC = "FuzzTopic"
 

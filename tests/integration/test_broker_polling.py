@@ -15,7 +15,7 @@ from broker_stub import BrokerConfig, StubCluster
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
-from tests.support.waits import pop_all, wait_until
+from testkit.waits import pop_all, wait_until
 
 T = "TopicPoll"
 G = "GroupPoll"

@@ -34,9 +34,9 @@ from broker_stub import BrokerConfig, StubCluster
 from proxy.api.errors import Code
 from proxy.fleet.members import owner_of
 from testkit.lean_client import LeanClient
+from testkit.waits import wait_until
 from tests.support.ports import free_port
 from tests.support.proxy_process import ready_line
-from tests.support.waits import wait_until
 
 POLL_MS = 20_000
 # A dead or frozen owner is noticed by its link's keepalive (1 s ping, 1 s timeout) or by

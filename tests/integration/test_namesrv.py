@@ -16,7 +16,7 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 T = "TopicRoute"
 TIMEOUT = 3.0

@@ -15,7 +15,7 @@ from proxy.api import session
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from testkit.lean_client import LeanClient, receive_request
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 Code = pb.Code
 T, G = "T", "G"

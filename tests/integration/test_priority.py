@@ -10,8 +10,8 @@ import time
 import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.waits import wait_until
 from tests.integration._backend import BROKERS
-from tests.support.waits import wait_until
 
 OK = pb.Code.OK
 CONFLICT = pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE

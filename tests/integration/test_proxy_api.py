@@ -10,7 +10,7 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 Code = pb.Code
 

@@ -19,7 +19,7 @@ from proxy.config import PollMode
 from proxy.remoting.lite import lite_queue_index
 from rocketmq_local import admin
 from testkit.lean_client import consumer_settings, millis
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 Code = pb.Code
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.waits import wait_until
 from tests.support.brokers import send_to
 from tests.support.metrics import total
-from tests.support.waits import wait_until
 
 T, G = "T", "G"
 

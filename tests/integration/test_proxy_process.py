@@ -13,8 +13,8 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from testkit.lean_client import LeanClient
+from testkit.waits import wait_until
 from tests.support.proxy_process import ready_line
-from tests.support.waits import wait_until
 
 
 async def start_proxy_process(

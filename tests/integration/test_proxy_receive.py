@@ -18,9 +18,9 @@ from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
 from proxy.receive.types import ReceiveRequest
+from testkit.waits import wait_until
 from tests.integration.test_proxy_observability import value
 from tests.support.brokers import send_to
-from tests.support.waits import wait_until
 
 OK = pb.Code.OK
 NOT_FOUND = pb.Code.MESSAGE_NOT_FOUND

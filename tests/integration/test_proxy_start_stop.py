@@ -22,7 +22,7 @@ from broker_stub import BrokerConfig, StubCluster
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 
 def open_fds() -> int:

@@ -20,9 +20,9 @@ import pytest
 from proxy.api.v2 import definition_pb2 as pb
 from testkit.lean_client import LeanClient, Received
 from testkit.processes import terminate
+from testkit.waits import wait_until
 from tests.support.metrics import total
 from tests.support.proxy_process import ready_line
-from tests.support.waits import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60.0

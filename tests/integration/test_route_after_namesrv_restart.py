@@ -20,8 +20,8 @@ from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from testkit.waits import wait_until
 from tests.support.brokers import ScriptedServer
-from tests.support.waits import wait_until
 
 T = "TopicRestart"
 

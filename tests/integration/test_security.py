@@ -18,9 +18,9 @@ import pytest
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.security.config import SecurityConfig
+from testkit.waits import wait_until
 from tests.support.secure_client import SecureLeanClient
 from tests.support.tls_ca import make_ca
-from tests.support.waits import wait_until
 
 SECRET = "alice-secret-value"
 USERS = f"""

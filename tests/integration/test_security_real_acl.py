@@ -21,9 +21,9 @@ from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import CreateTopicHeader, TopicHeader
 from proxy.security.config import SecurityConfig
 from proxy.security.signing import RemotingSigner
+from testkit.waits import wait_for
 from tests.conftest import ProxyOnStubs
 from tests.support.secure_client import SecureLeanClient
-from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(240)]
 

@@ -16,8 +16,8 @@ from proxy.processor.transaction import TransactionProcessor
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from testkit.waits import wait_until
 from tests.support.brokers import ScriptedServer
-from tests.support.waits import wait_until
 
 TOPIC = "TxTopic"
 

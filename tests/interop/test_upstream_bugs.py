@@ -29,7 +29,7 @@ from testkit.official.harness import (
     run_client,
     start_proxy,
 )
-from tests.support.waits import wait_for
+from testkit.waits import wait_for
 
 pytestmark = [pytest.mark.interop, pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 START_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 60.0

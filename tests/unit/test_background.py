@@ -10,7 +10,7 @@ import logging
 from proxy import app as app_module
 from proxy.background import start_background, stop_background, waiting_at
 from proxy.config import ProxyConfig
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 
 async def test_a_failure_is_logged_at_once(caplog):

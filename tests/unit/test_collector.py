@@ -9,7 +9,7 @@ import pytest
 
 from proxy.collector import NEVER, FullCollections
 from proxy.observability.metrics import ProxyMetrics
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 
 def full_collections_timed(m: ProxyMetrics) -> float:

@@ -19,7 +19,7 @@ from proxy.api.connections import (
     Connections,
     open_peers,
 )
-from tests.support.waits import wait_for
+from testkit.waits import wait_for
 
 NOW = [100.0]
 

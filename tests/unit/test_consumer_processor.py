@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from proxy.processor.consumer import ConsumerProcessor, Popped
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 
 def popped(msg_id: str) -> Popped:

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 
 from proxy.observability.eventlog import WRITER_THREAD_NAME, EventLog, ReceiveEvent
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 FIELDS = [
     "ts", "proxy", "group", "topic", "mode", "is_long_polling", "is_short_polling_hit",

@@ -14,8 +14,8 @@ from proxy.fleet.settle import FleetSettles, Lent
 from proxy.fleet.transport import FleetLinks, PeerHandlers
 from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.popinfo import PopCheckpointInfo
+from testkit.waits import wait_until
 from tests.support.ports import free_port
-from tests.support.waits import wait_until
 from tests.unit.test_renewal import NOW, _Consumer, popped, renewer
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.api.connections import grpc_peer
 from proxy.security.front import TlsFront, Transport
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 TLS_HELLO = bytes([0x16, 0x03, 0x01, 0x00, 0x05]) + b"hello"
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

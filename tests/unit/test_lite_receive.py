@@ -23,7 +23,7 @@ from proxy.remoting.broker_client import PopResult
 from proxy.remoting.lite import LiteAction, OffsetOption, OffsetType
 from proxy.remoting.message import MessageExt, Prop
 from proxy.remoting.popinfo import PopCheckpointInfo
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 Code = pb.Code
 

@@ -13,8 +13,8 @@ from proxy.receive.context import PollContext
 from proxy.receive.misses import MissMemory
 from proxy.receive.notify import NotifyPoll
 from proxy.receive.probes import ProbeHub
+from testkit.waits import wait_until
 from tests.support.scripted import Pool, ScriptedBroker, message, request
-from tests.support.waits import wait_until
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 
 from proxy.processor.consumer import Popped
 from proxy.receive.context import PollContext
+from testkit.waits import wait_until
 from tests.support.scripted import Pool, ScriptedBroker, message, request
-from tests.support.waits import wait_until
 
 
 class HandedBack(list[tuple[str, str]]):

@@ -8,8 +8,8 @@ import asyncio
 
 from proxy.receive.probes import ProbeHub, Watch
 from proxy.remoting.broker_client import NotificationResult
+from testkit.waits import wait_until
 from tests.support.scripted import Pool, ScriptedBroker, message
-from tests.support.waits import wait_until
 
 
 class _Broker:

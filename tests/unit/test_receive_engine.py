@@ -19,8 +19,8 @@ from proxy.config import ReceiveConfig, ReceiveMode
 from proxy.observability.metrics import ProxyMetrics
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.engine import ReceiveEngine, TooManyRequests
+from testkit.waits import wait_until
 from tests.support.scripted import Pool, ScriptedBroker, message, request
-from tests.support.waits import wait_until
 
 
 class Consumer(ConsumerProcessor):

@@ -10,7 +10,7 @@ from proxy.config import LimitsConfig
 from proxy.processor.consumer import Popped
 from proxy.processor.renewal import HandleRenewer
 from proxy.remoting.popinfo import PopCheckpointInfo
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 
 class _Broker:

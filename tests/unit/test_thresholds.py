@@ -12,7 +12,7 @@ import pytest
 
 from proxy.receive.adaptive import Thresholds
 from proxy.receive.thresholds import Table, ThresholdsError, ThresholdsFile, parse
-from tests.support.waits import wait_until
+from testkit.waits import wait_until
 
 
 def doc(*entries: tuple[str, str, float, float]) -> str:
