@@ -6,6 +6,7 @@
 - ``official``: the official RocketMQ 5 clients (Python, Node.js, Java) as driver processes,
   and the scenarios every one of them is held to.
 - ``spark_cluster``: a Spark standalone cluster on loopback for the analytics job.
+- ``waits``: bounded waits on a condition, instead of sleeps.
 - ``balancer``: a TCP balancer that follows the proxies' readiness, as a Kubernetes Service.
 
 ``tests/`` and ``bench/`` import from here and never from each other; the benchmarks' own
