@@ -39,6 +39,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
+from bench.grpc_floor import rss_bytes
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig, ReceiveConfig, ReceiveMode
 from proxy.loop import run_main
@@ -77,11 +78,6 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] ==
     .replace("{topic}", TOPIC)
     .replace("{await_ms}", str(AWAIT_MS))
 )
-
-
-def rss_bytes() -> int:
-    with open(f"/proc/{os.getpid()}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def part_of(filename: str) -> str:

@@ -298,7 +298,7 @@ class ProbeHub:
                     poll_ms = min(poll_ms, int(self.slice_s * 1000))
                 state.probes += 1
                 if state.watchers:
-                    state.watchers[0].on_probe_sent(key[0])
+                    state.watchers[0].on_probe_sent(broker)
                 self.probes_sent += 1
                 state.parked = True
                 try:
