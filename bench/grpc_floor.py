@@ -116,6 +116,13 @@ class GrpclibParking:
         }
 
 
+def client_env() -> dict[str, str]:
+    """The environment of a client process with hundreds of channels: grpcio's client
+    aborts (ev_epoll1_linux.cc, "next_worker->state == KICKED") with that many on its
+    default poller; poll() holds them."""
+    return {**os.environ, "GRPC_POLL_STRATEGY": "poll"}
+
+
 def rss_bytes() -> int:
     with open(f"/proc/{os.getpid()}/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
@@ -161,6 +168,7 @@ async def main(
         grown, parked, snapshots = [], [], []
         if trace:
             tracemalloc.start(4)
+        env = client_env()
         for _ in range(2):  # two halves: the second shows the cost per call, not the arenas
             clients.append(
                 await asyncio.create_subprocess_exec(
@@ -171,6 +179,7 @@ async def main(
                     str(half),
                     str(int(telemetry)),
                     str(int(own)),
+                    env=env,
                 )
             )
             await asyncio.sleep(15.0 if telemetry or own else 8.0)  # the client opens its calls

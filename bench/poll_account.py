@@ -39,7 +39,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
-from bench.grpc_floor import rss_bytes
+from bench.grpc_floor import client_env, rss_bytes
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig, ReceiveConfig, ReceiveMode
 from proxy.loop import run_main
@@ -146,9 +146,7 @@ async def account(polls: int, own: bool, trace: bool) -> dict[str, object]:
         snapshots: list[str] = []  # files (``keep``)
         censuses = []
         half = polls // 2
-        # grpcio's client aborts (ev_epoll1_linux.cc, "next_worker->state == KICKED") with
-        # hundreds of channels in one process on its default poller; poll() holds them.
-        env = {**os.environ, "GRPC_POLL_STRATEGY": "poll"}
+        env = client_env()
         for n in (1, 2):
             # Own connections: at most PER_PROCESS clients per client process.
             step = PER_PROCESS if own else half
