@@ -217,10 +217,7 @@ class JavaProcess:
         env = {**os.environ, "ROCKETMQ_HOME": str(self.home)}
         with open(self.out_log, "wb") as out:
             # A process group of its own: a Ctrl-C meant for the test runner does not reach
-            # the JVM first, so the owner stops it in order. Not a session of its own: Linux
-            # schedules each session as one group ("autogroup") that gets its fair share of
-            # the CPU whatever its threads' priorities, so a spinning thread given the lowest
-            # priority (``_lower_spinning_thread``) would still take a whole core.
+            # the JVM first, so the owner stops it in order.
             self.proc = subprocess.Popen(
                 argv,
                 cwd=self.home,
@@ -317,31 +314,9 @@ class ApacheProxy:
         return f"{HOST}:{self.grpc_port}"
 
 
-# RocketMQ 5.5.0's TransactionalOpBatchService spins on a core once a broker has ended a
-# transaction: its batchSendOpMessage() takes the oldest last-write time of every queue's op
-# context, empty ones included (5.3.x skipped those), so the next wake-up it returns is in the
-# past and the service loops without waiting, for good. On the 2-core test machine that was
-# half the CPU for most of a test run (a whole core, 20 of 28 minutes, one thread). The
-# thread is put in the idle scheduling class (SCHED_IDLE, below even nice 19, which still
-# left it 70 % of a core per broker through a whole suite, much of it in the kernel): it
-# still writes its op messages whenever nothing else wants the core.
-SPINNING_THREAD = "TransactionalOpBatchService"
-SPINNING_THREAD_WAIT_S = 10.0
-LOWEST_PRIORITY = 19
-
-
-def _lower_spinning_thread(proc: JavaProcess) -> None:
-    """Give a started broker's spinning thread (``SPINNING_THREAD``) the lowest priority;
-    a broker without one (another version) is left as it is."""
-    deadline = time.monotonic() + SPINNING_THREAD_WAIT_S
-    while not (threads := proc.threads_named(SPINNING_THREAD)):
-        if time.monotonic() > deadline or not proc.running():
-            return
-        time.sleep(0.1)
-    for tid in threads:
-        os.setpriority(os.PRIO_PROCESS, tid, LOWEST_PRIORITY)
-        with contextlib.suppress(OSError):  # a kernel without SCHED_IDLE keeps nice 19
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+# The broker thread that writes the commit and rollback records (op messages) in batches:
+# tests/conformance/test_transactions.py checks that it sleeps (``_broker_conf``).
+OP_BATCH_THREAD = "TransactionalOpBatchService"
 
 
 def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[str, str]) -> str:
@@ -380,10 +355,17 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         # ... and 60 checks, not 15, before a half message is discarded: a second apart, 15
         # would give up on a producer out of reach for 18 s, shorter than the soak's faults.
         "transactionCheckMax": "60",
-        # A commit or rollback is recorded (an op message) in batches, every
-        # transactionOpBatchInterval (default 3 s): with the 3 s above, a check could find an
-        # ended transaction not yet recorded and ask its producer about it again.
-        "transactionOpBatchInterval": "200",
+        # A commit or rollback is recorded (an op message) by a batching thread, at once
+        # when its queue's pending records pass transactionOpMsgMaxSize bytes (default 4 KB),
+        # else after transactionOpBatchInterval (default 3 s). With the 3 s above, a check
+        # could find an ended transaction not yet recorded and ask its producer again. And
+        # 5.5.0's thread takes its next wake-up from the oldest last write of every queue,
+        # idle ones included: once any queue has been quiet for longer than the interval,
+        # that time is past and the thread loops without waiting, a whole core for as long
+        # as the broker runs. A 1-byte batch records every end at once; a day's interval
+        # keeps the next wake-up ahead, so the thread sleeps until the next end.
+        "transactionOpMsgMaxSize": "1",
+        "transactionOpBatchInterval": str(24 * 3600 * 1000),
         # A send may wait this long in the broker's queue before the broker sheds it as
         # busy (default 200 ms): test machines run several JVMs and client processes on
         # 2 cores, and a shed send fails a test that is not about flow control.
@@ -483,7 +465,6 @@ class RealCluster:
                 cluster.brokers.append(RealBroker(name, port, proc))
             for b in cluster.brokers:
                 b.process.wait_ready(ready_timeout_s)
-                _lower_spinning_thread(b.process)
             cluster.wait_registered(ready_timeout_s)
             if apache_proxy:
                 cluster.start_apache_proxy(ready_timeout_s=ready_timeout_s)
@@ -503,7 +484,6 @@ class RealCluster:
             self.profile,
         )
         broker.process.wait_ready(ready_timeout_s)
-        _lower_spinning_thread(broker.process)
         return broker
 
     def start_apache_proxy(self, ready_timeout_s: float | None = None) -> ApacheProxy:
