@@ -66,10 +66,13 @@ system-deps:
 	scripts/system-deps.sh
 
 # The bench extra too: the smoke tier (tests/smoke) runs every benchmark through make.
+# TEST_WORKERS pytest-xdist workers; tests that share a JVM cluster or a module's servers
+# stay on one worker (tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: system-deps $(STAMP) $(BENCH_STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The quick loop while changing the code (about 4 minutes on 2 cores): the lint, then the
 # unit tests and the stub-backed tests that take seconds; no real brokers, no official

@@ -8,6 +8,33 @@ from broker_stub import BrokerConfig, StubCluster
 from proxy.app import ProxyApp
 from proxy.remoting.broker_client import BrokerClient
 
+# Under pytest-xdist (`make test` runs two workers, --dist loadgroup), the tests that share an
+# expensive session or module fixture run on one worker, so that it starts once: the real
+# RocketMQ cluster, the Spark session and cluster, a deploy or fuzz module's servers. Every
+# other test goes to whichever worker is free.
+_ONE_WORKER_MODULES = ("tests/analytics/", "tests/deploy/", "tests/fuzz/")
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    path = item.path.as_posix()
+    if "/tests/smoke/" in path:
+        return None  # each make target starts and stops what it needs
+    if item.get_closest_marker("real") is not None:
+        return "real-cluster"
+    if "/tests/analytics/" in path:
+        return "spark"
+    if any(part in path for part in _ONE_WORKER_MODULES):
+        return item.nodeid.partition("::")[0]  # the module's tests on one worker
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture
 async def cluster():

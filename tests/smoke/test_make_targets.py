@@ -78,10 +78,13 @@ def documented_targets() -> set[str]:
 
 def _environment() -> dict[str, str]:
     """This process's environment, less what a make above pytest exports to its recipes
-    (``make test``): a user's shell has none of it, and a jobserver or command-line
-    variables of another make must not reach the one started here."""
+    (``make test``) or pytest-xdist to its workers: a user's shell has none of it, and a
+    jobserver or command-line variables of another make must not reach the one started
+    here."""
     drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR"}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env = {
+        k: v for k, v in os.environ.items() if k not in drop and not k.startswith("PYTEST_XDIST")
+    }
     # A benchmark's own RocketMQ JVMs start here beside the suite's session cluster, on the
     # same 2 cores: give them longer than the 90 s a lone cluster gets to say it is ready.
     env.setdefault("RMQ_REAL_READY_TIMEOUT_S", str(REAL_READY_S))
