@@ -11,7 +11,7 @@ from proxy.remoting.broker_client import BrokerClient
 # Under pytest-xdist (`make test` runs two workers, --dist loadgroup), the tests that share an
 # expensive session or module fixture run on one worker, so that it starts once: the real
 # RocketMQ cluster, the Spark session and cluster, a deploy or fuzz module's servers. Every
-# other test goes to whichever worker is free.
+# other test goes to whichever worker is free; the longest start first (``_start_rank``).
 _ONE_WORKER_MODULES = ("tests/analytics/", "tests/deploy/", "tests/fuzz/")
 
 
@@ -28,12 +28,27 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+def _start_rank(item: pytest.Item, group: str | None) -> int:
+    """Where a test starts: the two long groups first, then the benchmarks' own tests and
+    the smoke tier (a minute or two each), then the many short ones, so that no long run is
+    left alone on one worker at the end while the other waits."""
+    path = item.path.as_posix()
+    if group in ("real-cluster", "spark"):
+        return 0
+    if "/bench/tests/" in path or "/tests/smoke/" in path:
+        return 1
+    return 2
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ranks = {}
     for item in items:
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        ranks[item] = _start_rank(item, group)
+    items.sort(key=ranks.__getitem__)  # stable: each module's order is kept
 
 
 @pytest.fixture
