@@ -12,19 +12,19 @@ from proxy.remoting.broker_client import BrokerClient
 # expensive session or module fixture run on one worker, so that it starts once: the real
 # RocketMQ cluster, the Spark session and cluster, a deploy or fuzz module's servers. Every
 # other test goes to whichever worker is free; the longest start first (``_start_rank``).
-_ONE_WORKER_MODULES = ("tests/analytics/", "tests/deploy/", "tests/fuzz/")
+_ONE_WORKER_MODULES = ("tests/deploy/", "tests/fuzz/")
 
 
 def _xdist_group(item: pytest.Item) -> str | None:
-    path = item.path.as_posix()
-    if "/tests/smoke/" in path:
+    module = item.nodeid.partition("::")[0]  # relative to the repository's root
+    if module.startswith("tests/smoke/"):
         return None  # each make target starts and stops what it needs
     if item.get_closest_marker("real") is not None:
         return "real-cluster"
-    if "/tests/analytics/" in path:
+    if module.startswith("tests/analytics/"):
         return "spark"
-    if any(part in path for part in _ONE_WORKER_MODULES):
-        return item.nodeid.partition("::")[0]  # the module's tests on one worker
+    if module.startswith(_ONE_WORKER_MODULES):
+        return module  # the module's tests on one worker
     return None
 
 
@@ -32,10 +32,9 @@ def _start_rank(item: pytest.Item, group: str | None) -> int:
     """Where a test starts: the two long groups first, then the benchmarks' own tests and
     the smoke tier (a minute or two each), then the many short ones, so that no long run is
     left alone on one worker at the end while the other waits."""
-    path = item.path.as_posix()
     if group in ("real-cluster", "spark"):
         return 0
-    if "/bench/tests/" in path or "/tests/smoke/" in path:
+    if item.nodeid.startswith(("bench/tests/", "tests/smoke/")):
         return 1
     return 2
 
