@@ -86,10 +86,17 @@ async def test_sends_take_the_queues_in_turn_and_a_message_group_keeps_one(app, 
         now = {(b, q): await backend.max_offset(b, T, q) for b, q in before}
         return {key: now[key] - before[key] for key in before if now[key] != before[key]}
 
+    async def sends_counted(total: int) -> bool:
+        # A real broker counts a stored message in its queue's offset a moment after the
+        # send returns (its dispatch thread).
+        return sum((await grown()).values()) >= total
+
+    await wait_until(lambda: sends_counted(8), timeout=10, what="8 sends in the offsets")
     assert await grown() == {key: 1 for key in before}
     for i in range(6):
         sent = await client.send(T, b"g%d" % i, message_group="order-42")
         assert sent.status.code == Code.OK
+    await wait_until(lambda: sends_counted(14), timeout=10, what="14 sends in the offsets")
     [(queue, count)] = [(k, n) for k, n in (await grown()).items() if n > 1]
     assert count == 1 + 6, queue
 
