@@ -137,12 +137,13 @@ fuzz: $(STAMP)
 # The chaos soak (docs/reliability.md): real brokers, then stubs (whose killed broker loses
 # its messages, reported); SOAK_ARGS adds flags, e.g. SOAK_ARGS="--minutes 30 --seed 2".
 # SOAK_CLIENTS=official: the official Python, Java and Node clients instead (bench/soak_official.py),
-# 30 minutes on real brokers through three proxies.
+# 30 minutes on real brokers through three proxies (SOAK_BACKEND=stub: on broker stubs).
 SOAK_CLIENTS ?= lean
+SOAK_BACKEND ?= real
 SOAK_MINUTES ?= $(if $(filter official,$(SOAK_CLIENTS)),30,10)
 soak: $(STAMP) rocketmq $(if $(filter official,$(SOAK_CLIENTS)),interop-deps)
 ifeq ($(SOAK_CLIENTS),official)
-	$(BIN)/python -m bench.soak_official --backend real --minutes $(SOAK_MINUTES) --workdir $(RESULTS)/soak-official/run --out $(RESULTS)/soak-official/real.json $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak_official --backend $(SOAK_BACKEND) --minutes $(SOAK_MINUTES) --workdir $(RESULTS)/soak-official/run --out $(RESULTS)/soak-official/$(SOAK_BACKEND).json $(SOAK_ARGS)
 else
 	$(BIN)/python -m bench.soak --backend real --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/real.json $(SOAK_ARGS)
 	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/stub.json $(SOAK_ARGS)

@@ -48,6 +48,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import datetime
 import functools
 import itertools
@@ -60,7 +61,6 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench import netfault
@@ -93,6 +93,8 @@ PRODUCER_TOPIC = {"produce": "SoakNormal", "produce-fifo": "SoakFifo", "produce-
 FAULTS = ("proxy", "rolling", "broker", "stop", "namesrv", "cut", "loss")
 NETWORK_FAULTS = {"cut": (100, 10.0, 20.0), "loss": (30, 20.0, 40.0)}  # %, seconds from, to
 LANGS = ("python", "java", "node")
+ROSTERS = ("full", "short", "crowd")
+CROWD = 100  # the crowd roster's SimpleConsumers per Java process
 READY_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
 # The connection age of a fleet's proxies (``grpc_max_connection_age_s``) in a run from the
@@ -100,13 +102,17 @@ EXIT_TIMEOUT_S = 30.0
 FLEET_CONNECTION_AGE_S = 10.0
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Role:
-    """One client process: its language, role, and (consumers) group."""
+    """One client process: its language, role, and (consumers) group; ``consumers`` clients
+    of that group in the one process (the Java driver's ``--consumers``), ``copy`` tells
+    processes of one role apart."""
 
     lang: str
     role: str
     group: str | None = None
+    consumers: int = 1
+    copy: int = 0
 
     @property
     def topic(self) -> str:
@@ -114,17 +120,32 @@ class Role:
 
     @property
     def name(self) -> str:
-        return f"{self.lang}-{self.role}" + (f"-{self.group}" if self.group else "")
+        name = f"{self.lang}-{self.role}" + (f"-{self.group}" if self.group else "")
+        if self.consumers > 1:
+            name += f"-x{self.consumers}"
+        return name + (f"-{self.copy}" if self.copy else "")
 
     @property
     def producer(self) -> bool:
         return self.group is None
 
 
-def roster(kind: str) -> list[Role]:
+def roster(kind: str, crowd: int = CROWD) -> list[Role]:
     """``full``: every language produces every kind; each group has two clients of two
     languages (three for the plain SimpleConsumer group). ``short`` (the test suite's): one
-    producer of each kind, one client a group, each language in both sides."""
+    producer of each kind, one client a group, each language in both sides. ``crowd``: many
+    consumers on few processes, as applications run them: two Java processes of ``crowd``
+    SimpleConsumers each and one of ``crowd`` // 4 PushConsumers (a PushConsumer keeps a
+    pool of 20 consumption threads), fed by a Java and a Python producer of normal
+    messages."""
+    if kind == "crowd":
+        return [
+            Role("java", "produce"),
+            Role("python", "produce"),
+            Role("java", "simple", "soak-simple", consumers=crowd, copy=1),
+            Role("java", "simple", "soak-simple", consumers=crowd, copy=2),
+            Role("java", "push", "soak-push", consumers=max(crowd // 4, 1), copy=1),
+        ]
     if kind == "short":
         return [
             Role("python", "produce"),
@@ -179,6 +200,8 @@ class Client:
         ]  # fmt: skip
         if role.group:
             argv += ["--group", role.group]
+        if role.consumers > 1:
+            argv += ["--consumers", str(role.consumers)]
         env = dict(os.environ, HOME=str(self.dir))
         env.pop("PYTHONPATH", None)  # the official client must not see our apache.rocketmq.v2
         with self.events_path.open("ab") as out, (self.dir / "stderr.log").open("ab") as err:
@@ -332,7 +355,7 @@ async def run(
     workdir: Path, proxies: int = 3, lang: str | None = None, rate: float = 2.0,
     consume_ms: int = 20, interval: float = 60.0, drain_s: float = 120.0, grace_s: float = 30.0,
     proxy_args: tuple[str, ...] = (), ordered: bool = False, direct: bool = False,
-    fleet: bool = True,
+    fleet: bool = True, crowd: int = CROWD,
 ) -> dict:  # fmt: skip
     """Start the cluster and the clients, run the faults for ``seconds``, stop the
     producers, drain until every group has every message (at most ``drain_s``), stop.
@@ -359,9 +382,9 @@ async def run(
         fronted = await balancer.start()
         every = ";".join(cluster.endpoints()) if direct else fronted
         endpoints = {"python": every, "java": every, "node": fronted}
-        roles = roster(roster_kind)
+        roles = roster(roster_kind, crowd)
         if lang is not None:  # every role played by one client
-            roles = list(dict.fromkeys(Role(lang, r.role, r.group) for r in roles))
+            roles = list(dict.fromkeys(dataclasses.replace(r, lang=lang) for r in roles))
         clients = [Client(r, workdir, control, endpoints[r.lang], settings) for r in roles]
         # Consumers first, so that producers' first messages meet them; a second apart, since
         # twenty clients starting at once on 2 cores time their own first calls out.
@@ -652,7 +675,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=30)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--faults", default=",".join(FAULTS), help='"" for none: a baseline')
-    p.add_argument("--roster", choices=("full", "short"), default="full")
+    p.add_argument("--roster", choices=ROSTERS, default="full")
+    p.add_argument(
+        "--crowd", type=int, default=CROWD,
+        help="--roster crowd: SimpleConsumers per Java process (PushConsumers: a quarter)",
+    )  # fmt: skip
     p.add_argument("--proxies", type=int, default=3)
     p.add_argument("--lang", choices=LANGS, help="every role played by this client")
     p.add_argument("--rate", type=float, default=2.0, help="messages/s per producer")
@@ -674,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     faults = [f for f in args.faults.split(",") if f]
     if unknown := set(faults) - set(FAULTS):
         p.error(f"unknown faults: {sorted(unknown)}")
+    if args.roster == "crowd" and args.lang not in (None, "java"):
+        p.error("--roster crowd runs many consumers in one process: the Java driver's only")
     if set(faults) & set(NETWORK_FAULTS):
         netfault.enter_own_network()  # before any thread: everything started inherits it
     if not args.no_fleet:
@@ -686,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
             roster_kind=args.roster, workdir=Path(args.workdir), proxies=args.proxies,
             lang=args.lang,
             rate=args.rate, interval=args.interval, drain_s=args.drain, ordered=args.ordered,
-            direct=args.direct, fleet=not args.no_fleet,
+            direct=args.direct, fleet=not args.no_fleet, crowd=args.crowd,
             proxy_args=("--log-level", "info"),  # the drains' lines: how long, what held them
         )
     )  # fmt: skip

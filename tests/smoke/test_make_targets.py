@@ -31,6 +31,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.tests.test_soak_official_short import (
+    assert_drains_cost_at_most_cancelled_calls,
+    assert_every_message_accounted,
+)
 from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -235,8 +239,8 @@ def test_every_documented_target_is_smoked():
     """A target a page tells a user to run gets a test here the day it is documented."""
     documented = documented_targets()
     assert {"run", "stack", "bench-modes", "soak"} <= documented  # the scan finds them
-    smoked = {
-        name.removeprefix("test_make_").replace("_", "-")
+    smoked = {  # test_make_<target>[__<variant>]
+        name.removeprefix("test_make_").split("__")[0].replace("_", "-")
         for name in globals()
         if name.startswith("test_make_")
     }
@@ -459,6 +463,33 @@ def test_make_soak(tmp_path):
         assert report["backend"] == backend, report
         assert report["confirmed"] > 0 and report["lost"] == 0, report
         assert any("SIGKILL+restart proxy" in f for f in report["faults"]), report["faults"]
+
+
+@pytest.mark.timeout(600)
+def test_make_soak__official_crowd(tmp_path):
+    # The official-client soak's crowd (docs/reliability.md, "A crowd through its drains")
+    # at its smallest: two Java processes of 20 SimpleConsumers and one of 5 PushConsumers
+    # on two proxies over broker stubs, each proxy restarted once; each drain sends the
+    # clients it holds to the other proxy.
+    output = make(
+        tmp_path, "soak", "SOAK_CLIENTS=official", "SOAK_BACKEND=stub", f"RESULTS={tmp_path}",
+        "SOAK_MINUTES=0.5",
+        "SOAK_ARGS=--roster crowd --crowd 20 --proxies 2 --faults rolling --interval 10 "
+        "--drain 120 --seed 5",
+        timeout=540,
+    )  # fmt: skip
+    report = load_json(tmp_path / "soak-official" / "stub.json", output)
+    assert report["backend"] == "stub" and report["roster"] == "crowd", report
+    crowd = sorted(name for name in report["exits"] if "-x" in name)
+    assert crowd == [
+        "java-push-soak-push-x5-1", "java-simple-soak-simple-x20-1",
+        "java-simple-soak-simple-x20-2",
+    ], report["exits"]  # fmt: skip
+    assert "rolling" in [f["fault"] for f in report["faults"]], report["faults"]
+    assert report["sent"] > 50, report["sent"]
+    assert_every_message_accounted(report, at_least=25)
+    assert_drains_cost_at_most_cancelled_calls(report)
+    assert all(code == 0 for code in report["exits"].values()), report["exits"]
 
 
 # --- the long-running ones: serve, then stop on Ctrl-C ---------------------------------------

@@ -47,7 +47,7 @@
  *       orphan and the timed one came and two more seconds passed.
  *   soak --endpoints "H:P;H:P" --role ROLE --topic T --control-dir DIR [--group G] [--prefix PFX]
  *        [--rate R] [--message-groups N] [--consume-ms MS] [--invisible-seconds I]
- *        [--await-seconds A] [--batch B]
+ *        [--await-seconds A] [--batch B] [--consumers C]
  *       -> one JSON event a line, flushed as it happens ({"ev", "t": epoch ms, ...}): ready,
  *          sent, send_error, tx_end, checked, recv, ack, ack_error, recv_error, consumed,
  *          corrupt, done (last). One role of the official-client soak (bench/soak_official.py),
@@ -59,7 +59,10 @@
  *          checker answers ROLLBACK for seq mod 4 == 0, else COMMIT. simple: a SimpleConsumer
  *          of G (batch B default 16, invisible I default 15 s, long polling A default 5 s) that
  *          acks everything; push: a PushConsumer of G whose listener takes MS (default 0) and
- *          returns SUCCESS. DIR is polled every 200 ms: DIR/stop-producing stops a producer
+ *          returns SUCCESS. --consumers C (simple, push; default 1): C clients of G in this
+ *          JVM, each built with its own connections, as an application runs many consumers in
+ *          one process; ready once all are started, their events on the one stdout. DIR is
+ *          polled every 200 ms: DIR/stop-producing stops a producer
  *          (produce-tx then waits for DIR/stop: late orphans are still checked),
  *          DIR/stop everyone; the client is closed, done printed, exit 0.
  *          --endpoints goes to ClientConfiguration as it is: 5.2.0's Endpoints splits it at ';'
@@ -159,6 +162,10 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -206,6 +213,8 @@ public final class JavaClient {
     private static final int SOAK_AWAIT_SECONDS = 5;
     private static final long SOAK_CONTROL_POLL_MILLIS = 200;
     private static final int SOAK_DETAIL_CHARS = 300;
+    /** How many of a soak's --consumers are started at once. */
+    private static final int SOAK_STARTING_AT_ONCE = 8;
     private static final double SOAK_DEADLINE_SECONDS = 6 * 3600;
     /**
      * A ClientException (BadRequestException, TooManyRequestsException, ...) keeps the response
@@ -236,7 +245,8 @@ public final class JavaClient {
         "keys", "body-prefix", "message-groups", "priority", "filter", "await-seconds", "expect",
         "max-rounds", "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
         "delay-seconds", "deadline-seconds", "lite-topics", "other",
-        "endpoints", "role", "control-dir", "prefix", "rate", "consume-ms", "user-properties");
+        "endpoints", "role", "control-dir", "prefix", "rate", "consume-ms", "user-properties",
+        "consumers");
     private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first",
         "push", "over-quota");
 
@@ -309,6 +319,10 @@ public final class JavaClient {
                 }
                 if (!role.startsWith("produce")) {
                     require("group");
+                }
+                int consumers = integer("consumers", 1, false);
+                if (consumers < 1 || consumers > 1 && role.startsWith("produce")) {
+                    throw new UsageError("--consumers must be at least 1, and 1 for a producer");
                 }
                 if (integer("message-groups", SOAK_MESSAGE_GROUPS, false) < 1) {
                     throw new UsageError("--message-groups must be at least 1");
@@ -784,23 +798,36 @@ public final class JavaClient {
      * its receives in flight, up to long polling + request timeout each.
      */
     private void closeWithin(Closeable client, String what) {
-        Thread closer = new Thread(() -> {
-            try {
-                client.close();
-            } catch (Exception e) {
-                System.err.println("JavaClient: closing " + what + ": " + describe(e));
-            }
-        }, "close");
-        closer.setDaemon(true);
-        closer.start();
-        double bound = Math.max(remainingSeconds() - 3, 0.5);
-        try {
-            closer.join((long) (bound * 1000));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+        closeAllWithin(List.of(client), what);
+    }
+
+    /** Closes every client at once, each in a thread, and waits for them up to the run's deadline. */
+    private void closeAllWithin(List<? extends Closeable> clients, String what) {
+        List<Thread> closers = new ArrayList<>();
+        for (Closeable client : clients) {
+            Thread closer = new Thread(() -> {
+                try {
+                    client.close();
+                } catch (Exception e) {
+                    System.err.println("JavaClient: closing " + what + ": " + describe(e));
+                }
+            }, "close");
+            closer.setDaemon(true);
+            closer.start();
+            closers.add(closer);
         }
-        if (closer.isAlive()) {
-            System.err.printf("JavaClient: %s did not close within %.1fs, leaving it%n", what, bound);
+        long until = System.nanoTime() + (long) (Math.max(remainingSeconds() - 3, 0.5) * 1e9);
+        int open = 0;
+        for (Thread closer : closers) {
+            try {
+                closer.join(Math.max(TimeUnit.NANOSECONDS.toMillis(until - System.nanoTime()), 1));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            open += closer.isAlive() ? 1 : 0;
+        }
+        if (open > 0) {
+            System.err.printf("JavaClient: %d of %s did not close in time, leaving them%n", open, what);
         }
     }
 
@@ -987,15 +1014,38 @@ public final class JavaClient {
         }
     }
 
-    /** Receives (--batch, --invisible-seconds, long polling --await-seconds) and acks everything. */
+    /**
+     * --consumers SimpleConsumers, each in a thread of its own that receives (--batch,
+     * --invisible-seconds, long polling --await-seconds) and acks everything.
+     */
     private void soakSimple() throws Exception {
-        SimpleConsumer consumer = simpleConsumer("*", integer("await-seconds", SOAK_AWAIT_SECONDS, false));
-        emit("ready", "role", "simple", "lang", "java");
-        CountDownLatch stop = controlFile("stop");
-        int batchSize = integer("batch", MAX_MESSAGES_PER_RECEIVE, false);
-        Duration invisible = Duration.ofSeconds(integer("invisible-seconds", SOAK_INVISIBLE_SECONDS, false));
+        int await = integer("await-seconds", SOAK_AWAIT_SECONDS, false);
+        List<SimpleConsumer> consumers = startAll(() -> simpleConsumer("*", await));
         try {
-            // A stop is seen between receives: the one in flight is finished and acked first.
+            emit("ready", "role", "simple", "lang", "java", "consumers", consumers.size());
+            CountDownLatch stop = controlFile("stop");
+            int batchSize = integer("batch", MAX_MESSAGES_PER_RECEIVE, false);
+            Duration invisible = Duration.ofSeconds(integer("invisible-seconds", SOAK_INVISIBLE_SECONDS, false));
+            List<Thread> loops = new ArrayList<>();
+            for (SimpleConsumer consumer : consumers) {
+                Thread loop = new Thread(() -> receiveAndAck(consumer, stop, batchSize, invisible),
+                    "receive-" + loops.size());
+                loop.start();
+                loops.add(loop);
+            }
+            for (Thread loop : loops) {
+                loop.join();
+            }
+        } finally {
+            closeAllWithin(consumers, "the SimpleConsumers");
+        }
+    }
+
+    /** One SimpleConsumer's loop until the stop file: a stop is seen between receives. */
+    private void receiveAndAck(SimpleConsumer consumer, CountDownLatch stop, int batchSize,
+            Duration invisible) {
+        try {
+            // The receive in flight when the stop comes is finished and acked first.
             while (stop.getCount() > 0) {
                 List<MessageView> batch;
                 try {
@@ -1015,9 +1065,44 @@ public final class JavaClient {
                     }
                 }
             }
-        } finally {
-            closeWithin(consumer, "the SimpleConsumer");
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
+    }
+
+    /** What builds one started client; it may throw as the client's build() does. */
+    private interface ClientStart<T extends Closeable> {
+        T start() throws Exception;
+    }
+
+    /**
+     * --consumers clients, started SOAK_STARTING_AT_ONCE at a time (each start is a route
+     * query and a settings exchange, mostly waiting). If one fails to start, those started
+     * are closed and its failure is thrown: the soak counts a client that did not start.
+     */
+    private <T extends Closeable> List<T> startAll(ClientStart<T> start) throws Exception {
+        int count = integer("consumers", 1, false);
+        ExecutorService starter = Executors.newFixedThreadPool(Math.min(count, SOAK_STARTING_AT_ONCE));
+        List<Future<T>> starting = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            starting.add(starter.submit(start::start));
+        }
+        starter.shutdown();
+        List<T> started = new ArrayList<>();
+        Exception failure = null;
+        for (Future<T> one : starting) {
+            try {
+                started.add(one.get());
+            } catch (ExecutionException e) {
+                failure = failure != null ? failure
+                    : e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
+            }
+        }
+        if (failure != null) {
+            closeAllWithin(started, "the clients started");
+            throw failure;
+        }
+        return started;
     }
 
     /** A started PushConsumer of --group on --topic (every tag) with this listener. */
@@ -1032,11 +1117,14 @@ public final class JavaClient {
             .build();
     }
 
-    /** A PushConsumer whose listener takes --consume-ms and answers SUCCESS (the client acks). */
+    /**
+     * --consumers PushConsumers, one listener: it takes --consume-ms and answers SUCCESS (the
+     * client acks).
+     */
     private void soakPush() throws Exception {
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         long consumeMillis = integer("consume-ms", 0, false);
-        PushConsumer consumer = pushConsumer(provider, message -> {
+        MessageListener listener = message -> {
                 String id = received(message);
                 if (consumeMillis > 0) {
                     try {
@@ -1047,12 +1135,13 @@ public final class JavaClient {
                 }
                 emit("consumed", "id", id); // just before the SUCCESS it returns
                 return ConsumeResult.SUCCESS;
-            });
-        emit("ready", "role", "push", "lang", "java");
+            };
+        List<PushConsumer> consumers = startAll(() -> pushConsumer(provider, listener));
         try {
+            emit("ready", "role", "push", "lang", "java", "consumers", consumers.size());
             controlFile("stop").await();
         } finally {
-            closeWithin(consumer, "the PushConsumer");
+            closeAllWithin(consumers, "the PushConsumers");
         }
     }
 
