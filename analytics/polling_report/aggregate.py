@@ -26,7 +26,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from polling_report.schema import (
-    CORRUPT,
     EVENT_SCHEMA,
     FLEET,
     GROUP_KEYS,
@@ -170,7 +169,6 @@ def output_schema(spark: SparkSession) -> T.StructType:
     ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true"))
     schema = _OUTPUT_SCHEMAS.get(ansi)
     if schema is None:
-        fields = [f for f in EVENT_SCHEMA.fields if f.name != CORRUPT]
-        schema = aggregate(spark.createDataFrame([], T.StructType(fields)), 60).schema
+        schema = aggregate(spark.createDataFrame([], EVENT_SCHEMA), 60).schema
         _OUTPUT_SCHEMAS[ansi] = schema
     return schema

@@ -13,16 +13,16 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from polling_report.schema import CORRUPT, EVENT_SCHEMA, PARTITION_DATE, REQUIRED_FIELDS
+from polling_report.schema import EVENT_SCHEMA, PARTITION_DATE, REQUIRED_FIELDS
 
 INPUT_METRICS = "input"  # name of the observed input counters (lines, malformed)
 _BAD = "_malformed"
 
 
 def _json_options() -> dict[str, str]:
-    # PERMISSIVE: a line that does not parse, or does not fit the schema, becomes a row with
-    # only the corrupt-record column set, instead of failing the job.
-    return {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    # PERMISSIVE: a line that does not parse becomes a row of nulls, a value that does not
+    # fit its field a null in that field, instead of failing the job (schema.py).
+    return {"mode": "PERMISSIVE"}
 
 
 def read_events(spark: SparkSession, path: str, dates: Sequence[str] = ()) -> DataFrame:
@@ -49,9 +49,9 @@ def _prune(df: DataFrame, dates: Sequence[str]) -> DataFrame:
 
 
 def malformed(df: DataFrame) -> Column:
-    """True for a line that did not parse or lacks a required field."""
-    missing = reduce(lambda a, b: a | b, (F.col(name).isNull() for name in REQUIRED_FIELDS))
-    return F.col(CORRUPT).isNotNull() | missing
+    """True for a line with no value for some required field (a line that did not parse
+    has none)."""
+    return reduce(lambda a, b: a | b, (F.col(name).isNull() for name in REQUIRED_FIELDS))
 
 
 def valid_events(df: DataFrame, observation: Observation | str = INPUT_METRICS) -> DataFrame:

@@ -17,11 +17,12 @@ pytestmark = pytest.mark.slow
 DAY = "2024-05-01"
 W1, W2 = f"{DAY}T10:00:00", f"{DAY}T10:01:00"
 
-# Lines that must be counted as malformed, never fail the job: not JSON, a torn last line,
-# a wrong type, a record without its required fields.
+# Lines that must be counted as malformed, never fail the job: not JSON, a last line torn
+# after every required field (in ``broker``, the last one), a wrong type, a record without
+# its required fields.
 MALFORMED = [
     "not json at all",
-    '{"ts": 1714557605000, "proxy": "p1", "group": "g1"',
+    json.dumps(event(f"{DAY}T10:00:06", broker="broker-a"))[:-6],
     json.dumps({**event(f"{DAY}T10:00:07"), "wait_ms": "slow"}),
     json.dumps({"ts": ms(f"{DAY}T10:00:08"), "proxy": "p1"}),
 ]
