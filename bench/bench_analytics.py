@@ -2,7 +2,7 @@
 and on a standalone cluster, each beside a same-run reference.
 
     .venv/bin/python -m bench.bench_analytics [--records 10000000] [--runs 3] [--no-cluster]
-        [--json results/bench-analytics.json]
+        [--profile ROUNDS] [--json results/bench-analytics.json]
 
 Generates an event log of ``--records`` lines in the proxies' layout
 (``proxy=<id>/date=<day>/part-*``) with Spark itself (fast, and no Python loop per record),
@@ -12,6 +12,12 @@ once, into ``--data`` (reused while the parameters match). Then, for each place 
   aggregate, write Parquet, summarise);
 - **the reference**: Spark reading the same files as JSON with a trivial schema (``ts``
   alone) and counting the lines that have one: the least any JSON job over them costs.
+
+``--profile ROUNDS`` then times the job's steps on local[2], in the same warm JVM, each
+round in this order: the reference; the parse (``valid_events``, every required field
+converted, malformed lines counted); the parse and ``per_proxy``; the parse and the whole
+aggregation (``aggregate``), both into Spark's ``noop`` sink, which computes every column
+and stores nothing; the job. Medians, and each beside the reference's.
 
 Job and reference alternate run by run, so the machine's load falls on both alike. The
 places: ``local[2]`` (one JVM, two cores), then a standalone cluster of a master and two
@@ -28,17 +34,20 @@ import logging
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from polling_report.aggregate import aggregate, per_proxy
 from polling_report.job import JobOptions, run_batch
 from polling_report.session import REQUIRED_SQL_CONF, get_session
+from polling_report.source import read_events, valid_events
 
 PROXIES = 8
 GROUP_TOPICS = 20  # (group, topic) pairs
@@ -145,6 +154,45 @@ def measure(spark: SparkSession, place: Place, events: Path, data: Path, runs: i
         )
 
 
+def profile(spark: SparkSession, events: Path, data: Path, rounds: int) -> list[dict]:
+    """The job's steps, each round in turn (module docstring); median seconds of each."""
+    path = str(events)
+
+    def parsed() -> DataFrame:
+        return valid_events(read_events(spark, path), Observation())
+
+    def job() -> None:
+        out = data / "out-profile"
+        shutil.rmtree(out, ignore_errors=True)
+        run_batch(spark, JobOptions(events=path, out=str(out)))
+
+    steps = {
+        "reference: ts alone, counted": lambda: reference(spark, events),
+        "parse: required fields, malformed counted": lambda: parsed().count(),
+        "parse + per_proxy (noop sink)": lambda: _noop(per_proxy(parsed(), 60)),
+        "parse + aggregate (noop sink)": lambda: _noop(aggregate(parsed(), 60)),
+        "the job: aggregate, Parquet, summary": job,
+    }
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for round_ in range(1, rounds + 1):
+        for name, step in steps.items():
+            started = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - started)
+            print(f"profile round {round_}: {name} {times[name][-1]:.1f} s", flush=True)
+    reference_s = statistics.median(next(iter(times.values())))
+    return [
+        {"step": name, "median_s": round(statistics.median(t), 2),
+         "of_reference": round(statistics.median(t) / reference_s, 2),
+         "runs_s": [round(x, 2) for x in t]}
+        for name, t in times.items()
+    ]  # fmt: skip
+
+
+def _noop(df: DataFrame) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
 def cluster_session(master: str) -> SparkSession:
     """A session of this process on the standalone cluster: one executor of 1 core on each
     worker, the driver here (our packages are installed where its executors run: this
@@ -203,6 +251,13 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--master", default="local[2]")
     p.add_argument("--no-cluster", action="store_true", help="local runs only")
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="then time the job's steps on local[2], this many rounds",
+    )
     p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "rmq-bench-analytics"))
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()
@@ -215,6 +270,7 @@ def main() -> None:
     size_mb = sum(f.stat().st_size for f in events.rglob("*") if f.is_file()) / 1e6
     places = [Place(args.master)]
     measure(session.spark, places[0], events, data, args.runs)
+    steps = profile(session.spark, events, data, args.profile) if args.profile else []
     session.spark.stop()
     if not args.no_cluster:
         from testkit.spark_cluster import standalone_cluster
@@ -250,6 +306,14 @@ def main() -> None:
             f"{place.name}: best job {job:,.0f} records/s, best reference {ref:,.0f} records/s,"
             f" ratio {ref / job:.2f} (goals: 500,000 records/s on local[2], ratio <= 2)"
         )
+    if steps:
+        print(f"| {places[0].name}: step | median s | / reference | runs s |")
+        print("|---|---|---|---|")
+        for step in steps:
+            runs = ", ".join(f"{x:.1f}" for x in step["runs_s"])
+            print(
+                f"| {step['step']} | {step['median_s']:.1f} | {step['of_reference']:.2f} | {runs} |"
+            )
     if args.json:
         results = {
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
@@ -267,6 +331,7 @@ def main() -> None:
                 }
                 for place in places
             ],
+            "profile": steps,
         }
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)

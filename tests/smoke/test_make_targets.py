@@ -356,7 +356,7 @@ def test_make_bench_analytics(tmp_path):
     # tests/analytics/test_cluster.py runs (about a minute more here).
     output = make(
         tmp_path, "bench-analytics", f"RESULTS={tmp_path}",
-        f"BENCH_ARGS=--records 2000 --runs 1 --no-cluster --data {tmp_path / 'data'}",
+        f"BENCH_ARGS=--records 2000 --runs 1 --no-cluster --profile 1 --data {tmp_path / 'data'}",
         timeout=540,  # a cold Spark plans the one-pass job in minutes on a loaded machine
     )  # fmt: skip
     results = load_json(tmp_path / "bench-analytics.json", output)
@@ -364,6 +364,8 @@ def test_make_bench_analytics(tmp_path):
     assert [p["name"] for p in results["places"]] == ["local[2]"], results["places"]
     for place in results["places"]:
         assert len(place["runs"]) == 1 and place["best_job_records_per_s"] > 0, place
+    steps = results["profile"]  # --profile 1: each step of the job timed once
+    assert len(steps) == 5 and all(len(s["runs_s"]) == 1 for s in steps), steps
 
 
 @pytest.mark.timeout(300)
