@@ -161,6 +161,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
@@ -1070,22 +1071,17 @@ public final class JavaClient {
         }
     }
 
-    /** What builds one started client; it may throw as the client's build() does. */
-    private interface ClientStart<T extends Closeable> {
-        T start() throws Exception;
-    }
-
     /**
      * --consumers clients, started SOAK_STARTING_AT_ONCE at a time (each start is a route
      * query and a settings exchange, mostly waiting). If one fails to start, those started
      * are closed and its failure is thrown: the soak counts a client that did not start.
      */
-    private <T extends Closeable> List<T> startAll(ClientStart<T> start) throws Exception {
+    private <T extends Closeable> List<T> startAll(Callable<T> start) throws Exception {
         int count = integer("consumers", 1, false);
         ExecutorService starter = Executors.newFixedThreadPool(Math.min(count, SOAK_STARTING_AT_ONCE));
         List<Future<T>> starting = new ArrayList<>();
         for (int i = 0; i < count; i++) {
-            starting.add(starter.submit(start::start));
+            starting.add(starter.submit(start));
         }
         starter.shutdown();
         List<T> started = new ArrayList<>();
