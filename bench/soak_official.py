@@ -36,7 +36,8 @@ twice (a send the client retried after its first try was stored);
 ``fifo_violations`` in a FIFO group, a message whose first receipt came before that of the
 message sent before it in its message group by the same producer; transactions
 ``resolved_wrongly``: a rolled-back message received, or a committed or orphaned (checked)
-one never received; ``errors`` what each client saw (the events' kinds) and what it logged
+one never received; ``errors`` what each client saw (the events' kinds; ``<status>_GOAWAY``
+for a call that crossed its connection's GOAWAY inside gRPC) and what it logged
 at ERROR; ``errors_by_restart_phase`` the clients' errors during rolling restarts by where
 in one they were reported (a proxy draining, a proxy starting, all serving); redelivery
 delay after each fault.
@@ -261,22 +262,30 @@ class Client:
                 for i, line in enumerate(lines):
                     if re.search(r"\bERROR\b|\"level\":\s*50", line):
                         # The Python client logs a gRPC error over several lines, its status
-                        # the third; the Java client its exception on the next line. That is
-                        # what tells one error from another.
-                        cause = next(
-                            ((m.group(1) or m.group(2))[:200] for later in lines[i + 1 : i + 4]
-                             if (m := _LOG_CAUSE.search(later))),
-                            None,
-                        )  # fmt: skip
+                        # and details after the first; the Java client its exception on the
+                        # next line. That is what tells one error from another.
+                        match = _LOG_CAUSE.search("\n".join(lines[i + 1 : i + 4]))
+                        cause = _log_cause(match) if match else None
                         text = line[:400] + (f" [{cause}]" if cause else "")
                         out.append((_log_time(line, self.role.lang), text))
         return out
 
 
 _LOG_CAUSE = re.compile(
-    r"status = StatusCode\.(\w+)"  # Python
-    r"|^(?:[\w$]+\.)+(\w*(?:Exception|Error)\b.*)"  # Java: the exception, and its message
+    r"status = StatusCode\.(\w+)(?:\n\s*details = \"(.*)\")?"  # Python: status, details
+    r"|^(?:[\w$]+\.)+(\w*(?:Exception|Error)\b.*)",  # Java: the exception, and its message
+    re.MULTILINE,
 )
+
+
+def _log_cause(match: re.Match[str]) -> str:
+    """ "UNAVAILABLE: <details>" from the Python client, the exception line from Java's."""
+    status, details, java = match.groups()
+    if status:
+        return (f"{status}: {details}" if details else status)[:200]
+    return java[:200]
+
+
 _LOG_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})[,.](\d{3})")
 
 
@@ -497,6 +506,21 @@ def restart_phase(t: int, faults: list[dict]) -> str | None:
     return None
 
 
+# What the Java and Python clients say of a call started on a connection just as its GOAWAY
+# arrived: both turn gRPC's retries off, so gRPC fails the call instead of sending it again
+# on the next connection.
+CROSSED_A_GOAWAY = ("GOAWAY shut down transport", "GOAWAY received")
+
+
+def error_kind(ev: dict) -> str:
+    """An error event's kind, ``<status>_GOAWAY`` for a call that crossed its connection's
+    GOAWAY, which the proxy never saw."""
+    kind = str(ev.get("kind"))
+    if any(text in str(ev.get("detail", "")) for text in CROSSED_A_GOAWAY):
+        return f"{kind}_GOAWAY"
+    return kind
+
+
 def account(
     clients: list[Client], faults: list[dict] | None = None, stopping_at: int | None = None
 ) -> dict:
@@ -535,11 +559,12 @@ def account(
             if kind in ("send_error", "recv_error", "ack_error") or (
                 kind == "tx_end" and not ev.get("ok")
             ):
-                kinds[f"{kind}:{ev.get('kind')}"] += 1
-                by_fault[f"{during(ev['t'], faults, stopping_at)}:{kind}:{ev.get('kind')}"] += 1
+                what = f"{kind}:{error_kind(ev)}"
+                kinds[what] += 1
+                by_fault[f"{during(ev['t'], faults, stopping_at)}:{what}"] += 1
                 phase = restart_phase(ev["t"], faults)
                 if phase is not None:
-                    by_phase[f"{phase}:{kind}:{ev.get('kind')}"] += 1
+                    by_phase[f"{phase}:{what}"] += 1
         logged = client.logged_errors()
         if logged:
             kinds["logged ERROR lines"] = len(logged)

@@ -1,13 +1,14 @@
-"""The soaks' schedule and accounting: the faults both soaks strike, in a seeded cycle, and
-which part of a rolling restart an error falls in."""
+"""The soaks' schedule and accounting: the faults both soaks strike, in a seeded cycle,
+which part of a rolling restart an error falls in, and what a client's error was."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 
 from bench.soak import fault_cycle
-from bench.soak_official import restart_phase
+from bench.soak_official import Client, Role, error_kind, restart_phase
 
 ROLLING = {
     "t": 10_000,
@@ -85,3 +86,53 @@ async def test_played_waits_for_the_last_kind_and_a_baseline_strikes_nothing():
     stop.set()
     await asyncio.wait_for(task, timeout=5)
     assert len(seen) == 2  # nothing struck
+
+
+# A receive of the official Python client 5.1.2 that crossed its connection's age GOAWAY, as
+# its PushConsumer logs it (gRPC's error over several lines), then a Java one.
+PYTHON_LOG = """\
+2026-11-28 04:45:01,267 [ERROR] consumer:soak-push receive message exception: <AioRpcError of RPC that terminated with:
+\tstatus = StatusCode.UNAVAILABLE
+\tdetails = "Stream removed (GOAWAY received; Error code: 0; Debug Text: max_age)"
+\tdebug_error_string = "UNAVAILABLE:Stream removed (GOAWAY received; Error code: 0; Debug Text: max_age)"
+>
+2026-11-28 04:45:02,001 [INFO] consumer:soak-push receive 1 message
+2026-11-28 04:45:03,500 [ERROR] consumer:soak-push receive message exception: <AioRpcError of RPC that terminated with:
+\tstatus = StatusCode.CANCELLED
+>
+"""  # noqa: E501 (the client's own lines)
+JAVA_LOG = """\
+2026-11-28 12:45:01.267 ERROR [pool-1-thread-3] Exception raised during message reception
+java.util.concurrent.ExecutionException: io.grpc.StatusRuntimeException: UNAVAILABLE: GOAWAY shut down transport
+\tat com.google.common.util.concurrent.AbstractFuture.getDoneValue(AbstractFuture.java:592)
+"""  # noqa: E501
+
+
+def test_a_logged_error_keeps_its_status_and_details(tmp_path: Path):
+    python = Client(Role("python", "push", "soak-push"), tmp_path, tmp_path, "", None)
+    (python.dir / "logs" / "rocketmq_python").mkdir(parents=True)
+    (python.dir / "logs" / "rocketmq_python" / "rocketmq_client.log").write_text(PYTHON_LOG)
+    (t1, first), (t2, second) = python.logged_errors()
+    assert first.endswith(
+        "[UNAVAILABLE: Stream removed (GOAWAY received; Error code: 0; Debug Text: max_age)]"
+    ), first
+    assert second.endswith("[CANCELLED]"), second
+    assert t1 is not None and t2 == t1 + 2_233
+    java = Client(Role("java", "push", "soak-fifo-push"), tmp_path, tmp_path, "", None)
+    (java.dir / "logs" / "rocketmq").mkdir(parents=True)
+    (java.dir / "logs" / "rocketmq" / "rocketmq-client.log").write_text(JAVA_LOG)
+    [(_, line)] = java.logged_errors()
+    assert line.endswith(
+        "[ExecutionException: io.grpc.StatusRuntimeException: UNAVAILABLE: GOAWAY shut down "
+        "transport]"
+    ), line
+
+
+def test_an_error_event_of_a_call_that_crossed_a_goaway_is_named_for_it():
+    python = "<AioRpcError ... details = Stream removed (GOAWAY received; ... max_age)>"
+    assert error_kind({"kind": "UNAVAILABLE", "detail": python}) == "UNAVAILABLE_GOAWAY"
+    java = "StatusRuntimeException: UNAVAILABLE: GOAWAY shut down transport"
+    assert error_kind({"kind": "UNAVAILABLE", "detail": java}) == "UNAVAILABLE_GOAWAY"
+    refused = "failed to connect to all addresses; last error: ECONNREFUSED"
+    assert error_kind({"kind": "UNAVAILABLE", "detail": refused}) == "UNAVAILABLE"
+    assert error_kind({"kind": "CANCELLED"}) == "CANCELLED"

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from bench.soak_official import run
+from bench.soak_official import CROSSED_A_GOAWAY, run
 
 pytestmark = pytest.mark.slow
 
@@ -25,11 +25,15 @@ KNOWN_CLIENT_ERRORS = ("'NoneType' object has no attribute 'get_meter'",)
 
 # What a client reports of a call that crossed the end of its connection inside gRPC, before
 # the proxy could see it: gRPC's core cancels a call it had queued when the server stops
-# (CANCELLED); the Java client builds its channel with gRPC's retries off (``disableRetry``
-# in rocketmq-client-java 5.2.0), so a call it starts on a connection just as that
-# connection's GOAWAY arrives fails ("UNAVAILABLE: GOAWAY shut down transport") where gRPC
-# would otherwise send it again on the next connection.
-CROSSED_A_CONNECTION_END = ("CANCELLED", "GOAWAY shut down transport")
+# (CANCELLED); the Java and Python clients build their channels with gRPC's retries off
+# (``disableRetry`` in rocketmq-client-java 5.2.0, ``grpc.enable_retries`` 0 in
+# rocketmq-python-client 5.1.2), so a call started on a connection just as that connection's
+# GOAWAY arrives fails where gRPC would otherwise send it again on the next connection
+# (``CROSSED_A_GOAWAY``; an event of it is named ``<status>_GOAWAY``).
+CROSSED_A_CONNECTION_END = ("CANCELLED", *CROSSED_A_GOAWAY)
+
+# The Python PushConsumer logs one failed receive twice: as the stream's error, then as this.
+PYTHON_PUSH_SECOND_LINE = "process received message error"
 
 
 def assert_every_message_accounted(report: dict, at_least: int) -> None:
@@ -45,25 +49,25 @@ def assert_every_message_accounted(report: dict, at_least: int) -> None:
     assert report["receipts_without_handle"] == 0, report["receipts_without_handle"]
 
 
-def assert_drains_cost_at_most_cancelled_calls(report: dict) -> None:
-    """After a rolling restart, no client error but CANCELLED, at most one per drain; no
-    ERROR line at all but those and the Java client's failed call that crossed a GOAWAY
-    (``CROSSED_A_CONNECTION_END``, within the same budget), the known ones
+def assert_drains_cost_at_most_crossed_calls(report: dict) -> None:
+    """After a rolling restart, no client error but a call that crossed its connection's end
+    (``CROSSED_A_CONNECTION_END``), at most one per drain; no ERROR line but those, the known ones
     (``KNOWN_CLIENT_ERRORS``), those after the SIGKILL (``proxy:``), those of a client's
     start, before it said it was ready (``start:``: its first calls, retried until they
     succeeded), and those of a client's own shutdown at the end (``stop:``: the Python
     PushConsumer logs "process received message error" for each receive it cancels as it
-    closes its channel). A CANCELLED is counted once per client whether it was reported as
-    an event, logged, or both (a Python PushConsumer's ack is only logged)."""
+    closes its channel). A crossed call is counted once per client whether it was reported
+    as an event, logged, or both (a Python PushConsumer's receive and ack are only logged)."""
     rolling = [f for f in report["faults"] if f["fault"] == "rolling"]
     drains = sum(len(f["exit_s"]) for f in rolling)
-    cancelled = 0
+    crossed_calls = 0
     for client in set(report["errors_during"]) | set(report["logged_errors"]):
         errors = report["errors_during"].get(client, {})
         during_rolling = {k: v for k, v in errors.items() if k.startswith("rolling")}
-        others = {k: v for k, v in during_rolling.items() if not k.endswith("CANCELLED")}
+        crossed = {k: v for k, v in during_rolling.items() if k.endswith(("CANCELLED", "GOAWAY"))}
+        others = {k: v for k, v in during_rolling.items() if k not in crossed}
         assert not others, (client, errors, rolling)
-        reported = sum(v for k, v in during_rolling.items() if k.endswith("CANCELLED"))
+        reported = sum(crossed.values())
         unexplained = [  # "<fault before it>: <line>"
             line for line in report["logged_errors"].get(client, [])
             if not line.startswith(("proxy:", "stop:", "start:"))
@@ -74,9 +78,10 @@ def assert_drains_cost_at_most_cancelled_calls(report: dict) -> None:
             if line.startswith("rolling:") and any(k in line for k in CROSSED_A_CONNECTION_END)
         ]  # fmt: skip
         unexplained = [line for line in unexplained if line not in logged]
-        assert not unexplained, (client, unexplained[:5])
-        cancelled += max(reported, len(logged))
-    assert cancelled <= drains, (cancelled, drains, report["errors_during"])
+        assert not unexplained, "\n".join([client, *unexplained[:5]])  # a str: shown whole
+        second = sum(PYTHON_PUSH_SECOND_LINE in line for line in logged)
+        crossed_calls += max(reported, len(logged) - second, second)
+    assert crossed_calls <= drains, (crossed_calls, drains, report["errors_during"])
 
 
 @pytest.mark.timeout(600)
@@ -103,13 +108,14 @@ async def test_official_clients_through_rolling_restarts_and_a_crash(tmp_path):
     # connection's GOAWAY can still wait in gRPC's queue, not yet taken up by an event loop
     # that is seconds behind, when the server stops (docs/reliability.md, "Drain": none in
     # the drains of the runs since, on stubs and real brokers, but a machine at a load of
-    # 60 makes it possible). The Java client, with gRPC's retries off, can fail a call it
-    # starts just as its connection's GOAWAY arrives (CROSSED_A_CONNECTION_END: once in a CI
-    # run at a load of 38, with connections aging every 3 s). At most one of either per
-    # drain is let through, nothing else. The SIGKILL may cost errors: calls in flight on
+    # 60 makes it possible). The Java and Python clients, with gRPC's retries off, can fail a
+    # call they start just as its connection's GOAWAY arrives (CROSSED_A_CONNECTION_END: a
+    # Java call once in a CI run at a load of 38, a Python receive once in another, with
+    # connections aging every 3 s). At most one of either per drain is let through, nothing
+    # else. The SIGKILL may cost errors: calls in flight on
     # the killed proxy fail, and each client retries them or moves on; those are reported,
     # not failed.
-    assert_drains_cost_at_most_cancelled_calls(report)
+    assert_drains_cost_at_most_crossed_calls(report)
     assert all(code == 0 for code in report["exits"].values()), report["exits"]
 
 
