@@ -48,6 +48,9 @@ TOPIC = "FuzzTopic"
 
 # -- frames -------------------------------------------------------------------------------
 
+# What orjson writes: integers from -2**63 to 2**64 - 1 (larger ones are in the samples).
+_JSON_INTEGERS = st.integers(-(2**63), 2**64 - 1)
+
 _HEADER_JSON = st.one_of(
     st.binary(max_size=60),
     st.sampled_from(
@@ -79,12 +82,12 @@ _HEADER_JSON = st.one_of(
             ]
         ),
         st.one_of(
-            st.integers(-(2**63), 2**63),
+            _JSON_INTEGERS,
             st.text(max_size=8),
             st.none(),
             st.booleans(),
             st.floats(),
-            st.lists(st.integers(), max_size=2),
+            st.lists(_JSON_INTEGERS, max_size=2),
             st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
         ),
     ).map(orjson.dumps),
