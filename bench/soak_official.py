@@ -512,9 +512,9 @@ def restart_phase(t: int, faults: list[dict]) -> str | None:
 CROSSED_A_GOAWAY = ("GOAWAY shut down transport", "GOAWAY received")
 
 
-def error_kind(ev: dict) -> str:
-    """An error event's kind, ``<status>_GOAWAY`` for a call that crossed its connection's
-    GOAWAY, which the proxy never saw."""
+def reported_kind(ev: dict) -> str:
+    """An error event's kind as the report counts it: the driver's, or ``<status>_GOAWAY``
+    for a call that crossed its connection's GOAWAY, which the proxy never saw."""
     kind = str(ev.get("kind"))
     if any(text in str(ev.get("detail", "")) for text in CROSSED_A_GOAWAY):
         return f"{kind}_GOAWAY"
@@ -559,7 +559,7 @@ def account(
             if kind in ("send_error", "recv_error", "ack_error") or (
                 kind == "tx_end" and not ev.get("ok")
             ):
-                what = f"{kind}:{error_kind(ev)}"
+                what = f"{kind}:{reported_kind(ev)}"
                 kinds[what] += 1
                 by_fault[f"{during(ev['t'], faults, stopping_at)}:{what}"] += 1
                 phase = restart_phase(ev["t"], faults)

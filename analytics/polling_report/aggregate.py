@@ -79,26 +79,22 @@ def per_proxy(events: DataFrame, window_s: int, watermark_s: int | None = None) 
         # epoch), and the timestamps made once per group instead of a struct per record.
         # Every row has a ``ts``: ``valid_events`` drops the lines without one.
         window_ms = window_s * 1000
-        start = F.col("ts") - F.pmod(F.col("ts"), F.lit(window_ms))
-        by_start = events.groupBy(start.alias("start_ms"), *GROUP_KEYS).agg(*counters)
-        return by_start.select(
-            F.timestamp_millis("start_ms").alias("window_start"),
-            F.timestamp_millis(F.col("start_ms") + window_ms).alias("window_end"),
-            F.lit(window_s).alias("window_seconds"),
-            *GROUP_KEYS,
-            *COUNTS,
-            WAIT_SKETCH,
-        )
-    # A stream: the state's windows are evicted by the watermark on the event time, which
-    # needs the key to be a window of that column.
-    timed = events.withColumn("event_time", F.timestamp_millis("ts"))
-    timed = timed.withWatermark("event_time", f"{watermark_s} seconds")
-    grouped = timed.groupBy(
-        F.window("event_time", f"{window_s} seconds").alias("window"), *GROUP_KEYS
-    ).agg(*counters)
+        start_ms = F.col("ts") - F.pmod(F.col("ts"), F.lit(window_ms))
+        grouped = events.groupBy(start_ms.alias("start_ms"), *GROUP_KEYS).agg(*counters)
+        start = F.timestamp_millis("start_ms")
+        end = F.timestamp_millis(F.col("start_ms") + window_ms)
+    else:
+        # A stream: the state's windows are evicted by the watermark on the event time,
+        # which needs the key to be a window of that column.
+        timed = events.withColumn("event_time", F.timestamp_millis("ts"))
+        timed = timed.withWatermark("event_time", f"{watermark_s} seconds")
+        grouped = timed.groupBy(
+            F.window("event_time", f"{window_s} seconds").alias("window"), *GROUP_KEYS
+        ).agg(*counters)
+        start, end = F.col("window.start"), F.col("window.end")
     return grouped.select(
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
+        start.alias("window_start"),
+        end.alias("window_end"),
         F.lit(window_s).alias("window_seconds"),
         *GROUP_KEYS,
         *COUNTS,

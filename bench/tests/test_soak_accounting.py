@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from bench.soak import fault_cycle
-from bench.soak_official import Client, Role, error_kind, restart_phase
+from bench.soak_official import Client, Role, reported_kind, restart_phase
 
 ROLLING = {
     "t": 10_000,
@@ -130,9 +130,9 @@ def test_a_logged_error_keeps_its_status_and_details(tmp_path: Path):
 
 def test_an_error_event_of_a_call_that_crossed_a_goaway_is_named_for_it():
     python = "<AioRpcError ... details = Stream removed (GOAWAY received; ... max_age)>"
-    assert error_kind({"kind": "UNAVAILABLE", "detail": python}) == "UNAVAILABLE_GOAWAY"
+    assert reported_kind({"kind": "UNAVAILABLE", "detail": python}) == "UNAVAILABLE_GOAWAY"
     java = "StatusRuntimeException: UNAVAILABLE: GOAWAY shut down transport"
-    assert error_kind({"kind": "UNAVAILABLE", "detail": java}) == "UNAVAILABLE_GOAWAY"
+    assert reported_kind({"kind": "UNAVAILABLE", "detail": java}) == "UNAVAILABLE_GOAWAY"
     refused = "failed to connect to all addresses; last error: ECONNREFUSED"
-    assert error_kind({"kind": "UNAVAILABLE", "detail": refused}) == "UNAVAILABLE"
-    assert error_kind({"kind": "CANCELLED"}) == "CANCELLED"
+    assert reported_kind({"kind": "UNAVAILABLE", "detail": refused}) == "UNAVAILABLE"
+    assert reported_kind({"kind": "CANCELLED"}) == "CANCELLED"
