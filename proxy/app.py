@@ -157,7 +157,9 @@ class ProxyApp:
             rc, self.pool, self.consumer, self.metrics,
             links=self.fleet, fallback_s=fleet.fallback_ms / 1000,
         )  # fmt: skip
-        self.groups = GroupSettings(self.pool, ttl_s=config.route_ttl_s)
+        self.groups = GroupSettings(
+            self.pool, ttl_s=config.route_ttl_s, unknown_max_attempts=rc.max_delivery_attempts
+        )
         self.renewer = HandleRenewer(
             self.consumer,
             slice_ms=rc.renew_slice_ms,

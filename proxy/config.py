@@ -95,7 +95,8 @@ class ReceiveConfig:
     hand_back_invisible_ms: int = 1_000
     # Broker calls that do not wait for messages.
     broker_timeout_s: float = 3.0
-    # Deliver to the dead-letter queue instead of the client past this many attempts.
+    # The delivery attempts of a group whose config no broker can tell (a group's own
+    # retryMaxTimes + 1 governs otherwise); past them a message goes to the dead-letter queue.
     max_delivery_attempts: int = 17
     # Push consumers (auto_renew) poll every broker at once; True serves each of their
     # requests on the broker its queue names only. Measured (bench/bench_push.py):

@@ -1,5 +1,11 @@
 """Consumer-group settings the proxy acts on, read from the brokers and cached.
 
+A group's retry policy is its ``retryMaxTimes`` and ``groupRetryPolicy`` (set with
+``mqadmin updateSubGroup``): its consumers are told it in their Telemetry settings
+(``backoff_policy``: 1 + retryMaxTimes attempts, and the back-off between them), and a
+message popped for it past its last attempt goes to ``%DLQ%<group>`` instead of the
+client. The Apache proxy answers and cuts by the same fields.
+
 A group is FIFO when its SubscriptionGroupConfig says ``consumeMessageOrderly``: its
 consumers are told so in their Telemetry settings (``subscription.fifo``) and every pop and
 probe for it is orderly. The Apache proxy reads the same flag the same way (its
@@ -8,7 +14,8 @@ probe for it is orderly. The Apache proxy reads the same flag the same way (its
 consumers' settings carry the group's ``lite.sub.client.quota``. The answer is cached for
 ``ttl_s``, as routes are; concurrent look-ups of one group share a request; the cache holds
 at most ``max_groups`` groups (oldest out). A group the broker cannot tell about is taken
-as neither FIFO nor lite and asked again next time.
+as neither FIFO nor lite, with the retry policy's defaults (``unknown_max_attempts``
+attempts), and asked again next time.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from proxy.background import shared_lookup
@@ -30,6 +38,69 @@ log = logging.getLogger(__name__)
 DEFAULT_LITE_QUOTA = 2000
 
 
+# A group's retry policy when it sets none: RocketMQ 5.5.0's defaults.
+DEFAULT_RETRY_MAX_TIMES = 16
+DEFAULT_BACKOFF_MS = tuple(
+    s * 1000
+    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+DEFAULT_EXPONENTIAL = (5_000, 7_200_000, 2)  # initial ms, max ms, multiplier
+
+
+class BackoffKind(StrEnum):
+    """GroupRetryPolicyType: a list of delays, or delays that grow by a factor."""
+
+    CUSTOMIZED = "CUSTOMIZED"
+    EXPONENTIAL = "EXPONENTIAL"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A group's deliveries and the back-off between them."""
+
+    max_attempts: int = DEFAULT_RETRY_MAX_TIMES + 1  # 1 + retryMaxTimes
+    kind: BackoffKind = BackoffKind.CUSTOMIZED
+    next_ms: tuple[int, ...] = DEFAULT_BACKOFF_MS  # CUSTOMIZED: the n-th retry's delay
+    initial_ms: int = DEFAULT_EXPONENTIAL[0]  # EXPONENTIAL: initial * multiplier^n, to max
+    max_ms: int = DEFAULT_EXPONENTIAL[1]
+    multiplier: int = DEFAULT_EXPONENTIAL[2]
+
+    @classmethod
+    def from_json(cls, config: dict[str, Any]) -> RetryPolicy:
+        """From a SubscriptionGroupConfig; a field missing or unreadable is its default."""
+        retries = _int(config.get("retryMaxTimes"), DEFAULT_RETRY_MAX_TIMES)
+        policy = config.get("groupRetryPolicy")
+        policy = policy if isinstance(policy, dict) else {}
+        kind = BackoffKind.CUSTOMIZED
+        if str(policy.get("type", "")).upper() == BackoffKind.EXPONENTIAL.value:
+            kind = BackoffKind.EXPONENTIAL
+        customized = policy.get("customizedRetryPolicy")
+        steps = customized.get("next") if isinstance(customized, dict) else None
+        next_ms = DEFAULT_BACKOFF_MS
+        if isinstance(steps, list):
+            next_ms = tuple(_int(step, 0) for step in steps)
+        exponential = policy.get("exponentialRetryPolicy")
+        exponential = exponential if isinstance(exponential, dict) else {}
+        return cls(
+            # An int32 in the settings, as the Apache proxy's.
+            max_attempts=max(0, min(retries + 1, 2**31 - 1)),
+            kind=kind,
+            next_ms=next_ms,
+            initial_ms=_int(exponential.get("initial"), DEFAULT_EXPONENTIAL[0]),
+            max_ms=_int(exponential.get("max"), DEFAULT_EXPONENTIAL[1]),
+            multiplier=_int(exponential.get("multiplier"), DEFAULT_EXPONENTIAL[2]),
+        )
+
+
+def _int(value: object, default: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return default
+
+
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
     """What the proxy uses of a SubscriptionGroupConfig."""
@@ -37,6 +108,7 @@ class GroupConfig:
     fifo: bool = False
     lite_bind_topic: str | None = None  # attribute lite.bind.topic
     lite_quota: int = DEFAULT_LITE_QUOTA  # attribute lite.sub.client.quota
+    retry: RetryPolicy = RetryPolicy()
 
     def is_lite(self, topic: str) -> bool:
         """Whether the group consumes ``topic`` as its lite parent topic."""
@@ -57,10 +129,8 @@ class GroupConfig:
             lite_bind_topic=str(bind) if bind else None,
             # The settings field is an int32, as the Apache proxy's Math.toIntExact.
             lite_quota=max(-1, min(quota, 2**31 - 1)),
+            retry=RetryPolicy.from_json(config),
         )
-
-
-_UNKNOWN = GroupConfig()
 
 
 class GroupSettings:
@@ -71,8 +141,11 @@ class GroupSettings:
         ttl_s: float = 30.0,
         max_groups: int = 10_000,
         timeout_s: float = 3.0,
+        unknown_max_attempts: int = DEFAULT_RETRY_MAX_TIMES + 1,
     ) -> None:
+        """``unknown_max_attempts``: the attempts of a group no broker could tell about."""
         self.pool = pool
+        self._unknown = GroupConfig(retry=RetryPolicy(max_attempts=unknown_max_attempts))
         self.ttl_s = ttl_s
         self.max_groups = max_groups
         self.timeout_s = timeout_s
@@ -123,7 +196,7 @@ class GroupSettings:
                 return found
         except (TopicNotFound, RemotingError) as exc:
             log.info("group config of %s: no route for %s: %s", group, topic, exc)
-        return _UNKNOWN  # not cached: asked again on the next request
+        return self._unknown  # not cached: asked again on the next request
 
     def _remember(self, group: str, config: GroupConfig) -> None:
         self._cache[group] = (time.monotonic(), config)

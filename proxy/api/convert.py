@@ -115,6 +115,12 @@ def to_api_message(polled: PolledMessage, namespace: str = "", renewer: str = ""
     priority = _priority(props)
     if priority is not None:
         system["priority"] = priority
+    if Prop.TRACE_CONTEXT in props:
+        system["trace_context"] = props[Prop.TRACE_CONTEXT]
+    origin_topic = props.get(Prop.DLQ_ORIGIN_TOPIC)
+    origin_id = props.get(Prop.DLQ_ORIGIN_MESSAGE_ID)
+    if origin_topic is not None and origin_id is not None:  # read from a %DLQ% topic
+        system["dead_letter_queue"] = {"topic": origin_topic, "message_id": origin_id}
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
     return pb.Message(
         topic={"name": msg.topic, "resource_namespace": namespace},

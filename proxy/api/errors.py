@@ -49,6 +49,14 @@ def route_error(topic: str, exc: Exception) -> ApiError:
     return ApiError(Code.INTERNAL_SERVER_ERROR, f"no route for {topic!r}: {exc}")
 
 
+def receive_error(topic: str, exc: Exception) -> ApiError:
+    """A poll that failed: a filter the broker could not parse is the broker's answer, as
+    the Apache proxy passes it on (no code of its own maps it); else the topic's route."""
+    if isinstance(exc, BrokerError) and exc.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
+        return ApiError(Code.INTERNAL_SERVER_ERROR, exc.remark or "")
+    return route_error(topic, exc)
+
+
 def denied_error(denied: Denied) -> ApiError:
     """A request the guard refused: bad or missing credentials are UNAUTHORIZED (the
     clients raise UnauthorizedException), a resource the user may not use is FORBIDDEN

@@ -20,7 +20,7 @@ import time
 from proxy.api import validation as check
 from proxy.api.context import Context
 from proxy.api.convert import timestamp, to_api_message
-from proxy.api.errors import ApiError, Code, code_name, ok, route_error
+from proxy.api.errors import ApiError, Code, code_name, ok, receive_error
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.brokers import TopicNotFound
@@ -77,6 +77,7 @@ class ReceiveActivity:
             # look-up below says what is wrong with the topic.
             group = await self.groups.config(req.group, req.topic)
             req.fifo = group.fifo
+            req.max_attempts = group.retry.max_attempts
             try:
                 if group.is_lite(req.topic):
                     # A lite push consumer polls every broker itself; a poll of it parked on
@@ -89,7 +90,7 @@ class ReceiveActivity:
             except TooManyRequests as exc:
                 raise ApiError(Code.TOO_MANY_REQUESTS, str(exc)) from None
             except (TopicNotFound, RemotingError) as exc:
-                raise route_error(req.topic, exc) from None
+                raise receive_error(req.topic, exc) from None
             finally:
                 rec.mode = req.mode or rec.mode
             rec.is_short_polling_hit = result.is_short_polling_hit
@@ -157,7 +158,7 @@ class ReceiveActivity:
                 self.limits.min_receive_invisible_ms,
                 self.limits.max_invisible_ms,
             )
-        expression = check.validate_filter(
+        expression, expression_type = check.validate_filter(
             request.filter_expression.expression, request.filter_expression.type
         )
         batch = check.validate_batch_size(request.batch_size)
@@ -166,6 +167,7 @@ class ReceiveActivity:
             group=group,
             topic=topic,
             expression=expression,
+            expression_type=expression_type,
             batch_size=batch,
             invisible_ms=invisible,
             polling_ms=polling,

@@ -215,4 +215,6 @@ class SendActivity:
             props[Prop.LITE_TOPIC] = check.validate_lite_topic(
                 system.lite_topic, self.max_lite_topic_size
             )
+        if system.trace_context:
+            props[Prop.TRACE_CONTEXT] = system.trace_context
         return props

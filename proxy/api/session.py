@@ -249,7 +249,7 @@ class SessionActivity:
                 command.settings,
                 max_body_bytes=self.config.max_body_bytes,
                 max_polling_ms=self.config.receive.max_polling_ms,
-                max_attempts=self.config.receive.max_delivery_attempts,
+                retry=group.retry,
                 fifo=group.fifo,
                 lite_quota=group.lite_quota,
                 max_lite_topic_size=self.config.max_lite_topic_size,

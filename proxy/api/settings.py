@@ -2,7 +2,7 @@
 
 The clients wait for this answer before they start, and use what it says: a producer
 needs a retry policy and a maximum body size; a consumer a batch size, a long-polling
-time and the retry back-off that sets its delivery attempts (see the reference). Every
+time and its group's retry policy, which sets its delivery attempts (``groups.py``). Every
 client takes ``metric``: where to export its own metrics (``[client_metrics]``).
 """
 
@@ -14,7 +14,7 @@ from proxy.api.convert import duration
 from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.config import ClientMetricsConfig, ClientMetricsMode
-from proxy.remoting.codes import DELAY_LEVELS_S
+from proxy.groups import BackoffKind, RetryPolicy
 
 
 def answer_settings(
@@ -22,7 +22,7 @@ def answer_settings(
     *,
     max_body_bytes: int,
     max_polling_ms: int,
-    max_attempts: int,
+    retry: RetryPolicy,
     fifo: bool = False,
     lite_quota: int = 0,
     max_lite_topic_size: int = 0,
@@ -45,14 +45,7 @@ def answer_settings(
         settings.publishing.max_body_size = max_body_bytes
         settings.publishing.validate_message_type = True
     elif which == "subscription":
-        settings.backoff_policy.CopyFrom(
-            pb.RetryPolicy(
-                max_attempts=max_attempts,
-                customized_backoff=pb.CustomizedBackoff(
-                    next=[duration(s * 1000) for s in DELAY_LEVELS_S]
-                ),
-            )
-        )
+        settings.backoff_policy.CopyFrom(backoff_policy(retry))
         settings.subscription.receive_batch_size = 32
         settings.subscription.long_polling_timeout.CopyFrom(duration(max_polling_ms))
         settings.subscription.fifo = fifo  # the group's consumeMessageOrderly
@@ -66,6 +59,24 @@ def answer_settings(
             Code.UNRECOGNIZED_CLIENT_TYPE, "settings carry neither publishing nor subscription"
         )
     return settings
+
+
+def backoff_policy(retry: RetryPolicy) -> pb.RetryPolicy:
+    """A consumer group's retry policy as its clients take it: they retry a failed message
+    after these delays (push consumers) and stop after ``max_attempts`` deliveries."""
+    if retry.kind is BackoffKind.EXPONENTIAL:
+        return pb.RetryPolicy(
+            max_attempts=retry.max_attempts,
+            exponential_backoff=pb.ExponentialBackoff(
+                initial=duration(retry.initial_ms),
+                max=duration(retry.max_ms),
+                multiplier=float(retry.multiplier),
+            ),
+        )
+    return pb.RetryPolicy(
+        max_attempts=retry.max_attempts,
+        customized_backoff=pb.CustomizedBackoff(next=[duration(ms) for ms in retry.next_ms]),
+    )
 
 
 def metric_settings(client: pb.Settings, config: ClientMetricsConfig | None) -> pb.Metric:

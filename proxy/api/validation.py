@@ -14,7 +14,7 @@ from google.protobuf.duration_pb2 import Duration
 from proxy.api.context import Context
 from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.remoting.filter import FilterExpressionError, TagFilter
+from proxy.remoting.filter import ExpressionType, FilterExpressionError, TagFilter
 from proxy.remoting.message import Prop
 
 CLIENT_ID_HEADER = "x-mq-client-id"
@@ -44,8 +44,9 @@ SYSTEM_TOPICS = frozenset(
         "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC",
     }
 )
-# Retry and dead-letter topics are refused here too (the Apache proxy lets clients at them).
-_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%")
+# Retry (%RETRY%<group>) and dead-letter (%DLQ%<group>) topics are not system topics: a
+# client may send to them and consume them, as through the Apache proxy.
+_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_",)
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 
 # Properties the broker and proxy own: a client may not set them as user properties, and
@@ -68,6 +69,8 @@ RESERVED_PROPERTIES = frozenset(
         Prop.FIRST_POP_TIME,
         Prop.MSG_REGION,
         Prop.TRACE_ON,
+        Prop.DLQ_ORIGIN_TOPIC,
+        Prop.DLQ_ORIGIN_MESSAGE_ID,
         Prop.SHARDING_KEY,
         Prop.CLUSTER,
         Prop.PRODUCER_GROUP,
@@ -88,8 +91,6 @@ RESERVED_PROPERTIES = frozenset(
         "CONSUME_START_TIME",
         "CORRECTION_FLAG",
         "CORRELATION_ID",
-        "DLQ_ORIGIN_MESSAGE_ID",
-        "DLQ_ORIGIN_TOPIC",
         "DUP_INFO",
         "EXTEND_UNIQ_INFO",
         "INNER_BASE",
@@ -248,15 +249,19 @@ def validate_batch_size(size: int) -> int:
     return min(size, MAX_BATCH)
 
 
-def validate_filter(expression: str, filter_type: int) -> str:
-    """Tag expressions only; SQL92 needs broker support this proxy does not offer."""
+def validate_filter(expression: str, filter_type: int) -> tuple[str, ExpressionType]:
+    """A tag expression, parsed here; or a SQL92 expression, which only a broker parses (a
+    malformed one is its refusal, ``errors.receive_error``). An empty SQL92 expression is
+    refused here, in the Apache proxy's words."""
     if filter_type == pb.FilterType.SQL:
-        raise ApiError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filter expressions are not supported")
+        if not expression:
+            raise ApiError(Code.ILLEGAL_FILTER_EXPRESSION, "Expression can't be null! SQL92")
+        return expression, ExpressionType.SQL92
     try:
         TagFilter.parse(expression)
     except FilterExpressionError as exc:
         raise ApiError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
-    return expression.strip() or "*"
+    return expression.strip() or "*", ExpressionType.TAG
 
 
 def validate_tag(tag: str) -> str:

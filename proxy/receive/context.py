@@ -16,8 +16,9 @@ from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.processor.consumer import Popped
 from proxy.receive.timeline import Timeline
 from proxy.receive.types import PolledMessage, ReceiveRequest
-from proxy.remoting.broker_client import PopResult
+from proxy.remoting.broker_client import BrokerError, PopResult
 from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,7 @@ class PollContext:
                 invisible_ms=req.invisible_ms,
                 poll_ms=poll_ms,
                 expression=req.expression,
+                expression_type=req.expression_type,
                 order=req.fifo,
                 attempt_id=req.attempt_id,
                 timeout=max(timeout, limit) if patient else timeout,
@@ -219,6 +221,12 @@ class PollContext:
             return []
         try:
             result = call.result()
+        except BrokerError as exc:
+            if exc.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
+                raise  # the client's filter: every broker would refuse it alike
+            log.info("pop from %s failed: %s", broker.name, exc)
+            self.mark("pop_failed", broker.name)
+            return []
         except RemotingError as exc:
             log.info("pop from %s failed: %s", broker.name, exc)
             self.mark("pop_failed", broker.name)

@@ -72,9 +72,7 @@ class ReceiveEngine:
         )
         self.hub: Prober = self.shared or local
         self.misses = MissMemory()
-        self.lite = LiteReceiver(
-            pool, consumer, config.broker_timeout_s, config.max_delivery_attempts
-        )
+        self.lite = LiteReceiver(pool, consumer, config.broker_timeout_s)
         self.switch = AdaptiveSwitch(
             config.adaptive_high_rate,
             config.adaptive_low_rate,
@@ -167,7 +165,7 @@ class ReceiveEngine:
         try:
             messages = await self._run(mode, ctx)
             self._report_polling_full(req, ctx)
-            delivered = await self._divert_exhausted(messages)
+            delivered = await self._divert_exhausted(messages, req.max_attempts)
             if not messages and ctx.polling_full:
                 # Answering empty at once would have the client poll again at once.
                 raise TooManyRequests("the broker holds too many parked pops")
@@ -210,11 +208,13 @@ class ReceiveEngine:
             return coupled_poll(ctx)
         return slicing_poll(ctx, self.config.slice_ms, self.config.slice_quota)
 
-    async def _divert_exhausted(self, messages: list[PolledMessage]) -> list[PolledMessage]:
-        """Messages past their last attempt go to ``%DLQ%<group>`` instead of the client."""
+    async def _divert_exhausted(
+        self, messages: list[PolledMessage], max_attempts: int
+    ) -> list[PolledMessage]:
+        """Messages past their group's last attempt go to ``%DLQ%<group>`` instead of the
+        client."""
         deliver = await self.consumer.divert_exhausted(
-            [(m.popped, m.message.reconsume_times) for m in messages],
-            self.config.max_delivery_attempts,
+            [(m.popped, m.message.reconsume_times) for m in messages], max_attempts
         )
         return [m for m, keep in zip(messages, deliver, strict=True) if keep]
 

@@ -58,12 +58,10 @@ class LiteReceiver:
         pool: BrokerPool,
         consumer: ConsumerProcessor,
         broker_timeout_s: float,
-        max_delivery_attempts: int = 16,
     ) -> None:
         self.pool = pool
         self.consumer = consumer
         self.broker_timeout_s = broker_timeout_s
-        self.max_delivery_attempts = max_delivery_attempts
         # (client id, group, parent topic) -> the inboxes of that client's parked polls,
         # oldest first: where a pop that answers after its own poll ended passes its messages.
         self._parked: dict[tuple[str, str, str], list[asyncio.Future[list[PolledMessage]]]] = {}
@@ -187,7 +185,7 @@ class LiteReceiver:
         self._hand_back(found[req.batch_size :], "over_batch")
         fit = found[: req.batch_size]
         deliver = await self.consumer.divert_exhausted(
-            [(m.popped, m.message.reconsume_times) for m in fit], self.max_delivery_attempts
+            [(m.popped, m.message.reconsume_times) for m in fit], req.max_attempts
         )
         return [m for m, keep in zip(fit, deliver, strict=True) if keep]
 

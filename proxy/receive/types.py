@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.config import PollMode
+from proxy.groups import DEFAULT_RETRY_MAX_TIMES
 from proxy.processor.consumer import Popped
 from proxy.receive.timeline import Timeline
+from proxy.remoting.filter import ExpressionType
 from proxy.remoting.message import MessageExt, Prop
 
 
@@ -14,16 +16,19 @@ from proxy.remoting.message import MessageExt, Prop
 class ReceiveRequest:
     group: str
     topic: str
-    expression: str  # tag expression, already validated
+    expression: str  # a validated tag expression, or a SQL92 one (the broker parses it)
     batch_size: int
     invisible_ms: int
     polling_ms: int  # the long-polling time granted (0 for a short poll)
     answer_by: float  # loop time by which the answer must be on its way
     arrived_at: float  # loop time
+    expression_type: ExpressionType = ExpressionType.TAG
     broker_hint: str | None = None  # the broker the client's message queue names
     # A FIFO group: every pop and probe is orderly; a retried receive repeats attempt_id.
     fifo: bool = False
     attempt_id: str | None = None
+    # The group's deliveries: a message popped past them goes to %DLQ%<group> instead.
+    max_attempts: int = DEFAULT_RETRY_MAX_TIMES + 1
     # Served on the broker it names only (a push consumer's poll, with
     # receive.push_named_broker_only; docs/design.md).
     named_broker_only: bool = False

@@ -27,6 +27,7 @@ from proxy.remoting.client import (
 )
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand, RemotingProtocolError
+from proxy.remoting.filter import ExpressionType
 from proxy.remoting.headers import (
     INIT_MODE_MAX,
     AckMessageHeader,
@@ -354,6 +355,7 @@ class BrokerClient:
         invisible_ms: int = 30_000,
         poll_ms: int = 0,
         expression: str = "*",
+        expression_type: ExpressionType = ExpressionType.TAG,
         init_mode: int = INIT_MODE_MAX,
         order: bool = False,
         attempt_id: str | None = None,
@@ -378,7 +380,7 @@ class BrokerClient:
             poll_time=poll_ms,
             born_time=now_ms(),
             init_mode=init_mode,
-            exp_type="TAG",
+            exp_type=expression_type.value,
             exp=expression,
             order=order,
             attempt_id=attempt_id,

@@ -1,14 +1,25 @@
-"""Tag filter expressions: ``*`` (everything) or ``tagA || tagB``.
+"""Filter expressions: their two types, and tag expressions: ``*`` (everything) or
+``tagA || tagB``.
 
-The proxy validates clients' expressions with it and the broker stub filters with it.
+The proxy validates clients' tag expressions with it and the broker stub filters with it.
+SQL92 expressions go to the brokers as they are: a broker parses and applies them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-EXPRESSION_TYPE_TAG = "TAG"
-EXPRESSION_TYPE_SQL92 = "SQL92"
+
+class ExpressionType(StrEnum):
+    """A subscription's filter type, as the remoting headers spell it (``expType``)."""
+
+    TAG = "TAG"
+    SQL92 = "SQL92"
+
+
+EXPRESSION_TYPE_TAG = ExpressionType.TAG.value
+EXPRESSION_TYPE_SQL92 = ExpressionType.SQL92.value
 
 
 class FilterExpressionError(ValueError):

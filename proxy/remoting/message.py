@@ -40,6 +40,11 @@ class Prop:
     FIRST_POP_TIME = "1ST_POP_TIME"
     MSG_REGION = "MSG_REGION"
     TRACE_ON = "TRACE_ON"
+    # A message's trace context (the v2 API's ``trace_context``, e.g. a W3C traceparent).
+    TRACE_CONTEXT = "TRACE_CONTEXT"
+    # Where a dead-lettered message came from (set by the broker that moved it).
+    DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+    DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
     SHARDING_KEY = "__SHARDINGKEY"
     CLUSTER = "CLUSTER"
     PRODUCER_GROUP = "PGROUP"

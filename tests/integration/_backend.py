@@ -64,6 +64,12 @@ class Backend:
             admin.create_topic, self.namesrv, topic, message_type=message_type, brokers=brokers
         )
 
+    async def create_group(self, group: str, **config) -> None:
+        """The group on both brokers (after ``start``), with ``config`` as
+        ``rocketmq_local.admin.create_group`` takes it (e.g. ``retry_max_times``)."""
+        brokers = {b: self.address(b) for b in BROKERS}
+        await asyncio.to_thread(admin.create_group, self.namesrv, group, brokers=brokers, **config)
+
     async def send_to(self, broker: str, body: bytes, *, tag: str | None = None, topic=None):
         """Send one message straight to ``broker``, bypassing the proxy."""
         client = self.broker_client(broker)

@@ -172,9 +172,11 @@ async def test_forward_to_dead_letter_queue(app, lean, backend, T, G):
 
 
 async def test_past_max_attempts_a_message_goes_to_the_dead_letter_queue(backend, lean):
-    """With two attempts allowed, the third delivery goes to %DLQ%<group>, not the client."""
-    app = await backend.start(mode="notify", max_delivery_attempts=2)
+    """A group that allows two attempts (retryMaxTimes 1): the third delivery goes to
+    %DLQ%<group>, not the client. The proxy's own default (17) does not apply to it."""
+    app = await backend.start(mode="notify")
     group, topic = backend.group, backend.topic
+    await backend.create_group(group, retry_max_times=1)
     client = lean(app)
     await backend.send_to("broker-a", b"poison")
     attempts = []
@@ -215,14 +217,15 @@ async def receive_status(client, group_, topic_, **kwargs) -> int:
         ({"group": ""}, Code.ILLEGAL_CONSUMER_GROUP),
         ({"topic": "bad/topic"}, Code.ILLEGAL_TOPIC),
         ({"topic": "x" * 128}, Code.ILLEGAL_TOPIC),
-        ({"topic": "%RETRY%G_T"}, Code.ILLEGAL_TOPIC),
+        ({"topic": "rmq_sys_T"}, Code.ILLEGAL_TOPIC),
+        ({"topic": "%RETRY%NoSuchGroup"}, Code.TOPIC_NOT_FOUND),  # not a system topic
         ({"topic": "NoSuchTopic"}, Code.TOPIC_NOT_FOUND),
         ({"batch": 0}, Code.BAD_REQUEST),
         ({"invisible_ms": 9_999}, Code.ILLEGAL_INVISIBLE_TIME),
         ({"invisible_ms": 12 * 3600 * 1000 + 1}, Code.ILLEGAL_INVISIBLE_TIME),
         ({"invisible_ms": None}, Code.ILLEGAL_INVISIBLE_TIME),
         ({"expression": "||"}, Code.ILLEGAL_FILTER_EXPRESSION),
-        ({"expression": "a > 1", "filter_type": pb.FilterType.SQL}, Code.ILLEGAL_FILTER_EXPRESSION),
+        ({"expression": "", "filter_type": pb.FilterType.SQL}, Code.ILLEGAL_FILTER_EXPRESSION),
         # a poll longer than the deadline leaves: the deadline is too short to poll at all
         # (BAD_REQUEST: this client tells no version, so it may predate ILLEGAL_POLLING_TIME)
         ({"await_ms": 5000, "timeout_s": 0.15}, Code.BAD_REQUEST),

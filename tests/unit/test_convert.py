@@ -87,3 +87,25 @@ def test_timed_fifo_and_compressed_messages():
     got = to_api_message(packed)
     assert got.body == b"payload"
     assert got.system_properties.body_digest.checksum == hashlib.md5(b"payload").hexdigest().upper()
+
+
+def test_trace_context_and_dead_letter_origin_reach_the_consumer():
+    """TRACE_CONTEXT comes back as ``trace_context``; a message read from a %DLQ% topic
+    names where it came from (``dead_letter_queue``), and neither is a user property."""
+    props = {
+        "UNIQ_KEY": "AC11000100002A9F0000000000000001",
+        "POP_CK": POP_CK,
+        "TRACE_CONTEXT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "DLQ_ORIGIN_TOPIC": "T",
+        "DLQ_ORIGIN_MESSAGE_ID": "AC11000100002A9F0000000000000000",
+    }
+    got = to_api_message(polled(properties=props))
+    system = got.system_properties
+    assert system.trace_context == props["TRACE_CONTEXT"]
+    assert (system.dead_letter_queue.topic, system.dead_letter_queue.message_id) == (
+        "T",
+        "AC11000100002A9F0000000000000000",
+    )
+    assert dict(got.user_properties) == {"TRACE_CONTEXT": props["TRACE_CONTEXT"]}
+    plain = to_api_message(polled()).system_properties
+    assert not plain.HasField("trace_context") and not plain.HasField("dead_letter_queue")

@@ -148,12 +148,14 @@ async def test_the_first_parked_pop_with_messages_answers_and_a_late_one_is_hand
 
 async def test_a_message_past_its_last_attempt_goes_to_the_dead_letter_queue():
     tired = lite_message("a", "x", 2)
-    tired.reconsume_times = 16  # its 17th delivery, past the 16 allowed
+    tired.reconsume_times = 16  # its 17th delivery, past the 16 its group allows
     a = ScriptedBroker("a", [(0, [lite_message("a", "x", 1), tired])])
     consumer = Consumer()
-    receiver = receiver_over([a], consumer, broker_timeout_s=1.0, max_delivery_attempts=16)
+    receiver = receiver_over([a], consumer, broker_timeout_s=1.0)
+    req = request()
+    req.max_attempts = 16
 
-    result = await receiver.receive(request(), "client")
+    result = await receiver.receive(req, "client")
 
     assert [m.message.msg_id for m in result.messages] == ["a1"]
     assert consumer.dead_lettered == [("a2", "x")]
