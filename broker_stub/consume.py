@@ -11,11 +11,17 @@ import orjson
 from broker_stub.handlers import RequestError
 from broker_stub.parts import BAD, NO_MESSAGE_REMARK, OK, Handlers
 from broker_stub.polling import PollingTable, PollKey, Waiter
-from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, PopRequest, PopResult
+from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, MessageFilter, PopRequest, PopResult
+from broker_stub.sql92 import Sql92Error, Sql92Filter
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
-from proxy.remoting.filter import FilterExpressionError, TagFilter
+from proxy.remoting.filter import (
+    EXPRESSION_TYPE_SQL92,
+    MATCH_ALL,
+    FilterExpressionError,
+    TagFilter,
+)
 from proxy.remoting.headers import (
     AckMessageHeader,
     ChangeInvisibleTimeHeader,
@@ -42,6 +48,33 @@ from proxy.remoting.popinfo import (
 from proxy.remoting.server import Reply
 
 log = logging.getLogger(__name__)
+
+# A 5.5.0 broker's remark for a pop whose SQL92 expression does not parse.
+SUBSCRIPTION_PARSE_FAILED_REMARK = "parse the consumer's subscription failed"
+
+
+def pop_filter(expression: str | None, expression_type: str | None) -> MessageFilter:
+    """The filter of a POP_MESSAGE (its ``exp`` and ``expType``), as a 5.5.0 broker reads
+    them: no expression (absent or empty) takes every message whatever the type; ``SQL92``
+    parses it with sql92.py, whatever ``enablePropertyFilter`` says (a broker applies SQL92
+    to pops regardless); any other type is a tag expression (TagFilter, which refuses types
+    it does not know). Raises RequestError SUBSCRIPTION_PARSE_FAILED."""
+    if not expression:
+        return MATCH_ALL
+    if expression_type == EXPRESSION_TYPE_SQL92:
+        try:
+            return Sql92Filter.parse(expression)
+        except Sql92Error as exc:
+            log.debug("SQL92 expression %r refused: %s", expression, exc)
+            raise RequestError(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED, SUBSCRIPTION_PARSE_FAILED_REMARK
+            ) from None
+    try:
+        return TagFilter.parse(expression, expression_type)
+    except FilterExpressionError as exc:
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"{SUBSCRIPTION_PARSE_FAILED_REMARK}: {exc}"
+        ) from None
 
 
 class ConsumeHandlers(Handlers):
@@ -78,20 +111,13 @@ class ConsumeHandlers(Handlers):
         config = self._topic(topic)
         self._read_queue(config, queue_id)
         self._group(group)
-        try:
-            tag_filter = TagFilter.parse(h.exp, h.exp_type)
-        except FilterExpressionError as exc:
-            raise RequestError(
-                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                f"parse the consumer's subscription failed: {exc}",
-            ) from None
         request = PopRequest(
             group,
             topic,
             queue_id,
             max_nums,
             invisible_time,
-            tag_filter,
+            pop_filter(h.exp, h.exp_type),
             h.init_mode,
             self.groups.get(group).priority_factor,
         )

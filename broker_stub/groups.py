@@ -5,11 +5,14 @@ defaults on first use). The stub keeps the fields it acts on: ``retryMaxTimes`` 
 when CONSUMER_SEND_MSG_BACK moves a message to ``%DLQ%<group>``; ``consumeMessageOrderly``
 makes a FIFO group (GET_SUBSCRIPTIONGROUP_CONFIG tells the proxy); ``attributes`` hold the
 lite settings (RocketMQ 5.5 SubscriptionGroupAttributes), set as ``{"+lite.bind.topic": T}``
-and kept without the ``+``.
+and kept without the ``+``; ``groupRetryPolicy`` (the back-off between a consumer's
+deliveries, which the proxy reads) is kept and answered as a 5.5.0 broker keeps it
+(``retry_policy_from_json``).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +37,68 @@ KNOWN_ATTRIBUTES = frozenset(
         PRIORITY_FACTOR_ATTRIBUTE,
     }
 )
+
+
+# GroupRetryPolicy of RocketMQ 5.5.0: its type, and the defaults a broker fills in.
+RETRY_POLICY_TYPES = ("CUSTOMIZED", "EXPONENTIAL")
+# What a broker answers for a group that never set groupRetryPolicy (or set it without
+# fields): the type alone. The delays it then applies are DEFAULT_CUSTOMIZED_NEXT_MS.
+DEFAULT_RETRY_POLICY: dict[str, Any] = {"type": "CUSTOMIZED"}
+DEFAULT_CUSTOMIZED_NEXT_MS = tuple(
+    s * 1000
+    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+DEFAULT_EXPONENTIAL: dict[str, int] = {"initial": 5000, "max": 7_200_000, "multiplier": 2}
+
+
+def retry_policy_from_json(policy: Any) -> dict[str, Any] | None:
+    """A ``groupRetryPolicy`` as a 5.5.0 broker keeps and answers it (bound to its
+    GroupRetryPolicy class): ``type`` read case-insensitively, CUSTOMIZED when missing and
+    dropped when unknown; an ``exponentialRetryPolicy`` given gets the defaults of the
+    fields it lacks (DEFAULT_EXPONENTIAL); a ``customizedRetryPolicy`` given without
+    ``next`` gets DEFAULT_CUSTOMIZED_NEXT_MS; numbers given as text or decimals become
+    integers; other fields are dropped. None (a JSON null) is kept: the broker then answers
+    no groupRetryPolicy at all. Raises TypeError on a value that is not of its kind."""
+    if policy is None:
+        return None
+    if not isinstance(policy, dict):
+        raise TypeError(f"groupRetryPolicy {policy!r} is not an object")
+    kept: dict[str, Any] = {}
+    kind = policy.get("type", DEFAULT_RETRY_POLICY["type"])
+    if isinstance(kind, str) and kind.upper() in RETRY_POLICY_TYPES:
+        kept["type"] = kind.upper()
+    exponential = policy.get("exponentialRetryPolicy")
+    if exponential is not None:
+        if not isinstance(exponential, dict):
+            raise TypeError(f"exponentialRetryPolicy {exponential!r} is not an object")
+        kept["exponentialRetryPolicy"] = {
+            key: _json_integer(exponential.get(key, default))
+            for key, default in DEFAULT_EXPONENTIAL.items()
+        }
+    customized = policy.get("customizedRetryPolicy")
+    if customized is not None:
+        if not isinstance(customized, dict):
+            raise TypeError(f"customizedRetryPolicy {customized!r} is not an object")
+        steps = customized.get("next", DEFAULT_CUSTOMIZED_NEXT_MS)
+        if not isinstance(steps, list | tuple):
+            raise TypeError(f"customizedRetryPolicy.next {steps!r} is not a list")
+        kept["customizedRetryPolicy"] = {"next": [_json_integer(step) for step in steps]}
+    return kept
+
+
+def _json_integer(value: Any) -> int:
+    """A Java int or long field bound from JSON: an integer, a decimal (truncated) or the
+    text of an integer."""
+    if isinstance(value, bool):
+        raise TypeError(f"{value!r} is not a number")
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise TypeError(f"{value!r} is not a number") from None
+    raise TypeError(f"{value!r} is not a number")
 
 
 def alter_attributes(current: dict[str, str], changes: dict[str, Any]) -> dict[str, str]:
@@ -61,6 +126,8 @@ class GroupConfig:
     consume_enable: bool = True
     consume_message_orderly: bool = False  # a FIFO group: its consumers pop orderly
     attributes: dict[str, str] = field(default_factory=dict)
+    # groupRetryPolicy as kept (retry_policy_from_json); None: set to null, answered absent
+    retry_policy: dict[str, Any] | None = field(default_factory=lambda: dict(DEFAULT_RETRY_POLICY))
 
     @classmethod
     def from_json(
@@ -70,7 +137,10 @@ class GroupConfig:
         current: dict[str, str] | None = None,
     ) -> GroupConfig:
         """From a SubscriptionGroupConfig JSON body (missing fields take the defaults), its
-        attribute changes applied to ``current`` (raises ValueError on a bad one)."""
+        attribute changes applied to ``current`` (raises ValueError on a bad one). A body
+        without ``groupRetryPolicy`` sets the default one, as a broker replaces the whole
+        config (attributes aside)."""
+        policy = body.get("groupRetryPolicy", DEFAULT_RETRY_POLICY)
         return cls(
             name=str(body["groupName"]),
             retry_max_times=int(body.get("retryMaxTimes", default_retry_max_times)),
@@ -78,6 +148,7 @@ class GroupConfig:
             consume_enable=bool(body.get("consumeEnable", True)),
             consume_message_orderly=bool(body.get("consumeMessageOrderly", False)),
             attributes=alter_attributes(current or {}, dict(body.get("attributes") or {})),
+            retry_policy=retry_policy_from_json(policy),
         )
 
     @property
@@ -103,7 +174,7 @@ class GroupConfig:
 
     def to_json(self) -> dict[str, Any]:
         """As a broker answers GET_SUBSCRIPTIONGROUP_CONFIG (the fields the stub keeps)."""
-        return {
+        answer: dict[str, Any] = {
             "groupName": self.name,
             "consumeEnable": self.consume_enable,
             "consumeMessageOrderly": self.consume_message_orderly,
@@ -111,6 +182,9 @@ class GroupConfig:
             "retryMaxTimes": self.retry_max_times,
             "attributes": dict(self.attributes),
         }
+        if self.retry_policy is not None:
+            answer["groupRetryPolicy"] = copy.deepcopy(self.retry_policy)
+        return answer
 
 
 class GroupTable:

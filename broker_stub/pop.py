@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_stub.config import BrokerConfig
-from broker_stub.store import MessageStore, PutResult
+from broker_stub.sql92 import Sql92Filter
+from broker_stub.store import MessageStore, PutResult, record_properties
 from broker_stub.topics import TopicTable
 from proxy.remoting.filter import TagFilter
 from proxy.remoting.headers import now_ms
@@ -64,6 +65,11 @@ def group_retry_topic(group: str) -> str:
     return f"{RETRY_GROUP_TOPIC_PREFIX}{group}"
 
 
+# A pop's filter: tags, matched against the consume queue's tag of each message, or SQL92,
+# evaluated against the properties of its stored record.
+MessageFilter = TagFilter | Sql92Filter
+
+
 @dataclass(slots=True)
 class PopRequest:
     group: str
@@ -71,7 +77,7 @@ class PopRequest:
     queue_id: int  # -1: every queue, from a random one
     max_nums: int
     invisible_time: int  # ms
-    filter: TagFilter
+    filter: MessageFilter
     init_mode: int = INIT_MODE_MAX
     priority_factor: int = 100  # the group's priority.factor
 
@@ -263,15 +269,30 @@ class PopService:
     ) -> tuple[list[int], list[bytes], int]:
         """Up to ``want`` messages of the queue from ``offset`` that the filter matches
         (within the scan limit): their offsets, their records, and the offset after the
-        last entry looked at."""
+        last entry looked at. A tag filter reads only the consume queue's tags; a SQL92
+        filter reads each record's properties (record_properties, not the whole message)."""
         offsets: list[int] = []
         records: list[bytes] = []
         next_offset = offset
-        for off, entry in self.store.queue(topic, queue_id).scan(offset, self.config.scan_limit):
+        entries = self.store.queue(topic, queue_id).scan(offset, self.config.scan_limit)
+        read = self.store.commit_log.read
+        message_filter = req.filter
+        if isinstance(message_filter, Sql92Filter):
+            for off, entry in entries:
+                next_offset = off + 1
+                record = read(entry.physical_offset)
+                if record is None or not message_filter.matches(record_properties(record)):
+                    continue
+                offsets.append(off)
+                records.append(record)
+                if len(offsets) >= want:
+                    break
+            return offsets, records, next_offset
+        for off, entry in entries:
             next_offset = off + 1
-            if not req.filter.matches(entry.tag):
+            if not message_filter.matches(entry.tag):
                 continue
-            record = self.store.commit_log.read(entry.physical_offset)
+            record = read(entry.physical_offset)
             if record is None:
                 continue
             offsets.append(off)
@@ -504,8 +525,13 @@ class PopService:
         return next_visible - pop_time
 
     def has_message(self, group: str, topic: str, queue_id: int, *, order: bool = False) -> bool:
-        """Whether a pop by ``group`` would find a message now (ignoring tag filters); an
-        orderly one skips blocked queues."""
+        """Whether a pop by ``group`` would find a message now, ignoring filters; an orderly
+        one skips blocked queues.
+
+        NOTIFICATION answers with this. It carries no filter of its own, and a 5.5.0 broker's
+        NOTIFICATION cannot evaluate a SQL92 filter at the consume-queue level (that needs the
+        message's properties), so it answers hasMsg for any new message, one that the
+        group's SQL92 pop would skip included: so does the stub."""
         probe = PopRequest(group, topic, queue_id, 1, 0, TagFilter(None), INIT_MODE_MAX)
         config = self.topics.get(topic)
         queue_ids = [queue_id] if queue_id >= 0 else range(config.read_queue_nums if config else 0)

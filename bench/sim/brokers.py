@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from proxy.brokers import BrokerRoute, TopicRoute
 from proxy.remoting.broker_client import NotificationResult, PopResult
 from proxy.remoting.codes import ResponseCode
+from proxy.remoting.filter import ExpressionType
 from proxy.remoting.message import MessageExt, Prop
 
 PER_KEY_LIMIT = 1_024  # RocketMQ BrokerConfig.popPollingSize
@@ -222,6 +223,7 @@ class SimBroker:
         invisible_ms: int = 30_000,
         poll_ms: int = 0,
         expression: str = "*",
+        expression_type: ExpressionType = ExpressionType.TAG,  # filters are not simulated
         init_mode: int = 1,
         order: bool = False,  # FIFO groups are not simulated
         attempt_id: str | None = None,
