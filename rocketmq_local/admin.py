@@ -117,10 +117,13 @@ def create_group(
     attributes: Mapping[str, str] | None = None,
     lite_parent: str | None = None,
     lite_quota: int | None = None,
+    retry_policy: Mapping[str, object] | None = None,
     brokers: Mapping[str, str] | None = None,
 ) -> None:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (a SubscriptionGroupConfig) on every broker:
-    ``retry_max_times`` deliveries before the dead-letter queue, ``fifo`` for an orderly
+    ``retry_max_times`` retries before the dead-letter queue, with the back-off of
+    ``retry_policy`` (a ``groupRetryPolicy``: ``{"type": "EXPONENTIAL",
+    "exponentialRetryPolicy": {...}}`` or a CUSTOMIZED one), ``fifo`` for an orderly
     (FIFO) group, ``attributes`` set on the group (the broker keeps them without the ``+``
     that marks each as added). ``lite_parent``: a lite group of that LITE parent topic
     (``create_topic(..., message_type="LITE")``; attribute ``lite.bind.topic``), with
@@ -130,8 +133,10 @@ def create_group(
         attributes["lite.bind.topic"] = lite_parent
     if lite_quota is not None:
         attributes["lite.sub.client.quota"] = str(lite_quota)
+    policy = {"groupRetryPolicy": dict(retry_policy)} if retry_policy is not None else {}
     body = json.dumps(
         {
+            **policy,
             "attributes": {f"+{k}": v for k, v in attributes.items()},
             "groupName": group,
             "consumeEnable": True,

@@ -376,6 +376,9 @@ def _broker_conf(name: str, port: int, namesrv: str, store: Path, extra: dict[st
         # 20 % of a core per broker, for as long as the broker runs. Every 10 s it is 2 %. A
         # killed broker loses nothing by it: its mapped pages stay in the page cache.
         "timerFlushIntervalMs": "10000",
+        # SQL92 filters of pull consumers (a POP consumer's are applied either way on 5.5.0),
+        # as clusters that serve SQL92 subscriptions run.
+        "enablePropertyFilter": "true",
         # RECALL_MESSAGE (5.3.2+) is refused unless enabled.
         "recallMessageEnable": "true",
         # Lite topics (5.5): a message to a LITE parent topic is stored in its lite topic's

@@ -171,6 +171,24 @@ def real_cluster():
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def apache_proxy(real_cluster):
+    """The Apache RocketMQ proxy 5.5.0 (cluster mode) in front of the session's real cluster:
+    the peer whose answers ours must match. Started once, on first use, with polls of 5 s at
+    least (``RealCluster.start_apache_proxy``); stopped by process id at the end."""
+    from rocketmq_local.launcher import LauncherError
+
+    try:
+        proxy = real_cluster.start_apache_proxy()
+    except LauncherError as exc:
+        pytest.fail(f"the Apache proxy did not start: {exc}", pytrace=False)
+    try:
+        yield proxy
+    finally:
+        proxy.process.stop()
+        real_cluster.proxy = None
+
+
 @pytest.fixture(params=["stub", pytest.param("real", marks=pytest.mark.real)])
 def backend(request, start_proxy):
     """The brokers behind a proxy test: ``stub`` (embedded broker stubs) or ``real`` (the

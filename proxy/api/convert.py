@@ -11,7 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.api.validation import RESERVED_PROPERTIES
+from proxy.api.validation import RESERVED_PROPERTIES, SYSTEM_GROUP_PREFIX, SYSTEM_TOPICS
 from proxy.receive.types import PolledMessage
 from proxy.remoting.message import SYSFLAG_COMPRESSED, MessageExt, Prop
 
@@ -77,7 +77,25 @@ def _priority(props: dict[str, str]) -> int | None:
     return priority if priority >= 0 else None
 
 
-def to_api_message(polled: PolledMessage, namespace: str = "", renewer: str = "") -> pb.Message:
+def topic_resource(topic: str) -> dict[str, str]:
+    """A stored topic as the clients' Resource: a topic stored as ``<namespace>%<name>``
+    (``%RETRY%<namespace>%<group>``) is that name in that namespace, as the Apache proxy
+    5.5.0 splits it; system topics and names without such a ``%`` have no namespace. Only
+    answers are split: requests' names reach the brokers as sent, namespace or not."""
+    if not topic or topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", SYSTEM_GROUP_PREFIX)):
+        return {"name": topic, "resource_namespace": ""}
+    prefix = next((p for p in _RETRY_AND_DLQ if topic.startswith(p)), "")
+    rest = topic[len(prefix) :]
+    cut = rest.find("%")
+    if cut <= 0:
+        return {"name": topic, "resource_namespace": ""}
+    return {"name": prefix + rest[cut + 1 :], "resource_namespace": rest[:cut]}
+
+
+_RETRY_AND_DLQ = ("%RETRY%", "%DLQ%")
+
+
+def to_api_message(polled: PolledMessage, renewer: str = "") -> pb.Message:
     """A popped message as the client receives it, its receipt handle included; with the
     fleet address of the proxy that renews it, if one does (``handles.py``)."""
     msg = polled.message
@@ -123,7 +141,7 @@ def to_api_message(polled: PolledMessage, namespace: str = "", renewer: str = ""
         system["dead_letter_queue"] = {"topic": origin_topic, "message_id": origin_id}
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
     return pb.Message(
-        topic={"name": msg.topic, "resource_namespace": namespace},
+        topic=topic_resource(msg.topic),
         user_properties=user,
         system_properties=system,
         body=body,
@@ -162,7 +180,7 @@ def _digest_matches(data: bytes, digest: pb.Digest) -> bool:
     return True  # an unknown digest type cannot be checked
 
 
-def half_message_to_api(msg: MessageExt, namespace: str = "") -> pb.Message:
+def half_message_to_api(msg: MessageExt) -> pb.Message:
     """A half message a broker asks about, as a producer's transaction checker gets it."""
     body = msg.body
     if msg.sys_flag & SYSFLAG_COMPRESSED:
@@ -186,7 +204,7 @@ def half_message_to_api(msg: MessageExt, namespace: str = "") -> pb.Message:
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
     topic = props.get(Prop.REAL_TOPIC, msg.topic)
     return pb.Message(
-        topic={"name": topic, "resource_namespace": namespace},
+        topic=topic_resource(topic),
         user_properties=user,
         system_properties=system,
         body=body,

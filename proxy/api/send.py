@@ -55,8 +55,11 @@ class SendActivity:
     ) -> api.SendMessageResponse:
         if not request.messages:
             raise ApiError(Code.MESSAGE_CORRUPTED, "no message to send")
-        topic = check.validate_topic(request.messages[0].topic.name)
-        if any(m.topic.name != topic for m in request.messages):
+        first = request.messages[0].topic
+        topic = check.validate_topic(first.name)
+        # The whole Resource, its namespace too (which is otherwise not used), as the
+        # Apache proxy compares them.
+        if any(m.topic != first for m in request.messages):
             raise ApiError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
         # Every message is checked before the topic's route is looked up, as the Apache
         # proxy builds them all first: bad input is told as such, even for a missing topic.

@@ -20,10 +20,11 @@ from proxy.receive.context import PollContext
 from proxy.receive.misses import MissMemory
 from proxy.receive.probes import Prober, Watch
 from proxy.receive.types import PolledMessage
+from proxy.remoting.filter import ExpressionType
 
 # Pause before probing a broker again after its n-th empty pop in one poll (n = 1, 2, ...),
-# the last value repeating. A real broker's NOTIFICATION ignores the subscription's tag
-# filter: hasMsg is true for any message past the group's offset, and every arriving
+# the last value repeating. The probes carry no filter (a 5.5.0 broker cannot apply a SQL92
+# one to a NOTIFICATION): hasMsg is true for any message past the group's offset, and every arriving
 # message wakes a parked probe. With a filter that drops most messages, probing again at
 # once after each empty pop costs a notification and a pop per *arriving* message (10 per
 # delivered message at 90 % filtered, measured on RocketMQ 5.5.0). Pausing lets the
@@ -40,9 +41,14 @@ def _nothing_new(ctx: PollContext, hub: Prober) -> bool:
     broker has anything the first pop could find (``ProbeHub.parked``), and the poll goes
     straight to watching. A message that lands in between wakes the parked probe; one that
     landed before a probe was sent made that probe answer at once, so it is not parked.
-    Not for FIFO groups, whose probes leave out queues blocked by messages in flight."""
+    Not for FIFO groups, whose probes leave out queues blocked by messages in flight. Not
+    for SQL92 subscriptions either: only a broker parses them, and a poll with one it
+    refuses must hear so now, not when a message arrives (an idle SQL92 consumer's poll
+    costs a pop more)."""
     req = ctx.request
-    return not req.fifo and all(hub.parked((b.name, req.group, req.topic)) for b in ctx.brokers)
+    if req.fifo or req.expression_type is not ExpressionType.TAG:
+        return False
+    return all(hub.parked((b.name, req.group, req.topic)) for b in ctx.brokers)
 
 
 class NotifyPoll:

@@ -481,31 +481,26 @@ async def test_each_limit_passes_at_the_limit_and_is_refused_past_it(backend):
 
 
 @pytest.mark.real
-async def test_the_apache_proxy_answers_the_table_alike(real_cluster):
+async def test_the_apache_proxy_answers_the_table_alike(real_cluster, apache_proxy):
     """The same table through the Apache proxy 5.5.0 (its defaults: polls of 5 s at least,
     answered up to the deadline) on the same kind of brokers: its codes and messages are the
     table's."""
-    proxy = await asyncio.to_thread(real_cluster.start_apache_proxy)
+    base = f"Tapache{next(_ids)}x{int(time.time())}"
+    group = f"Gapache{next(_ids)}x{int(time.time())}"
+
+    async def create(name: str, kind: str | None) -> None:
+        await asyncio.to_thread(
+            admin.create_topic, real_cluster.namesrv_address, name, message_type=kind,
+            brokers={b.name: b.address for b in real_cluster.brokers},
+        )  # fmt: skip
+
+    await create(base, None)
+    topics = await typed_topics(create, base)
+    env = env_of(apache_proxy.grpc_address, base, group, topics, min_poll_ms=5000, reserve_ms=0)
     try:
-        base = f"Tapache{next(_ids)}x{int(time.time())}"
-        group = f"Gapache{next(_ids)}x{int(time.time())}"
-
-        async def create(name: str, kind: str | None) -> None:
-            await asyncio.to_thread(
-                admin.create_topic, real_cluster.namesrv_address, name, message_type=kind,
-                brokers={b.name: b.address for b in real_cluster.brokers},
-            )  # fmt: skip
-
-        await create(base, None)
-        topics = await typed_topics(create, base)
-        env = env_of(proxy.grpc_address, base, group, topics, min_poll_ms=5000, reserve_ms=0)
-        try:
-            wrong = await run_table(env)
-        finally:
-            await env.close()
+        wrong = await run_table(env)
     finally:
-        await asyncio.to_thread(proxy.process.stop)
-        real_cluster.proxy = None
+        await env.close()
     assert not wrong, "\n".join(wrong)
 
 

@@ -51,9 +51,9 @@ def polled(**changes) -> PolledMessage:
 
 
 def test_a_normal_message():
-    got = to_api_message(polled(), namespace="ns")
+    got = to_api_message(polled())
     system = got.system_properties
-    assert (got.topic.name, got.topic.resource_namespace, got.body) == ("T", "ns", b"payload")
+    assert (got.topic.name, got.topic.resource_namespace, got.body) == ("T", "", b"payload")
     assert dict(got.user_properties) == {"color": "blue"}
     assert system.message_id == "AC11000100002A9F0000000000000001"
     assert (system.tag, list(system.keys)) == ("tagA", ["k1", "k2"])
@@ -109,3 +109,25 @@ def test_trace_context_and_dead_letter_origin_reach_the_consumer():
     assert dict(got.user_properties) == {"TRACE_CONTEXT": props["TRACE_CONTEXT"]}
     plain = to_api_message(polled()).system_properties
     assert not plain.HasField("trace_context") and not plain.HasField("dead_letter_queue")
+
+
+@pytest.mark.parametrize(
+    ("stored", "name", "namespace"),
+    [
+        ("T", "T", ""),
+        ("ns1%T", "T", "ns1"),
+        ("%RETRY%ns%G", "%RETRY%G", "ns"),
+        ("%DLQ%ns%G", "%DLQ%G", "ns"),
+        ("a%b%c", "b%c", "a"),  # cut at the first '%'
+        ("%T", "%T", ""),  # a '%' first is no namespace's end
+        ("ns%", "", "ns"),
+        ("rmq_sys_a%b", "rmq_sys_a%b", ""),  # system topics are never split
+        ("CID_RMQ_SYS_a%b", "CID_RMQ_SYS_a%b", ""),
+        ("TBW102", "TBW102", ""),
+    ],
+)
+def test_a_stored_topic_is_split_into_name_and_namespace_as_the_apache_proxy_does(
+    stored, name, namespace
+):
+    got = to_api_message(polled(topic=stored))
+    assert (got.topic.name, got.topic.resource_namespace) == (name, namespace)

@@ -15,14 +15,14 @@
  *                                    "v" without B)
  *   consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
  *           [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
- *           [--no-ack-first] [--start-only] [--batch B]
+ *           [--no-ack-first] [--start-only] [--batch B] [--filter F] [--filter-type TAG|SQL92]
  *       -> {"messages": [{"id", "body", "tag", "keys", "topic", "attempt", "group",
  *                         "priority", "receive", "received_at", "ack_at"}],
  *           "receives": <calls>, "empty_receives": <count>, "errors": [...]}
  *           (received_at: epoch seconds the receive returned; ack_at: when the ack was sent)
  *       --start-only -> {"started": true, "endpoints": [...], "settings": true, "heartbeat": "OK"}
  *   push --endpoint HOST:PORT --group G --topic T --expect N [--fail-first]
- *        [--consume-seconds S]
+ *        [--consume-seconds S] [--filter F] [--filter-type TAG|SQL92]
  *       -> {"fifo": <settings said FIFO>, "messages": [{"id", "body", "group", "attempt",
  *           "started_at", "ended_at", "result"}], "errors": [...]}
  *       A PushConsumer whose listener records every call; --fail-first answers FAILURE the
@@ -76,6 +76,8 @@
  *          by the client, see received()); offset and handle come from MessageViewImpl. The
  *          PushConsumer never hands a corrupted message to the listener: push has no corrupt.
  *          The run's deadline defaults to 6 hours.
+ *
+ * Every command takes --namespace NS: the client's namespace (ClientConfiguration.setNamespace).
  *
  * One JSON line on stdout and exit 0 (soak: a line per event); on failure a message on stderr and
  * a non-zero exit (1 for an error, for soak only a client that did not start, 2 for bad usage, 3
@@ -247,7 +249,7 @@ public final class JavaClient {
         "max-rounds", "invisible-seconds", "batch", "change-invisible-seconds", "consume-seconds",
         "delay-seconds", "deadline-seconds", "lite-topics", "other",
         "endpoints", "role", "control-dir", "prefix", "rate", "consume-ms", "user-properties",
-        "consumers");
+        "consumers", "filter-type", "namespace");
     private static final Set<String> FLAGS = Set.of("ack", "no-ack-first", "start-only", "fail-first",
         "push", "over-quota");
 
@@ -453,6 +455,9 @@ public final class JavaClient {
         ClientConfigurationBuilder builder = ClientConfiguration.newBuilder()
             .setEndpoints(opts.get("soak".equals(command) ? "endpoints" : "endpoint"))
             .setRequestTimeout(Duration.ofSeconds(REQUEST_TIMEOUT_SECONDS));
+        if (opts.containsKey("namespace")) {
+            builder.setNamespace(opts.get("namespace"));
+        }
         String tls = System.getenv("RMQ_INTEROP_TLS");
         if (tls != null && !tls.isEmpty()) {
             builder.enableSsl(!"0".equals(tls));
@@ -514,20 +519,24 @@ public final class JavaClient {
         return Json.object("ids", ids);
     }
 
-    private SimpleConsumer simpleConsumer(String filter, int awaitSeconds) throws Exception {
+    /** --filter (default "*") of --filter-type (TAG, the default, or SQL92). */
+    private FilterExpression filterExpression() {
+        return new FilterExpression(opts.getOrDefault("filter", "*"),
+            FilterExpressionType.valueOf(opts.getOrDefault("filter-type", "TAG")));
+    }
+
+    private SimpleConsumer simpleConsumer(int awaitSeconds) throws Exception {
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         return provider.newSimpleConsumerBuilder()
             .setClientConfiguration(configuration())
             .setConsumerGroup(opts.get("group"))
-            .setSubscriptionExpressions(Collections.singletonMap(
-                opts.get("topic"), new FilterExpression(filter, FilterExpressionType.TAG)))
+            .setSubscriptionExpressions(Collections.singletonMap(opts.get("topic"), filterExpression()))
             .setAwaitDuration(Duration.ofSeconds(awaitSeconds))
             .build();
     }
 
     private String consume() throws Exception {
-        SimpleConsumer consumer = simpleConsumer(opts.getOrDefault("filter", "*"),
-            integer("await-seconds", 5, false));
+        SimpleConsumer consumer = simpleConsumer(integer("await-seconds", 5, false));
         try {
             return flags.contains("start-only") ? startOnly(consumer) : receiveLoop(consumer);
         } finally {
@@ -844,7 +853,7 @@ public final class JavaClient {
         Map<String, Object> out = new LinkedHashMap<>();
         List<Object> errors = new ArrayList<>();
         out.put("errors", errors);
-        SimpleConsumer consumer = simpleConsumer("*", FEATURES_AWAIT_SECONDS);
+        SimpleConsumer consumer = simpleConsumer(FEATURES_AWAIT_SECONDS);
         Producer producer = null;
         try {
             producer = provider.newProducerBuilder()
@@ -1021,7 +1030,7 @@ public final class JavaClient {
      */
     private void soakSimple() throws Exception {
         int await = integer("await-seconds", SOAK_AWAIT_SECONDS, false);
-        List<SimpleConsumer> consumers = startAll(() -> simpleConsumer("*", await));
+        List<SimpleConsumer> consumers = startAll(() -> simpleConsumer(await));
         try {
             emit("ready", "role", "simple", "lang", "java", "consumers", consumers.size());
             CountDownLatch stop = controlFile("stop");
@@ -1101,14 +1110,13 @@ public final class JavaClient {
         return started;
     }
 
-    /** A started PushConsumer of --group on --topic (every tag) with this listener. */
+    /** A started PushConsumer of --group on --topic (--filter, --filter-type) with this listener. */
     private PushConsumer pushConsumer(ClientServiceProvider provider, MessageListener listener)
             throws ClientException {
         return provider.newPushConsumerBuilder()
             .setClientConfiguration(configuration())
             .setConsumerGroup(opts.get("group"))
-            .setSubscriptionExpressions(Collections.singletonMap(
-                opts.get("topic"), new FilterExpression("*", FilterExpressionType.TAG)))
+            .setSubscriptionExpressions(Collections.singletonMap(opts.get("topic"), filterExpression()))
             .setMessageListener(listener)
             .build();
     }
