@@ -351,18 +351,24 @@ class ProxyApp:
         )
         tls = self.security.tls
         try:
-            if config.security.tls_mode is TlsMode.ENFORCING:
+            if config.security.tls_mode is TlsMode.ENFORCING and not config.security.proxy_protocol:
                 # TLS clients only: gRPC takes the client port itself.
                 assert tls is not None  # enforcing has a certificate, configured or made
                 listen = f"{config.grpc_host}:{config.grpc_port}"
                 self.grpc_port = server.add_secure_port(listen, tls.grpc_credentials())
             else:
-                # The front takes the client port and relays to these, on loopback.
-                plaintext = server.add_insecure_port("127.0.0.1:0")
+                # The front takes the client port (and its PROXY headers) and relays to
+                # these, on loopback.
+                plaintext = None
+                if config.security.tls_mode is not TlsMode.ENFORCING:
+                    plaintext = server.add_insecure_port("127.0.0.1:0")
                 secure = None
                 if tls is not None:
                     secure = server.add_secure_port("127.0.0.1:0", tls.grpc_credentials())
-                self.front = TlsFront(plaintext, secure, self._refusals())
+                self.front = TlsFront(
+                    plaintext, secure, self._refusals(),
+                    proxy_protocol=config.security.proxy_protocol,
+                )  # fmt: skip
             service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
             if self.client_metrics.serves:
                 server.add_generic_rpc_handlers((self.client_metrics.handler(),))
@@ -375,6 +381,7 @@ class ProxyApp:
                 except OSError as exc:  # as gRPC reports a port it cannot bind
                     raise RuntimeError(f"gRPC port: {exc}") from exc
                 self.service.connections.client_of = self.front.client_of
+                self.service.send.address_of = self.front.address_of
         except BaseException:
             await server.stop(None)  # else its finaliser schedules a stop on a closed loop
             if self.front is not None:

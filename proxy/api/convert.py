@@ -110,7 +110,7 @@ def to_api_message(polled: PolledMessage, renewer: str = "") -> pb.Message:
         "body_encoding": _IDENTITY,
         "message_type": _message_type(props),
         "born_timestamp": _time_fields(msg.born_timestamp),
-        "born_host": _host(msg.born_host),
+        "born_host": props.get(Prop.BORN_HOST) or msg.born_host[0],
         "store_timestamp": _time_fields(msg.store_timestamp),
         "store_host": _host(msg.store_host),
         "receipt_handle": f"{polled.receipt_handle} {renewer}"
@@ -193,7 +193,7 @@ def half_message_to_api(msg: MessageExt) -> pb.Message:
         "body_encoding": _IDENTITY,
         "message_type": pb.MessageType.TRANSACTION,
         "born_timestamp": _time_fields(msg.born_timestamp),
-        "born_host": _host(msg.born_host),
+        "born_host": props.get(Prop.BORN_HOST) or msg.born_host[0],
         "store_timestamp": _time_fields(msg.store_timestamp),
         "store_host": _host(msg.store_host),
         "queue_id": msg.queue_id,

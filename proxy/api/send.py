@@ -4,6 +4,7 @@ what the producer processor did with it, one entry per message."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from proxy.api import validation as check
 from proxy.api.context import Context
@@ -31,6 +32,7 @@ from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import TRANSACTION_NOT_TYPE, TRANSACTION_PREPARED_TYPE
 from proxy.remoting.message import Prop
 from proxy.remoting.recall import RecallHandle, RecallHandleError
+from proxy.security.front import peer_address
 
 
 class SendActivity:
@@ -49,6 +51,8 @@ class SendActivity:
         self.max_body_bytes = max_body_bytes
         self.max_lite_topic_size = max_lite_topic_size
         self.limits = limits
+        # The client's address behind a call's gRPC peer (the TLS front's, once it runs).
+        self.address_of: Callable[[str], str] = peer_address
 
     async def send_message(
         self, request: api.SendMessageRequest, context: Context
@@ -64,9 +68,10 @@ class SendActivity:
         # Every message is checked before the topic's route is looked up, as the Apache
         # proxy builds them all first: bad input is told as such, even for a missing topic.
         built: list[tuple[bytes, dict[str, str]] | ApiError] = []
+        client = self.address_of(context.peer())
         for message in request.messages:
             try:
-                built.append((self._body(message), self._properties(message)))
+                built.append((self._body(message), self._properties(message, client)))
             except ApiError as err:
                 built.append(err)
         route = None
@@ -176,10 +181,11 @@ class SendActivity:
                 f"{expected}, but actual type is {message_type.value}",
             )
 
-    def _properties(self, message: pb.Message) -> dict[str, str]:
+    def _properties(self, message: pb.Message, client: str) -> dict[str, str]:
         """The broker properties of a message, each field checked in the Apache proxy's
         order (SendMessageActivity.buildMessageProperty), so that a message with several
-        faults is told the same one."""
+        faults is told the same one. Its born host is the one the client names, else the
+        client's address (``client``, host:port); the broker's own records the proxy."""
         system = message.system_properties
         limits = self.limits
         props = dict(message.user_properties)
@@ -220,4 +226,7 @@ class SendActivity:
             )
         if system.trace_context:
             props[Prop.TRACE_CONTEXT] = system.trace_context
+        born_host = system.born_host if not check.is_blank(system.born_host) else client
+        if born_host and not check.is_blank(born_host):
+            props[Prop.BORN_HOST] = born_host
         return props

@@ -69,6 +69,7 @@ RESERVED_PROPERTIES = frozenset(
         Prop.FIRST_POP_TIME,
         Prop.MSG_REGION,
         Prop.TRACE_ON,
+        Prop.BORN_HOST,
         Prop.DLQ_ORIGIN_TOPIC,
         Prop.DLQ_ORIGIN_MESSAGE_ID,
         Prop.SHARDING_KEY,
@@ -113,7 +114,6 @@ RESERVED_PROPERTIES = frozenset(
         "TRANSFER_FLAG",
         "TRAN_PREPARED_QUEUE_OFFSET",
         "TTL",
-        "__BORNHOST",
         "__CRC32#",
         "__transactionId__",
     }

@@ -42,6 +42,9 @@ class Prop:
     TRACE_ON = "TRACE_ON"
     # A message's trace context (the v2 API's ``trace_context``, e.g. a W3C traceparent).
     TRACE_CONTEXT = "TRACE_CONTEXT"
+    # The producer's address as its client gave it (or the proxy saw it): the broker's own
+    # born host of a message sent through a proxy is the proxy.
+    BORN_HOST = "__BORNHOST"
     # Where a dead-lettered message came from (set by the broker that moved it).
     DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"

@@ -34,6 +34,11 @@ class SecurityConfig:
     tls_key_file: str | None = None  # the certificate's PEM private key
     # With a CA bundle, clients must present a certificate it signed (mutual TLS).
     tls_client_ca_file: str | None = None
+    # The gRPC port reads the HAProxy PROXY protocol header (v1 or v2) a load balancer
+    # writes first, and takes the client's address from it (logs, authorization, a
+    # message's born host). Only behind a balancer that sends it: any client can write one.
+    # Off, a connection that opens with one is closed.
+    proxy_protocol: bool = False
     # Serve the ops HTTP port over TLS too, with the same certificate.
     tls_ops: bool = False
     # The operator's user file (TOML or JSON): set, every RPC must be signed by one of them.

@@ -16,6 +16,10 @@ gRPC's own refusal never does.
 gRPC sees each call's peer as the relay's loopback address: ``client_of`` turns that back
 into the client's, which the drain matches against the kernel's table of the front's
 connections (``proxy.api.connections``).
+
+With ``proxy_protocol`` on, a connection may open with a PROXY header (a load balancer's,
+``proxy_protocol.py``): the front reads it, relays the rest, and ``address_of`` names the
+client the header names. Off, a connection that opens with one is closed with a log line.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import time
 from typing import cast
 
 from proxy.api.connections import grpc_peer
+from proxy.security import proxy_protocol
+from proxy.security.proxy_protocol import Opening, ProxyHeaderError
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +67,22 @@ class TlsFront:
         refusals: dict[Transport, str],
         *,
         first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+        proxy_protocol: bool = False,
     ) -> None:
         self._ports = {Transport.PLAINTEXT: plaintext_port, Transport.TLS: tls_port}
+        self.proxy_protocol = proxy_protocol
         self._refusals = refusals
         self._first_byte_timeout_s = first_byte_timeout_s
         self._server: asyncio.Server | None = None
         self._relays: set[_Relay] = set()
         # The relay's own loopback port (the peer gRPC sees) -> the client as gRPC names one.
         self._clients: dict[int, str] = {}
+        # ... -> the client a PROXY header named, as "host:port".
+        self._origins: dict[int, str] = {}
         self.counts = dict.fromkeys(Transport, 0)
         self.refused = dict.fromkeys(Transport, 0)
+        self.proxy_headers = 0  # connections that opened with a PROXY header read
+        self.refused_headers = 0  # ... with one that did not parse, or while it is off
         self._logged_at = 0.0
         self._unlogged = 0
 
@@ -91,6 +103,17 @@ class TlsFront:
         opened as it is."""
         port = peer.rpartition(":")[2]
         return self._clients.get(int(port), peer) if port.isdigit() else peer
+
+    def address_of(self, peer: str) -> str:
+        """The client's address behind a gRPC peer, as the Apache proxy writes a remote
+        address: the PROXY header's ``host:port`` if one named it, else the connection's
+        (``1.2.3.4:5678``, ``[::1]:5678``)."""
+        port = peer.rpartition(":")[2]
+        if port.isdigit():
+            origin = self._origins.get(int(port))
+            if origin is not None:
+                return origin
+        return peer_address(self.client_of(peer))
 
     def stop_accepting(self) -> None:
         """New connections are refused by the kernel from now on; open ones go on."""
@@ -113,6 +136,11 @@ class TlsFront:
             "open": len(self._relays),
             "accepted": {t.value: n for t, n in self.counts.items()},
             "refused": {t.value: n for t, n in self.refused.items()},
+            "proxy_protocol": {
+                "on": self.proxy_protocol,
+                "headers": self.proxy_headers,
+                "refused": self.refused_headers,
+            },
         }
 
     # -- called by the relays -------------------------------------------------------------
@@ -128,23 +156,39 @@ class TlsFront:
             self.counts[kind] += 1
         return port
 
+    def _refuse_header(self, relay: _Relay, why: str) -> None:
+        self.refused_headers += 1
+        self._log(f"client {relay.client} refused: it opened with a PROXY header {why}")
+
     def _log_refusal(self, client: str, kind: Transport) -> None:
+        self._log(f"{kind.value} client {client} refused: {self._refusals[kind]}")
+
+    def _log(self, line: str) -> None:
         now = time.monotonic()
         if now - self._logged_at < REFUSAL_LOG_EVERY_S:
             self._unlogged += 1
             return
         more = f" ({self._unlogged} more refused since the last line)" if self._unlogged else ""
-        log.warning("%s client %s refused: %s%s", kind.value, client, self._refusals[kind], more)
+        log.warning("%s%s", line, more)
         self._logged_at = now
         self._unlogged = 0
 
     def _opened(self, relay: _Relay, local_port: int) -> None:
         self._clients[local_port] = relay.client
+        if relay.origin is not None:
+            self._origins[local_port] = relay.origin
 
     def _closed(self, relay: _Relay) -> None:
         self._relays.discard(relay)
         if relay.local_port is not None:
             self._clients.pop(relay.local_port, None)
+            self._origins.pop(relay.local_port, None)
+
+
+def peer_address(peer: str) -> str:
+    """A gRPC peer (``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``) as ``host:port``."""
+    scheme, _, rest = peer.partition(":")
+    return rest if scheme in ("ipv4", "ipv6") and rest else peer
 
 
 class _Relay:
@@ -156,7 +200,10 @@ class _Relay:
         "connecting",
         "downstream",
         "front",
+        "head",
+        "header_read",
         "local_port",
+        "origin",
         "pending",
         "timer",
         "upstream",
@@ -167,6 +214,9 @@ class _Relay:
         self.downstream = downstream
         peer = downstream.get_extra_info("peername")
         self.client = grpc_peer(peer[0], peer[1]) if peer else "unknown"
+        self.origin: str | None = None  # the client a PROXY header named, "host:port"
+        self.head = b""  # first bytes too few to tell whether they open a PROXY header
+        self.header_read = False
         self.upstream: asyncio.Transport | None = None
         self.local_port: int | None = None
         self.pending: list[bytes] = []  # the client's bytes while the upstream opens
@@ -179,6 +229,34 @@ class _Relay:
         downstream.set_write_buffer_limits(HIGH_WATER, LOW_WATER)
 
     def first_bytes(self, data: bytes) -> None:
+        data, self.head = self.head + data, b""
+        # One header at most, before anything else: what follows one is the client's own.
+        kind = Opening.OTHER if self.header_read else proxy_protocol.opening(data)
+        if kind is Opening.UNDECIDED:
+            self.head = data  # a few bytes: the first-byte timer still runs
+            return
+        if kind is Opening.HEADER:
+            if not self.front.proxy_protocol:
+                self.front._refuse_header(self, "but security.proxy_protocol is off")
+                self.close()
+                return
+            try:
+                header = proxy_protocol.parse(data)
+            except ProxyHeaderError as exc:
+                self.front._refuse_header(self, f"that does not parse: {exc}")
+                self.close()
+                return
+            if header is None:
+                self.head = data
+                return
+            self.front.proxy_headers += 1
+            self.header_read = True
+            if header.source is not None:
+                host, source_port = header.source
+                self.origin = f"{host}:{source_port}"
+            data = data[header.length :]
+            if not data:
+                return
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

@@ -20,9 +20,11 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
+from proxy.security.config import SecurityConfig
 from rocketmq_local import admin
 from testkit.lean_client import SettingsClient, consumer_settings
 from testkit.official.harness import run_client
+from tests.support.balancer import HeaderBalancer, first_answer
 
 pytestmark = pytest.mark.real
 
@@ -82,7 +84,12 @@ async def peer(request, real_cluster, start_proxy):
         apache = request.getfixturevalue("apache_proxy")
         peer = Peer("apache", apache.grpc_address, real_cluster, 5000)
     else:
-        app = await start_proxy(mode="notify", namesrv=real_cluster.namesrv_address)
+        # With the PROXY protocol on, as the Apache proxy always reads it (a connection
+        # without a header is the client itself).
+        app = await start_proxy(
+            mode="notify", namesrv=real_cluster.namesrv_address,
+            security=SecurityConfig(proxy_protocol=True),
+        )  # fmt: skip
         rc = app.config.receive
         peer = Peer("ours", f"127.0.0.1:{app.grpc_port}", real_cluster, rc.min_polling_ms)
     try:
@@ -397,3 +404,47 @@ async def test_a_messages_trace_context_reaches_its_consumer(peer):
     [got] = await collect(peer, client, group, topic, 1)
     assert got.system_properties.trace_context == TRACEPARENT
     assert dict(got.user_properties) == {"TRACE_CONTEXT": TRACEPARENT}
+
+
+# -- client addresses behind a load balancer ------------------------------------------------
+
+
+def v1_header(client: tuple[str, int]) -> bytes:
+    """What the balancer says of each client: the documentation address 203.0.113.7."""
+    return f"PROXY TCP4 203.0.113.7 127.0.0.1 {client[1]} 8081\r\n".encode()
+
+
+async def test_behind_a_balancer_the_born_host_is_the_client_the_header_names(peer):
+    """A message whose client names no born host is born at the address the balancer's
+    PROXY header gives (``host:port``); one that names its own keeps it."""
+    balancer = HeaderBalancer(peer.endpoint, v1_header)
+    endpoint = await balancer.start()
+    try:
+        topic = await peer.topic("Tborn")
+        behind = SettingsClient(endpoint, f"operator-balanced-{next(_ids)}")
+        peer.clients.append(behind)
+        await send(behind, topic, b"anonymous")
+        named = pb.Message(
+            topic=pb.Resource(name=topic),
+            body=b"named",
+            system_properties=pb.SystemProperties(
+                message_id=f"BORN{next(_ids):028d}", body_encoding=pb.Encoding.IDENTITY,
+                message_type=pb.MessageType.NORMAL, born_host="app-7",
+            ),
+        )  # fmt: skip
+        response = await behind.stub.SendMessage(
+            api.SendMessageRequest(messages=[named]), metadata=behind.metadata
+        )
+        assert response.status.code == Code.OK, response.status
+        got = await collect(peer, peer.client(), await peer.group("Gborn"), topic, 2)
+    finally:
+        await balancer.close()
+    hosts = {m.body: m.system_properties.born_host for m in got}
+    assert hosts[b"named"] == "app-7"
+    host, _, port = hosts[b"anonymous"].rpartition(":")
+    assert host == "203.0.113.7" and port.isdigit(), hosts
+
+
+async def test_a_malformed_proxy_header_closes_the_connection_unanswered(peer):
+    for opening in (b"PROXY TCP4 203.0.113.7 nonsense\r\n", b"PROXY TCP4 " + b"9" * 200):
+        assert await first_answer(peer.endpoint, opening) == b""

@@ -25,6 +25,10 @@ def test_timestamps_and_durations_match_protobufs_own_conversion(ms):
     assert (timestamp(ms), duration(ms)) == (ts, d)
 
 
+def props_of_polled() -> dict[str, str]:
+    return dict(polled().message.properties)
+
+
 def polled(**changes) -> PolledMessage:
     message = MessageExt(
         topic="T",
@@ -63,7 +67,12 @@ def test_a_normal_message():
     assert system.message_type == pb.MessageType.NORMAL
     assert system.born_timestamp == timestamp(1_700_000_000_001)
     assert system.store_timestamp == timestamp(1_700_000_000_002)
-    assert (system.born_host, system.store_host) == ("10.0.0.1:5555", "10.0.0.2:10911")
+    # The broker's born host (the proxy it came through), without its port, as the Apache
+    # proxy writes it when the message carries no __BORNHOST of its producer's.
+    assert (system.born_host, system.store_host) == ("10.0.0.1", "10.0.0.2:10911")
+    client = to_api_message(polled(properties={**props_of_polled(), "__BORNHOST": "app-7"}))
+    assert client.system_properties.born_host == "app-7"
+    assert "__BORNHOST" not in client.user_properties
     assert system.receipt_handle == f"{POP_CK} 777"
     assert (system.queue_id, system.queue_offset) == (1, 5)
     assert system.invisible_duration == duration(30_000)

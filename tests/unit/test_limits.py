@@ -18,14 +18,27 @@ from proxy.remoting.message import Prop
 Code = pb.Code
 
 
-def properties(limits: LimitsConfig, **fields: Any) -> dict[str, str]:
-    """The broker properties SendActivity makes of a message with ``fields``."""
+def properties(
+    limits: LimitsConfig, client: str = "10.0.0.9:4000", **fields: Any
+) -> dict[str, str]:
+    """The broker properties SendActivity makes of a message with ``fields``, sent by
+    ``client``."""
     activity = SendActivity(cast(Any, None), cast(Any, None), cast(Any, None), 1024, 64, limits)
     props = fields.pop("props", {})
     system = pb.SystemProperties(message_id="M1", **fields)
     return activity._properties(
-        pb.Message(body=b"x", system_properties=system, user_properties=props)
+        pb.Message(body=b"x", system_properties=system, user_properties=props), client
     )
+
+
+def test_the_born_host_is_the_clients_own_else_its_address():
+    """As the Apache proxy writes ``__BORNHOST``: what the client names (the Java client its
+    host name), else the address it connects from (through a PROXY header, the balancer's
+    client's)."""
+    limits = LimitsConfig()
+    assert properties(limits, born_host="app-7")[Prop.BORN_HOST] == "app-7"
+    assert properties(limits)[Prop.BORN_HOST] == "10.0.0.9:4000"
+    assert properties(limits, born_host="  ")[Prop.BORN_HOST] == "10.0.0.9:4000"
 
 
 def refused(limits: LimitsConfig, **fields: Any) -> tuple[int, str]:
