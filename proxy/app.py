@@ -381,6 +381,7 @@ class ProxyApp:
                 except OSError as exc:  # as gRPC reports a port it cannot bind
                     raise RuntimeError(f"gRPC port: {exc}") from exc
                 self.service.connections.client_of = self.front.client_of
+                self.service.address_of = self.front.address_of
                 self.service.send.address_of = self.front.address_of
         except BaseException:
             await server.stop(None)  # else its finaliser schedules a stop on a closed loop

@@ -40,6 +40,7 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.observability.metrics import ProxyMetrics
+from proxy.security.front import peer_address
 from proxy.security.guard import Denied, Guard
 
 
@@ -84,6 +85,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # The connections the calls come on: a drain waits until the busy ones have aged
         # (``Drain._let_clients_move``).
         self.connections = Connections(0) if connections is None else connections
+        # The client's address behind a call's gRPC peer (the TLS front's, once it runs):
+        # what the guard checks a user's source_ips against.
+        self.address_of: Callable[[str], str] = peer_address
 
     def _open(self, rpc: str, context: Context) -> _OpenCall:
         """The call counted open, on its connection, while the block runs."""
@@ -112,7 +116,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if self.guard is None:
             return
         try:
-            self.guard.check(rpc, request, context.invocation_metadata())
+            self.guard.check(
+                rpc, request, context.invocation_metadata(), self.address_of(context.peer())
+            )
         except Denied as denied:
             raise denied_error(denied) from None
 

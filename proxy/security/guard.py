@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from proxy.security import signing
-from proxy.security.users import User, UserStore
+from proxy.security.users import User, UserStore, host_of
 
 log = logging.getLogger(__name__)
 
@@ -116,15 +116,24 @@ class Guard:
             registry=registry,
         )
 
-    def check(self, rpc: str, request: Any, metadata: Iterable[tuple[str, Any]] | None) -> User:
-        """The user the request is from, if it may do what it asks; raises Denied."""
+    def check(
+        self,
+        rpc: str,
+        request: Any,
+        metadata: Iterable[tuple[str, Any]] | None,
+        source: str | None = None,
+    ) -> User:
+        """The user the request is from, if it may do what it asks from where it is
+        (``source``: the client's ``host:port``); raises Denied."""
         try:
-            return self._check(rpc, request, metadata)
+            return self._check(rpc, request, metadata, source)
         except Denied as denied:
             self._denied.labels(_snake(rpc), denied.reason).inc()
             raise
 
-    def _check(self, rpc: str, request: Any, metadata: Iterable[tuple[str, Any]] | None) -> User:
+    def _check(
+        self, rpc: str, request: Any, metadata: Iterable[tuple[str, Any]] | None, source: str | None
+    ) -> User:
         headers: dict[str, str] = {}
         for key, value in metadata or ():
             if key in (signing.AUTHORIZATION, signing.DATE_TIME) and isinstance(value, str):
@@ -138,18 +147,30 @@ class Guard:
         good = signing.verify(sig, user.secret_key if user else _DUMMY_SECRET)
         if user is None or not good:
             reason = UNKNOWN_USER if user is None else BAD_SIGNATURE
-            log.debug("%s refused: %s for access key %r", rpc, reason, sig.access_key)
+            log.debug(
+                "%s from %s refused: %s for access key %r", rpc, source, reason, sig.access_key
+            )
             # One message for both: a client cannot tell which access keys exist.
             raise Denied(DenialKind.UNAUTHENTICATED, reason, "invalid credentials")
         if not self.authorization:
             return user
+        if not user.permissions.may_connect_from(source):
+            log.debug("%s refused: %r may not connect from %s", rpc, user.access_key, source)
+            raise Denied(
+                DenialKind.FORBIDDEN,
+                FORBIDDEN,
+                f"user {user.access_key!r} may not connect from {host_of(source) or source}",
+            )
         extract = RESOURCES.get(rpc)
         accesses = extract(request) if extract is not None else None
         if accesses is None:
             raise Denied(DenialKind.FORBIDDEN, FORBIDDEN, f"{rpc} is not allowed")
         for access in accesses:
             if not access.allowed(user):
-                log.debug("%s refused: %r may not %s", rpc, user.access_key, access.describe())
+                log.debug(
+                    "%s from %s refused: %r may not %s",
+                    rpc, source, user.access_key, access.describe(),
+                )  # fmt: skip
                 raise Denied(
                     DenialKind.FORBIDDEN,
                     FORBIDDEN,

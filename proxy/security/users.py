@@ -10,6 +10,7 @@ TOML (or JSON with the same shape)::
     deny_publish = ["orders-internal"]       # deny wins over allow
     deny_subscribe = [{ group = "*", topic = "orders-internal" }]
     super_user = false                       # true: every topic and group
+    source_ips = ["10.1.0.0/16"]             # only from these addresses (default: any)
 
 A name pattern is a name (exact), a prefix ending in ``*`` (``orders-*``), or ``*`` alone
 (anything); a ``*`` anywhere else is refused when the file is read.
@@ -17,6 +18,7 @@ A name pattern is a name (exact), a prefix ending in ``*`` (``orders-*``), or ``
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tomllib
@@ -24,6 +26,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def host_of(address: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP of ``host:port`` (``1.2.3.4:5``, ``[::1]:5``, ``2001:db8::7:5``); None if it
+    names none. An IPv4 client of an IPv6 socket is its IPv4 address."""
+    if not address:
+        return None
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 class UserFileError(ValueError):
@@ -57,6 +76,17 @@ class Permissions:
     deny_publish: tuple[Pattern, ...] = ()
     deny_subscribe: tuple[tuple[Pattern, Pattern], ...] = ()
     everything: bool = False  # a super user
+    # The client addresses the user may connect from (the client's own, or the one a
+    # balancer's PROXY header names); empty: any.
+    source_ips: tuple[IPNetwork, ...] = ()
+
+    def may_connect_from(self, address: str | None) -> bool:
+        """Whether a client at ``address`` (``host:port``, as ``TlsFront.address_of``
+        writes it) may act as this user."""
+        if not self.source_ips:
+            return True
+        ip = host_of(address)
+        return ip is not None and any(ip in net for net in self.source_ips)
 
     def may_publish(self, topic: str) -> bool:
         if any(p.matches(topic) for p in self.deny_publish):
@@ -122,7 +152,7 @@ class UserStore:
 
 _USER_KEYS = {
     "access_key", "secret_key", "secret_key_env", "publish", "subscribe",
-    "deny_publish", "deny_subscribe", "super_user",
+    "deny_publish", "deny_subscribe", "super_user", "source_ips",
 }  # fmt: skip
 
 
@@ -150,8 +180,18 @@ def _user(entry: Any, index: int, env: Mapping[str, str]) -> User:
         deny_publish=_patterns(entry.get("deny_publish", []), where),
         deny_subscribe=_pairs(entry.get("deny_subscribe", []), where),
         everything=bool(entry.get("super_user", False)),
+        source_ips=_networks(entry.get("source_ips", []), where),
     )
     return User(access_key, secret, permissions)
+
+
+def _networks(values: Any, where: str) -> tuple[IPNetwork, ...]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise UserFileError(f"{where}: source_ips is a list of addresses or networks")
+    try:
+        return tuple(ipaddress.ip_network(v, strict=False) for v in values)
+    except ValueError as exc:
+        raise UserFileError(f"{where}: source_ips: {exc}") from None
 
 
 def _patterns(values: Any, where: str) -> tuple[Pattern, ...]:

@@ -291,3 +291,51 @@ async def test_security_off_by_default(start_proxy, lean):
     # TLS on by default as well, with a certificate of its own (permissive: plaintext too).
     assert security["tls_mode"] == "permissive" and security["tls"]["self_signed"] is True
     assert proxy.security.guard is None
+
+
+async def test_a_users_source_ips_hold_behind_a_balancer(tmp_path, start_proxy):
+    """``source_ips`` limits a user to client addresses: the client's own, or, with the
+    PROXY protocol on, the one the balancer's header names (198.51.100.4 here)."""
+    from tests.support.balancer import HeaderBalancer
+
+    users = tmp_path / "users.toml"
+    users.write_text(
+        USERS.replace('publish = ["orders"]', 'publish = ["orders"]\nsource_ips = ["10.0.0.0/8"]')
+        + '\n[[users]]\naccess_key = "carol"\nsecret_key = "carol-secret"\n'
+        'publish = ["orders"]\nsource_ips = ["198.51.100.0/24", "::1"]\n'
+    )
+    proxy = await start_proxy(
+        brokers=1,
+        topics=("orders",),
+        security=SecurityConfig(users_file=str(users), proxy_protocol=True, tls_mode="disabled"),
+    )
+
+    def header(client: tuple[str, int]) -> bytes:
+        return f"PROXY TCP4 198.51.100.4 127.0.0.1 {client[1]} 8081\r\n".encode()
+
+    balancer = HeaderBalancer(f"127.0.0.1:{proxy.grpc_port}", header)
+    endpoint = await balancer.start()
+    made = [
+        SecureLeanClient(endpoint, access_key="alice", secret_key=SECRET),
+        SecureLeanClient(endpoint, access_key="carol", secret_key="carol-secret"),
+        SecureLeanClient(
+            f"127.0.0.1:{proxy.grpc_port}", access_key="carol", secret_key="carol-secret"
+        ),
+        SecureLeanClient(endpoint, access_key="bob", secret_key="bob-secret"),
+    ]
+    alice, carol, carol_direct, bob = made
+    try:
+        refused = await alice.send("orders", b"x")
+        assert refused.status.code == pb.Code.FORBIDDEN
+        assert refused.status.message == "user 'alice' may not connect from 198.51.100.4"
+        assert (await carol.send("orders", b"x")).status.code == pb.Code.OK
+        # From 127.0.0.1 itself, not in carol's list.
+        assert (await carol_direct.send("orders", b"x")).status.code == pb.Code.FORBIDDEN
+        # No source_ips: from anywhere (bob may not publish orders, but is not refused for
+        # where he is).
+        answer = await bob.send("orders", b"x")
+        assert "connect from" not in answer.status.message
+    finally:
+        for client in made:
+            await client.close()
+        await balancer.close()

@@ -39,11 +39,12 @@ class HeaderBalancer:
         host, port = self.target.rsplit(":", 1)
         upstream: asyncio.StreamWriter | None = None
         try:
-            up_reader, upstream = await asyncio.wait_for(
+            up_reader, up_writer = await asyncio.wait_for(
                 asyncio.open_connection(host, int(port)), 10
             )
-            upstream.write(self.header(writer.get_extra_info("peername")[:2]))
-            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer))
+            upstream = up_writer
+            up_writer.write(self.header(writer.get_extra_info("peername")[:2]))
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         except (OSError, TimeoutError):
             pass
         finally:

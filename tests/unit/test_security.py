@@ -164,6 +164,32 @@ def test_user_file_errors_never_echo_secrets(tmp_path):
     assert "secret_key" not in repr(UserStore.load(as_json).get("j"))
 
 
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("10.2.3.4:5000", True),
+        ("[::ffff:10.2.3.4]:5000", True),  # an IPv4 client of an IPv6 socket
+        ("2001:db8::7:4567", True),  # a PROXY header's IPv6 host:port, no brackets
+        ("[2001:db8::7]:4567", True),
+        ("192.168.0.1:5000", False),
+        ("not an address", False),
+        (None, False),
+    ],
+)
+def test_source_ips_take_networks_and_single_addresses(tmp_path, address, allowed):
+    users = tmp_path / "users.toml"
+    users.write_text(
+        '[[users]]\naccess_key = "a"\nsecret_key = "x"\n'
+        'source_ips = ["10.0.0.0/8", "2001:db8::7"]\n'
+    )
+    user = UserStore.load(users).get("a")
+    assert user is not None
+    assert user.permissions.may_connect_from(address) is allowed
+    users.write_text('[[users]]\naccess_key = "a"\nsecret_key = "x"\nsource_ips = ["10.0.0"]\n')
+    with pytest.raises(UserFileError, match="source_ips"):
+        UserStore.load(users)
+
+
 def _guard(store, **kw):
     return Guard(store, CollectorRegistry(), clock=lambda: NOW, **kw)
 
