@@ -1,5 +1,6 @@
 """A TCP balancer in front of a fleet of proxies, following each proxy's readiness as a
-Kubernetes Service does (the soaks, and the drain's tests)."""
+Kubernetes Service does (the soaks, and the drain's tests); optionally writing a PROXY
+protocol header first, as HAProxy's ``send-proxy`` or a cloud NLB does."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable, Sequence
 
 import aiohttp
 
@@ -38,8 +40,17 @@ class Balancer:
     # Deployment's readinessProbe has timeoutSeconds 2.
     PROBE_TIMEOUT_S = 2.0
 
-    def __init__(self, targets: list[tuple[str, str]]) -> None:
-        self.targets = targets  # (gRPC address, ops HTTP address) of each proxy
+    def __init__(
+        self,
+        targets: Sequence[tuple[str, str | None]],
+        *,
+        header: Callable[[tuple[str, int]], bytes] | None = None,
+    ) -> None:
+        """``targets``: (gRPC address, ops HTTP address) of each proxy; one without an ops
+        address is always ready. ``header(client)``: the bytes each connection to a proxy
+        opens with (a PROXY protocol header naming ``client``, its host and port)."""
+        self.targets = targets
+        self.header = header
         self.ready: set[str] | None = None  # gRPC addresses whose last probe passed
         self._terminating: set[str] = set()  # gRPC addresses of proxies being restarted
         self._turn = itertools.count()
@@ -79,9 +90,11 @@ class Balancer:
         self._terminating.discard(address)
 
     @staticmethod
-    async def _probe(http: aiohttp.ClientSession, ops: str) -> bool | None:
+    async def _probe(http: aiohttp.ClientSession, ops: str | None) -> bool | None:
         """200: ready; another status (a drain's 503) or no connection (a dead proxy):
-        not ready; no answer within PROBE_TIMEOUT_S: None, unknown."""
+        not ready; no answer within PROBE_TIMEOUT_S: None, unknown. No ops address: ready."""
+        if ops is None:
+            return True
         try:
             async with http.get(f"http://{ops}/readyz") as response:
                 return response.status == 200
@@ -118,6 +131,8 @@ class Balancer:
             except (OSError, TimeoutError):
                 continue  # that proxy is down: the next one
             self._writers.add(up_writer)
+            if self.header is not None:
+                up_writer.write(self.header(writer.get_extra_info("peername")[:2]))
             pipes = [
                 asyncio.ensure_future(_pipe(reader, up_writer)),
                 asyncio.ensure_future(_pipe(up_reader, writer)),

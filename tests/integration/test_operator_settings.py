@@ -22,9 +22,10 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.security.config import SecurityConfig
 from rocketmq_local import admin
+from testkit.balancer import Balancer
 from testkit.lean_client import SettingsClient, consumer_settings
 from testkit.official.harness import run_client
-from tests.support.balancer import HeaderBalancer, first_answer
+from tests.support.raw_connection import first_answer
 
 pytestmark = pytest.mark.real
 
@@ -417,7 +418,7 @@ def v1_header(client: tuple[str, int]) -> bytes:
 async def test_behind_a_balancer_the_born_host_is_the_client_the_header_names(peer):
     """A message whose client names no born host is born at the address the balancer's
     PROXY header gives (``host:port``); one that names its own keeps it."""
-    balancer = HeaderBalancer(peer.endpoint, v1_header)
+    balancer = Balancer([(peer.endpoint, None)], header=v1_header)
     endpoint = await balancer.start()
     try:
         topic = await peer.topic("Tborn")

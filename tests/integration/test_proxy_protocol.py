@@ -12,8 +12,9 @@ import pytest
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.security.config import SecurityConfig
 from proxy.security.proxy_protocol import V2_SIGNATURE
+from testkit.balancer import Balancer
 from testkit.lean_client import LeanClient
-from tests.support.balancer import HeaderBalancer, first_answer
+from tests.support.raw_connection import first_answer
 
 
 def v1(client: tuple[str, int]) -> bytes:
@@ -29,7 +30,7 @@ def v2(client: tuple[str, int]) -> bytes:
 async def test_with_the_option_on_a_header_names_the_client(start_proxy, header):
     app = await start_proxy(brokers=1, security=SecurityConfig(proxy_protocol=True))
     assert app.front is not None
-    balancer = HeaderBalancer(f"127.0.0.1:{app.grpc_port}", header)
+    balancer = Balancer([(f"127.0.0.1:{app.grpc_port}", None)], header=header)
     client = LeanClient(await balancer.start(), "balanced")
     try:
         sent = await client.send("T", b"via the balancer")

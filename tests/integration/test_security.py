@@ -17,7 +17,7 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
-from proxy.security.config import SecurityConfig
+from proxy.security.config import SecurityConfig, TlsMode
 from testkit.waits import wait_until
 from tests.support.secure_client import SecureLeanClient
 from tests.support.tls_ca import make_ca
@@ -296,7 +296,7 @@ async def test_security_off_by_default(start_proxy, lean):
 async def test_a_users_source_ips_hold_behind_a_balancer(tmp_path, start_proxy):
     """``source_ips`` limits a user to client addresses: the client's own, or, with the
     PROXY protocol on, the one the balancer's header names (198.51.100.4 here)."""
-    from tests.support.balancer import HeaderBalancer
+    from testkit.balancer import Balancer
 
     users = tmp_path / "users.toml"
     users.write_text(
@@ -307,13 +307,15 @@ async def test_a_users_source_ips_hold_behind_a_balancer(tmp_path, start_proxy):
     proxy = await start_proxy(
         brokers=1,
         topics=("orders",),
-        security=SecurityConfig(users_file=str(users), proxy_protocol=True, tls_mode="disabled"),
+        security=SecurityConfig(
+            users_file=str(users), proxy_protocol=True, tls_mode=TlsMode.DISABLED
+        ),
     )
 
     def header(client: tuple[str, int]) -> bytes:
         return f"PROXY TCP4 198.51.100.4 127.0.0.1 {client[1]} 8081\r\n".encode()
 
-    balancer = HeaderBalancer(f"127.0.0.1:{proxy.grpc_port}", header)
+    balancer = Balancer([(f"127.0.0.1:{proxy.grpc_port}", None)], header=header)
     endpoint = await balancer.start()
     made = [
         SecureLeanClient(endpoint, access_key="alice", secret_key=SECRET),
