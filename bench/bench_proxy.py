@@ -1,6 +1,6 @@
 """The proxy benchmark: every receive mode side by side, in one run per scenario.
 
-    .venv/bin/python -m bench.bench_proxy [--scenarios sparse,busy,fanin,phased,overhead]
+    .venv/bin/python -m bench.bench_proxy [--scenarios sparse,busy,fanin,phased,overhead,filtered]
     .venv/bin/python -m bench.bench_proxy --backend real   # sparse on real RocketMQ
     .venv/bin/python -m bench.bench_proxy --scenarios overhead --modes notify --client-tls
 
@@ -43,7 +43,7 @@ from testkit.processes import BACKENDS, MODES, System, quiet_collector
 # overhead scenarios are not yet checked against real brokers.
 DEFAULTS = {
     "stub": {"brokers": 4, "modes": ",".join(MODES),
-             "scenarios": "sparse,busy,fanin,phased,overhead",
+             "scenarios": "sparse,busy,fanin,phased,overhead,filtered",
              "rounds": 2, "sparse_warmup_s": 0.0},
     "real": {"brokers": 3, "modes": "notify,adaptive,coupled", "scenarios": "sparse",
              "rounds": 3, "sparse_warmup_s": 5.0},
@@ -86,6 +86,14 @@ SPARSE_COLUMNS = [
     "broker_requests_per_message",
     "send_retries",
 ]
+FILTERED_COLUMNS = [
+    "delivered",
+    "latency_ms_p50",
+    "latency_ms_p99",
+    "false_empties",
+    "broker_requests_per_message",
+    "undelivered_at_end",
+]
 BUSY_COLUMNS = [
     "delivered_per_s",
     "receive_rate_per_s",
@@ -114,7 +122,7 @@ PHASED_COLUMNS = [
     "adaptive_mode_at_end",
     "handed_back",
 ]
-SCENARIOS = ("sparse", "busy", "fanin", "phased", "overhead")
+SCENARIOS = ("sparse", "busy", "fanin", "phased", "overhead", "filtered")
 
 
 def summary_rows(results: dict) -> dict[str, dict[str, dict]]:
@@ -266,6 +274,20 @@ async def run(args: argparse.Namespace) -> dict:
                     for s in row["slots"]
                 ]
                 print(f"  {mode:<9} " + " | ".join(cells), flush=True)
+        if "filtered" in wanted:
+            results["filtered"] = await scenarios.filtered(
+                system, rounds=args.rounds, slot_s=args.filtered_slot_s, rate=args.filtered_rate
+            )
+            for kind, rows in results["filtered"].items():
+                print(
+                    table(
+                        f"\nFiltered ({kind}): 2 consumers matching 1 message in 10 of "
+                        f"{args.filtered_rate:g} msg/s",
+                        rows,
+                        FILTERED_COLUMNS,
+                    ),
+                    flush=True,
+                )
         if "busy" in wanted:
             results["busy"] = await scenarios.busy(
                 system,
@@ -419,7 +441,8 @@ def main() -> None:
     p.add_argument("--modes", help="comma-separated; default all four (stub), "
                    "notify,adaptive,coupled (real)")  # fmt: skip
     p.add_argument(
-        "--scenarios", help="default sparse,busy,fanin,phased,overhead (stub), sparse (real)"
+        "--scenarios",
+        help="default sparse,busy,fanin,phased,overhead,filtered (stub), sparse (real)",
     )
     p.add_argument(
         "--rounds", type=int, help="interleaved rounds per scenario (default 2 stub, 3 real)"
@@ -429,6 +452,10 @@ def main() -> None:
         "--sparse-warmup-s",
         type=float,
         help="an unmeasured sparse slot per mode first (default 0 on stubs, 5 s on real)",
+    )
+    p.add_argument("--filtered-slot-s", type=float, default=12.0)
+    p.add_argument(
+        "--filtered-rate", type=float, default=50.0, help="messages per second, 1 in 10 matching"
     )
     p.add_argument("--busy-slot-s", type=float, default=8.0)
     p.add_argument("--busy-rate", type=int, default=1000, help="messages per second produced")

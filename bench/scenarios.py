@@ -126,8 +126,11 @@ class Consumers:
         track_early: bool = False,
         work_s: float = 0.0,
         connections: int = 1,
+        expression: str = "*",
+        filter_type: int = pb.FilterType.TAG,
     ) -> None:
         self.endpoint, self.group, self.topic = endpoint, group, topic
+        self.expression, self.filter_type = expression, filter_type
         # The consumers share this many HTTP/2 connections (a multi-worker proxy spreads
         # connections, not calls, over its workers).
         self.connections = connections
@@ -178,6 +181,8 @@ class Consumers:
                     await_ms=self.await_ms,
                     batch=self.batch,
                     invisible_ms=30_000,
+                    expression=self.expression,
+                    filter_type=self.filter_type,
                 )
             except Exception as exc:
                 result = None
@@ -324,6 +329,73 @@ async def sparse(
         mode: t.summary() | {"latencies_ms": [round(x * 1000, 3) for x in t.latencies]}
         for mode, t in tallies.items()
     }
+
+
+# -- filtered subscriptions ------------------------------------------------------------------
+
+# A subscription as a tag expression, and as a SQL92 one that selects the same messages.
+FILTERS = {"tag": ("tagA", pb.FilterType.TAG), "sql92": ("TAGS = 'tagA'", pb.FilterType.SQL)}
+
+
+async def filtered(
+    system: System,
+    *,
+    rounds: int,
+    slot_s: float,
+    rate: float = 50.0,
+    match_every: int = 10,
+    await_ms: int = 10_000,
+    consumers: int = 2,
+) -> dict:
+    """Consumers whose subscription matches one message in ``match_every``, while ``rate``
+    messages a second go to random brokers: what a filter costs the notify path. A probe
+    carries no filter, so each arrival may wake one; the pops that follow find nothing for
+    most. Per filter kind and mode: broker requests per delivered message, false empties (an
+    empty answer while a matching message had waited 100 ms), latency."""
+    rng = random.Random(11)
+
+    def slot_of(kind: str, expression: str, filter_type: int):
+        async def slot(mode: str, round_no: int, tally: ModeTally) -> None:
+            topic = f"filtered-{kind}-{mode}-{round_no}"
+            await system.create_topic(topic)
+            available: dict[str, float] = {}
+            crowd = Consumers(
+                system.proxies[mode].address["grpc"], f"filtered-{kind}-{mode}", topic, tally,
+                available, await_ms, track_early=True, expression=expression,
+                filter_type=filter_type,
+            )  # fmt: skip
+            crowd.start(consumers)
+            await asyncio.sleep(0.5)  # consumers are polling
+            started = time.perf_counter()
+            sent = 0
+            while time.perf_counter() < started + slot_s:
+                matching = sent % match_every == 0
+                msg_id = uuid.uuid4().hex.upper()
+                await rng.choice(system.broker_clients).send(
+                    topic, b"x" * 64, tag="tagA" if matching else "tagB",
+                    properties={Prop.UNIQ_KEY: msg_id},
+                )  # fmt: skip
+                if matching:
+                    if msg_id in crowd.early:
+                        tally.latencies.append(0.0)
+                    else:
+                        available[msg_id] = time.perf_counter()
+                sent += 1
+                await asyncio.sleep(max(0.0, started + sent / rate - time.perf_counter()))
+            drain_until = time.perf_counter() + await_ms / 1000 + 1
+            while available and time.perf_counter() < drain_until:  # noqa: ASYNC110 - bounded
+                await asyncio.sleep(0.05)
+            tally.undelivered += len(available)
+            await crowd.stop()
+
+        return slot
+
+    out: dict[str, dict] = {}
+    for kind, (expression, filter_type) in FILTERS.items():
+        tallies = await _interleaved(system, rounds, slot_of(kind, expression, filter_type))
+        await _final_scrape(system, tallies, await_ms / 1000 + 1)
+        out[kind] = {mode: t.summary() for mode, t in tallies.items()}
+    return out
 
 
 # -- 2. busy --------------------------------------------------------------------------------
