@@ -71,6 +71,7 @@ system-deps:
 TEST_WORKERS ?= 2
 test: system-deps $(STAMP) $(BENCH_STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 

@@ -68,6 +68,7 @@ from bench import netfault
 from bench.soak import Cluster, Resources, every_fault_played, fault_cycle
 from testkit.balancer import Balancer
 from testkit.official.harness import driver_command
+from testkit.soak_checks import CROSSED_A_GOAWAY
 
 log = logging.getLogger(__name__)
 
@@ -504,12 +505,6 @@ def restart_phase(t: int, faults: list[dict]) -> str | None:
                 return "start"
         return "serving"
     return None
-
-
-# What the Java and Python clients say of a call started on a connection just as its GOAWAY
-# arrived: both turn gRPC's retries off, so gRPC fails the call instead of sending it again
-# on the next connection.
-CROSSED_A_GOAWAY = ("GOAWAY shut down transport", "GOAWAY received")
 
 
 def reported_kind(ev: dict) -> str:

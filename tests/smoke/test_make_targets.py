@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tests.test_soak_official_short import (
+from testkit.soak_checks import (
     assert_drains_cost_at_most_crossed_calls,
     assert_every_message_accounted,
 )
@@ -256,14 +256,17 @@ def test_every_documented_target_is_smoked():
 def test_make_bench_modes(tmp_path):
     output = make(
         tmp_path, "bench-modes", f"RESULTS={tmp_path}",
-        "BENCH_ARGS=--scenarios sparse,fanin --modes notify,adaptive --brokers 2 --rounds 1 "
-        "--sparse-slot-s 2 --fanin-polls 200",
+        "BENCH_ARGS=--scenarios sparse,fanin,filtered --modes notify,adaptive --brokers 2 "
+        "--rounds 1 --sparse-slot-s 2 --fanin-polls 200 --filtered-slot-s 2",
         timeout=300,
     )  # fmt: skip
     results = load_json(tmp_path / "bench" / "results.json", output)
     assert set(results["sparse"]) == {"notify", "adaptive"}, results.keys()
     assert all(row["delivered"] > 0 for row in results["sparse"].values()), results["sparse"]
     assert set(results["fanin"]) == {"200"}, results["fanin"]
+    assert set(results["filtered"]) == {"tag", "sql92"}, results.keys()
+    for kind, rows in results["filtered"].items():
+        assert all(row["delivered"] > 0 for row in rows.values()), (kind, rows)
     assert results["summary"], results.keys()
     for chart in results["charts"]:
         assert (tmp_path / "bench" / chart).stat().st_size > 0, chart

@@ -1,0 +1,45 @@
+"""What the README says of the repository's layout and its test command, held by a test:
+``bench/`` and ``tests/`` share code only through ``testkit/``, and ``make test`` runs every
+check ``make lint`` runs."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _importers(tree: str, package: str) -> list[str]:
+    return sorted(
+        str(path.relative_to(REPO))
+        for path in (REPO / tree).rglob("*.py")
+        if any(name == package or name.startswith(f"{package}.") for name in _imports(path))
+    )
+
+
+def test_bench_and_tests_never_import_each_other():
+    assert _importers("tests", "bench") == []
+    assert _importers("bench", "tests") == []
+
+
+def _recipe(target: str) -> list[str]:
+    text = (REPO / "Makefile").read_text()
+    match = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", text, re.MULTILINE)
+    assert match, f"no {target} target"
+    return [line.strip() for line in match[1].splitlines()]
+
+
+def test_make_test_runs_every_lint_check():
+    assert set(_recipe("lint")) <= set(_recipe("test"))
