@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,13 +71,30 @@ def certificate_name(pem: bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+_DER = 2  # _ssl.ENCODING_DER: a certificate's bytes as the chain gives them
+
+
 def server_tls(endpoint: str, timeout_s: float = 10.0) -> ClientTls:
-    """Trust the certificate the server at ``endpoint`` presents (fetched by a TLS handshake
-    that checks nothing), under the name it holds: for a server with a self-signed
-    certificate, as the proxies make when none is configured. Blocking."""
+    """Trust the certificates the server at ``endpoint`` presents (fetched by a TLS
+    handshake that checks nothing), under the name its own holds: for a server with a
+    certificate made at start, as the proxies make when none is configured (the Apache
+    proxy a self-signed one, ours one signed by a throw-away authority it sends along).
+    Blocking."""
     host, port = endpoint.rsplit(":", 1)
-    pem = ssl.get_server_certificate((host, int(port)), timeout=timeout_s).encode()
-    return ClientTls(pem, certificate_name(pem))
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with (
+        socket.create_connection((host, int(port)), timeout=timeout_s) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        # Public from Python 3.13 (SSLSocket.get_unverified_chain); on the SSL object before.
+        owner: Any = tls
+        if not hasattr(owner, "get_unverified_chain"):
+            owner = owner._sslobj
+        pems = [ssl.DER_cert_to_PEM_cert(c.public_bytes(_DER)).encode()
+                for c in owner.get_unverified_chain()]  # fmt: skip
+    return ClientTls(b"".join(pems), certificate_name(pems[0]))
 
 
 class LeanClient:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import socket
+import subprocess
 from pathlib import Path
 
 import grpc
@@ -19,7 +21,13 @@ from cryptography.x509.oid import NameOID
 
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
-from proxy.security.self_signed import SelfSigned, make_self_signed
+from proxy.security.self_signed import (
+    DIRECTORY_PREFIX,
+    VALID_DAYS,
+    SelfSigned,
+    make_self_signed,
+    remove_stale,
+)
 from testkit import lean_client
 from testkit.lean_client import LeanClient, certificate_name, server_tls
 from testkit.processes import established_to
@@ -102,3 +110,37 @@ def test_the_connections_established_to_a_port_are_counted():
         finally:
             for client in clients:
                 client.close()
+
+
+def test_the_self_signed_certificate_is_a_short_lived_server_certificate(tmp_path):
+    """A server certificate (not an authority), valid for days, signed by an authority the
+    file carries and whose key is nowhere (a client that trusts the file trusts nothing else
+    in its name); a key folder a dead proxy left is removed when the next one makes its own,
+    a live one's is kept."""
+    made = make_self_signed([])
+    try:
+        leaf, authority = x509.load_pem_x509_certificates(Path(made.cert_file).read_bytes())
+        assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+        usage = leaf.extensions.get_extension_for_class(x509.KeyUsage).value
+        assert usage.digital_signature and not usage.key_cert_sign
+        leaf.verify_directly_issued_by(authority)
+        lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+        assert lifetime <= datetime.timedelta(days=VALID_DAYS + 1) and VALID_DAYS <= 31
+        folder = Path(made.directory)
+        assert folder.name.startswith(f"{DIRECTORY_PREFIX}{os.getpid()}-")
+        assert sorted(p.name for p in folder.iterdir()) == ["cert.pem", "key.pem"]
+        key = serialization.load_pem_private_key(Path(made.key_file).read_bytes(), None)
+        assert key.public_key() == leaf.public_key()  # the one private key: the server's
+    finally:
+        made.remove()
+    gone = subprocess.Popen(["true"])  # a pid that has exited
+    gone.wait()
+    left = tmp_path / f"{DIRECTORY_PREFIX}{gone.pid}-abc"
+    left.mkdir()
+    (left / "key.pem").write_text("secret")
+    mine = tmp_path / f"{DIRECTORY_PREFIX}{os.getpid()}-def"
+    mine.mkdir()
+    other = tmp_path / "rmq-proxy-tls-notapid"
+    other.mkdir()
+    assert remove_stale(str(tmp_path)) == [left.name]
+    assert not left.exists() and mine.exists() and other.exists()
