@@ -368,6 +368,7 @@ class ProxyApp:
                 self.front = TlsFront(
                     plaintext, secure, self._refusals(),
                     proxy_protocol=config.security.proxy_protocol,
+                    count=self.metrics.front_connection,
                 )  # fmt: skip
             service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
             if self.client_metrics.serves:

@@ -22,7 +22,7 @@ from proxy.app import ProxyApp
 from proxy.collector import settle_heap
 from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
 from proxy.embedded import StubMissing, fronting, start_embedded_brokers
-from proxy.loop import run_main
+from proxy.loop import raise_open_files_limit, run_main
 from proxy.remoting.client import split_address_list
 
 log = logging.getLogger("proxy")
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     except (OSError, ValueError) as exc:
         p.error(str(exc))
+    raise_open_files_limit()
     try:
         code = run_main(serve(config, args.log_level))
     except StubMissing as exc:

@@ -148,6 +148,14 @@ class ProxyMetrics:
             ["topic", "result"],
             registry=r,
         )
+        self._front = Counter(
+            "rocketmq_proxy_front_connections",
+            "Client connections of the gRPC port's front by what became of them: relayed "
+            "(tls, plaintext), refused (a kind the TLS mode does not take, a PROXY header "
+            "refused) or lost (connect_failed: the relay to the gRPC server did not open).",
+            ["result"],
+            registry=r,
+        )
         self._long_polls_limit = Gauge(
             "rocketmq_proxy_long_polls_limit",
             "Configured maximum of client long polls in flight.",
@@ -299,6 +307,9 @@ class ProxyMetrics:
         for bucket, n in zip(child._buckets, counts, strict=True):
             if n:
                 bucket.inc(n)
+
+    def front_connection(self, result: str) -> None:
+        self._front.labels(result).inc()
 
     def client_export(self, result: str) -> None:
         self._client_exports.labels(result).inc()

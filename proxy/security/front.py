@@ -6,8 +6,13 @@ off. The Apache proxy serves both on its one port ("permissive"). So does this o
 front accepts every client connection, reads its first byte (a TLS connection opens with a
 handshake record, 0x16; an HTTP/2 one with the ``PRI`` of its preface) and relays it, bytes
 as they come, to the gRPC server's TLS or plaintext port on loopback. Each connection stays
-one connection end to end: the gRPC server's GOAWAYs reach the client, and a client that
-closes closes the relay.
+one connection end to end: the gRPC server's GOAWAYs reach the client; a side that stops
+sending (a FIN) is passed on and the other may still answer; a side that closes closes the
+relay. A relay's connection to the gRPC server that does not open (the open-files limit,
+the loopback ports) closes the client at once, logged and counted, never silently. Each
+relay holds at most ``HIGH_WATER`` bytes for a side that is not reading: past it, the other
+side is not read until it drains. A relay that is closed while a side still holds unsent
+bytes it does not read is aborted after ``CLOSE_FLUSH_S``.
 
 A connection the TLS mode does not take (a TLS client of a ``disabled`` proxy, a plaintext
 client of an ``enforcing`` one) is closed with a line in the log that says why, which
@@ -29,6 +34,7 @@ import contextlib
 import enum
 import logging
 import time
+from collections.abc import Callable
 from typing import cast
 
 from proxy.api.connections import grpc_peer
@@ -48,6 +54,8 @@ HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
 # At most one refusal line per this many seconds; the lines between are counted.
 REFUSAL_LOG_EVERY_S = 1.0
+# A closed relay's sides get this long to hand over what they still hold, then are aborted.
+CLOSE_FLUSH_S = 5.0
 
 
 class Transport(enum.StrEnum):
@@ -68,7 +76,11 @@ class TlsFront:
         *,
         first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
         proxy_protocol: bool = False,
+        count: Callable[[str], None] | None = None,
     ) -> None:
+        """``count(result)``: told of each connection's fate (``ProxyMetrics
+        .front_connection``): its kind once relayed, ``refused_<kind>``,
+        ``refused_proxy_header`` or ``connect_failed``."""
         self._ports = {Transport.PLAINTEXT: plaintext_port, Transport.TLS: tls_port}
         self.proxy_protocol = proxy_protocol
         self._refusals = refusals
@@ -83,6 +95,11 @@ class TlsFront:
         self.refused = dict.fromkeys(Transport, 0)
         self.proxy_headers = 0  # connections that opened with a PROXY header read
         self.refused_headers = 0  # ... with one that did not parse, or while it is off
+        # Relays whose connection to the gRPC server did not open (the client was closed).
+        self.connect_failures = 0
+        # Relays closed whose transports have not both gone yet (CLOSE_FLUSH_S).
+        self._closing: set[_Relay] = set()
+        self._count = count or (lambda result: None)
         self._logged_at = 0.0
         self._unlogged = 0
 
@@ -121,10 +138,13 @@ class TlsFront:
             self._server.close()
 
     async def close(self) -> None:
-        """Stop accepting and close every relay (their gRPC connections have ended)."""
+        """Stop accepting and close every relay (their gRPC connections have ended); a side
+        that still holds bytes its peer does not read is aborted."""
         self.stop_accepting()
         for relay in list(self._relays):
             relay.close()
+        for relay in list(self._closing):
+            relay.abort()
         if self._server is not None:
             # Closed relays are gone once their transports have called back.
             with contextlib.suppress(TimeoutError):
@@ -132,9 +152,13 @@ class TlsFront:
             self._server = None
 
     def status(self) -> dict[str, object]:
+        """``open``: relays serving a client; ``accepted``: connections relayed to the gRPC
+        server (counted once their relay opened); ``connect_failed``: ones whose relay did
+        not open."""
         return {
             "open": len(self._relays),
             "accepted": {t.value: n for t, n in self.counts.items()},
+            "connect_failed": self.connect_failures,
             "refused": {t.value: n for t, n in self.refused.items()},
             "proxy_protocol": {
                 "on": self.proxy_protocol,
@@ -148,16 +172,30 @@ class TlsFront:
     def _route(self, relay: _Relay, first: int) -> int | None:
         """The gRPC port for a connection whose first byte is ``first``; None: refuse it."""
         kind = Transport.TLS if first == _TLS_HANDSHAKE else Transport.PLAINTEXT
+        relay.kind = kind
         port = self._ports[kind]
         if port is None:
             self.refused[kind] += 1
+            self._count(f"refused_{kind.value}")
             self._log_refusal(relay.client, kind)
-        else:
-            self.counts[kind] += 1
         return port
+
+    def _connected(self, relay: _Relay) -> None:
+        assert relay.kind is not None
+        self.counts[relay.kind] += 1
+        self._count(relay.kind.value)
+
+    def _connect_failed(self, relay: _Relay, port: int, exc: OSError) -> None:
+        self.connect_failures += 1
+        self._count("connect_failed")
+        self._log(
+            f"client {relay.client} closed: its relay to the gRPC server's port {port} did not "
+            f"open ({exc}); raise the open-files limit (ulimit -n) if it says too many files"
+        )
 
     def _refuse_header(self, relay: _Relay, why: str) -> None:
         self.refused_headers += 1
+        self._count("refused_proxy_header")
         self._log(f"client {relay.client} refused: it opened with a PROXY header {why}")
 
     def _log_refusal(self, client: str, kind: Transport) -> None:
@@ -180,9 +218,13 @@ class TlsFront:
 
     def _closed(self, relay: _Relay) -> None:
         self._relays.discard(relay)
+        self._closing.add(relay)
         if relay.local_port is not None:
             self._clients.pop(relay.local_port, None)
             self._origins.pop(relay.local_port, None)
+
+    def _gone(self, relay: _Relay) -> None:
+        self._closing.discard(relay)
 
 
 def peer_address(peer: str) -> str:
@@ -196,17 +238,24 @@ class _Relay:
 
     __slots__ = (
         "client",
+        "client_done",
+        "client_gone",
         "closed",
         "connecting",
         "downstream",
         "front",
         "head",
         "header_read",
+        "kind",
         "local_port",
         "origin",
         "pending",
+        "server_done",
+        "server_gone",
         "timer",
         "upstream",
+        "upstream_full",
+        "waiting_upstream",
     )
 
     def __init__(self, front: TlsFront, downstream: asyncio.Transport) -> None:
@@ -217,6 +266,14 @@ class _Relay:
         self.origin: str | None = None  # the client a PROXY header named, "host:port"
         self.head = b""  # first bytes too few to tell whether they open a PROXY header
         self.header_read = False
+        self.kind: Transport | None = None
+        # Why the client is not read: its bytes wait for the upstream to open, or the
+        # upstream holds HIGH_WATER unsent. Reading resumes only when neither holds.
+        self.waiting_upstream = False
+        self.upstream_full = False
+        # Sides that have stopped sending (EOF), and have gone (connection lost).
+        self.client_done = self.server_done = False
+        self.client_gone = self.server_gone = False
         self.upstream: asyncio.Transport | None = None
         self.local_port: int | None = None
         self.pending: list[bytes] = []  # the client's bytes while the upstream opens
@@ -272,7 +329,7 @@ class _Relay:
         try:
             upstream, _ = await loop.create_connection(lambda: _ServerSide(self), "127.0.0.1", port)
         except OSError as exc:
-            log.debug("relay for %s: the gRPC server's port %d: %s", self.client, port, exc)
+            self.front._connect_failed(self, port, exc)
             self.close()
             return
         finally:
@@ -280,13 +337,22 @@ class _Relay:
         if self.closed:
             upstream.close()
             return
+        self.upstream_opened(upstream)
+
+    def upstream_opened(self, upstream: asyncio.Transport) -> None:
+        """The relay's connection to the gRPC server is open: send what the client sent
+        meanwhile, then read the client again unless that filled the upstream."""
         self.upstream = upstream
         upstream.set_write_buffer_limits(HIGH_WATER, LOW_WATER)
         self.local_port = upstream.get_extra_info("sockname")[1]
         self.front._opened(self, self.local_port)
-        upstream.write(b"".join(self.pending))
+        self.front._connected(self)
+        upstream.write(b"".join(self.pending))  # may fill it: pause_writing says so
         self.pending.clear()
-        self.downstream.resume_reading()
+        if self.client_done and upstream.can_write_eof():
+            upstream.write_eof()
+        self.waiting_upstream = False
+        self.read_client_if_free()
 
     def from_client(self, data: bytes) -> None:
         if self.upstream is not None:
@@ -294,7 +360,34 @@ class _Relay:
             return
         self.pending.append(data)
         if sum(map(len, self.pending)) > HIGH_WATER:
-            self.downstream.pause_reading()  # resumed once the upstream is open
+            self.waiting_upstream = True
+            self.downstream.pause_reading()
+
+    def read_client_if_free(self) -> None:
+        """Read the client again, unless something still holds it (either reason)."""
+        if not (self.waiting_upstream or self.upstream_full or self.closed):
+            self.downstream.resume_reading()
+
+    def eof_from(self, client: bool) -> bool:
+        """One side stopped sending: tell the other (it may still answer), and keep the
+        relay open until both have; True keeps the transport that saw the EOF open."""
+        if client:
+            self.client_done = True
+            to = self.upstream
+        else:
+            self.server_done = True
+            to = self.downstream
+        if self.client_done and self.server_done:
+            self.close()
+            return False
+        if to is None:
+            if self.connecting is not None:
+                return True  # the relay opens, sends what the client sent, then its EOF
+            self.close()  # a client that said nothing routable and stopped
+            return False
+        if to.can_write_eof():
+            to.write_eof()
+        return True
 
     def close(self) -> None:
         if self.closed:
@@ -309,6 +402,32 @@ class _Relay:
         if self.upstream is not None:
             self.upstream.close()
         self.front._closed(self)
+        # A side still flushing to a peer that does not read would stay open for good.
+        self.timer = asyncio.get_running_loop().call_later(CLOSE_FLUSH_S, self.abort)
+
+    def abort(self) -> None:
+        """Drop both sides now, whatever they still hold (a bounded close)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.downstream.abort()
+        if self.upstream is not None:
+            self.upstream.abort()
+        self.front._gone(self)
+
+    def gone(self, client: bool) -> None:
+        """One side's connection is gone: the relay is closed, and done with once both are
+        (or the client's, when no upstream opened)."""
+        if client:
+            self.client_gone = True
+        else:
+            self.server_gone = True
+        self.close()
+        if self.client_gone and (self.server_gone or self.upstream is None):
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            self.front._gone(self)
 
 
 class _ClientSide(asyncio.Protocol):
@@ -334,11 +453,12 @@ class _ClientSide(asyncio.Protocol):
             relay.from_client(data)
 
     def eof_received(self) -> bool:
-        return False  # close: gRPC has nothing to say to a client that stopped sending
+        assert self.relay is not None
+        return self.relay.eof_from(client=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.relay is not None:
-            self.relay.close()
+            self.relay.gone(client=True)
 
     def pause_writing(self) -> None:
         if self.relay is not None and self.relay.upstream is not None:
@@ -359,13 +479,15 @@ class _ServerSide(asyncio.Protocol):
         self.relay.downstream.write(data)
 
     def eof_received(self) -> bool:
-        return False
+        return self.relay.eof_from(client=False)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.relay.close()
+        self.relay.gone(client=False)
 
     def pause_writing(self) -> None:
+        self.relay.upstream_full = True
         self.relay.downstream.pause_reading()
 
     def resume_writing(self) -> None:
-        self.relay.downstream.resume_reading()
+        self.relay.upstream_full = False
+        self.relay.read_client_if_free()

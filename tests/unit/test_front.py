@@ -5,7 +5,9 @@ take is closed with a line that says why, and either end closing closes the othe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 
 import pytest
 
@@ -164,7 +166,8 @@ async def test_a_silent_client_is_closed_and_close_ends_every_relay(upstreams):
 
 
 async def test_a_large_transfer_passes_whole_both_ways(upstreams):
-    """More than the relay's buffers hold: reading pauses and resumes, nothing is lost."""
+    """More than the relay's buffers hold, both ways at once: nothing is lost (the pausing
+    itself: ``test_a_side_that_does_not_read_stops_the_relay_reading_the_other``)."""
     plain, _ = upstreams
     front, port = await _front({Transport.PLAINTEXT: plain.port, Transport.TLS: None})
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -179,3 +182,233 @@ async def test_a_large_transfer_passes_whole_both_ways(upstreams):
     finally:
         writer.close()
         await front.close()
+
+
+# -- failures, backpressure, half-close, a bounded close --------------------------------------
+
+
+async def test_a_relay_that_cannot_open_closes_its_client_logged_and_counted(caplog):
+    """The gRPC server's port refuses (as when the open-files limit or the loopback ports
+    run out): the client is closed at once, the line says why, and it is not counted as
+    accepted."""
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        dead_port = closed.getsockname()[1]
+    results: list[str] = []
+    front, port = await _front(
+        {Transport.PLAINTEXT: dead_port, Transport.TLS: None}, count=results.append
+    )
+    caplog.set_level(logging.WARNING, logger="proxy.security.front")
+    try:
+        assert await _exchange(port, PREFACE) == b""
+        await wait_until(lambda: front.status()["open"] == 0, timeout=5)
+        status = front.status()
+        assert status["connect_failed"] == 1 and status["accepted"] == {"tls": 0, "plaintext": 0}
+        assert results == ["connect_failed"]
+        assert f"its relay to the gRPC server's port {dead_port} did not open" in caplog.text
+    finally:
+        await front.close()
+
+
+class Silent:
+    """An upstream that accepts and never reads, until told to."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.release.wait()
+        writer.close()
+
+    async def close(self) -> None:
+        self.release.set()
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_a_side_that_does_not_read_stops_the_relay_reading_the_other():
+    """The gRPC server stops reading: the front stops reading the client once it holds
+    HIGH_WATER for the server, rather than buffering what the client sends."""
+    from proxy.security.front import HIGH_WATER
+
+    silent = Silent()
+    await silent.start()
+    front, port = await _front({Transport.PLAINTEXT: silent.port, Transport.TLS: None})
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(PREFACE)
+    sending = asyncio.ensure_future(_send_forever(writer))
+    try:
+        await wait_until(lambda: bool(front._relays), timeout=5)
+        relay = next(iter(front._relays))
+        await wait_until(lambda: relay.upstream is not None, timeout=5)
+        await wait_until(lambda: not relay.downstream.is_reading(), timeout=10)
+        assert relay.upstream is not None
+        assert relay.upstream.get_write_buffer_size() <= HIGH_WATER + (1 << 20)
+    finally:
+        sending.cancel()
+        writer.close()
+        await front.close()
+        await silent.close()
+
+
+async def _send_forever(writer: asyncio.StreamWriter) -> None:
+    chunk = bytes(1 << 20)
+    while True:
+        writer.write(chunk)
+        await writer.drain()
+
+
+class FakeTransport:
+    """Records what the relay asks of a transport; ``on_write`` may call back into it."""
+
+    def __init__(self, on_write=None) -> None:
+        self.reading = True
+        self.written = 0
+        self.on_write = on_write
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+        if self.on_write is not None:
+            self.on_write()
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
+    def get_extra_info(self, name: str):
+        return ("127.0.0.1", 5000) if name in ("peername", "sockname") else None
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+async def test_an_upstream_filled_by_the_clients_first_bytes_keeps_the_client_paused():
+    """The client sent more than HIGH_WATER while the relay opened, and handing it over
+    fills the upstream: the client stays unread until the upstream drains."""
+    from proxy.security.front import HIGH_WATER, _Relay, _ServerSide
+
+    front = TlsFront(1, None, {})
+    client = FakeTransport()
+    relay = _Relay(front, client)  # type: ignore[arg-type]
+    relay.first_bytes(PREFACE)
+    assert relay.connecting is not None
+    relay.connecting.cancel()
+    relay.connecting = None
+    relay.from_client(bytes(HIGH_WATER + 1))
+    assert not client.reading  # too much waiting for the upstream
+    server_side = _ServerSide(relay)
+    upstream = FakeTransport(on_write=server_side.pause_writing)  # the write fills it
+    relay.upstream_opened(upstream)  # type: ignore[arg-type]
+    assert upstream.written == len(PREFACE) + HIGH_WATER + 1
+    assert not client.reading  # still held: the upstream is full
+    server_side.resume_writing()
+    assert client.reading
+    relay.close()
+
+
+async def test_a_client_that_stops_sending_still_gets_the_answer():
+    """A client's FIN is passed on, not taken as the end of both directions: the server
+    answers what it read, after the client stopped sending."""
+
+    async def answer_after_eof(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        data = await reader.read()  # until the client's EOF
+        writer.write(b"got " + str(len(data)).encode())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer_after_eof, "127.0.0.1", 0)
+    upstream_port = server.sockets[0].getsockname()[1]
+    front, port = await _front({Transport.PLAINTEXT: upstream_port, Transport.TLS: None})
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(PREFACE + b"x" * 1000)
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 5) == f"got {len(PREFACE) + 1000}".encode()
+        writer.close()
+        await wait_until(lambda: front.status()["open"] == 0 and not front._closing, timeout=5)
+    finally:
+        await front.close()
+        server.close()
+
+
+async def test_a_relay_closed_with_bytes_for_a_client_that_does_not_read_is_aborted(
+    monkeypatch,
+):
+    """The server floods a client that never reads; the relay is closed (as when its
+    other side goes) with bytes it cannot flush: its sockets are aborted after
+    CLOSE_FLUSH_S rather than held open for good."""
+    from proxy.security import front as front_module
+    from proxy.security.front import HIGH_WATER
+
+    monkeypatch.setattr(front_module, "CLOSE_FLUSH_S", 0.3)
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        await reader.read(len(PREFACE))
+        writer.write(bytes(32 << 20))
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    server = await asyncio.start_server(flood, "127.0.0.1", 0)
+    upstream_port = server.sockets[0].getsockname()[1]
+    front, port = await _front({Transport.PLAINTEXT: upstream_port, Transport.TLS: None})
+    try:
+        # A small receive window: what the relay sends the client stays in the relay.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        _reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(PREFACE)  # and never read
+        await wait_until(lambda: bool(front._relays), timeout=5)
+        relay = next(iter(front._relays))
+        # The client's socket is full, and the relay holds HIGH_WATER more for it.
+        await wait_until(lambda: relay.downstream.get_write_buffer_size() >= HIGH_WATER, timeout=10)
+        relay.close()
+        assert relay in front._closing and front.status()["open"] == 0
+        await wait_until(lambda: not front._closing, timeout=5)
+        assert relay.client_gone and relay.server_gone
+        writer.close()
+    finally:
+        await front.close()
+        server.close()
+
+
+def test_the_process_raises_its_open_files_limit_to_the_hard_one():
+    """Each client costs the front three descriptors: at start the soft limit goes up to
+    the hard one, and the log says what it got (a process of its own: limits are the
+    process's)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging, resource, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+        "from proxy.loop import raise_open_files_limit\n"
+        "got = raise_open_files_limit()\n"
+        "print('now', resource.getrlimit(resource.RLIMIT_NOFILE)[0], 'hard', hard, 'got', got)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    now, hard = out.split("now ")[1].split()[0], out.split("hard ")[-1].split()[0]
+    assert now == hard and f"got {hard}" in out, out
+    assert f"open files: soft limit raised from 64 to the hard limit {hard}" in out, out
