@@ -94,7 +94,9 @@ async def test_producer_groups_are_named_again_on_a_new_broker_connection():
 async def test_a_broker_that_left_the_route_is_still_told_of_the_producers():
     """A broker SIGKILLed leaves the name server's route at once; back, it is listed again
     only when the route is refreshed, and checks its half messages meanwhile. The proxy's
-    rounds keep naming the groups to a broker that served the topic within TTL + grace."""
+    rounds keep naming the groups to a broker that served the topic within TTL + grace.
+    (The dead broker refuses connections: one that still accepted them would be a broker
+    the proxy reaches, kept in the route while connected.)"""
     gone, stays = HeartbeatCounter(), HeartbeatCounter()
     async with gone as gone_address, stays as stays_address:
         namesrv = RouteNamesrv(route_body({"b": gone_address, "c": stays_address}))
@@ -106,10 +108,11 @@ async def test_a_broker_that_left_the_route_is_still_told_of_the_producers():
                 processor.register([TOPIC], lambda _check: True)
                 await wait_until(lambda: gone.heartbeats >= 1, timeout=5.0)
                 namesrv.body = route_body({"c": stays_address})  # b died: unlisted
-                gone.drop_connections()
+                gone.die()
                 await wait_until(
                     lambda: [b.name for b in pool._routes[TOPIC][1].brokers] == ["c"], timeout=5.0
                 )
+                await gone.revive()  # back; the name server lists it only later
                 before = gone.heartbeats
                 await wait_until(lambda: gone.heartbeats > before, timeout=5.0)
             finally:

@@ -35,15 +35,27 @@ class ScriptedServer:
     def __init__(self, answer: Callable[[RemotingCommand], RemotingCommand | None]) -> None:
         self.answer = answer
         self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0  # once started
 
     def drop_connections(self) -> None:
         """Close every connection, as a peer that restarted has."""
         for writer in self._writers:
             writer.close()
 
+    def die(self) -> None:
+        """Stop listening and drop every connection, as a SIGKILLed broker: new
+        connections are refused until ``revive``."""
+        self.server.close()
+        self.drop_connections()
+
+    async def revive(self) -> None:
+        """Listen again on the same port, as the broker restarted."""
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        self.port = self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{self.port}"
 
     async def __aexit__(self, *exc) -> None:
         self.server.close()
