@@ -92,8 +92,10 @@ def server_tls(endpoint: str, timeout_s: float = 10.0) -> ClientTls:
         owner: Any = tls
         if not hasattr(owner, "get_unverified_chain"):
             owner = owner._sslobj
-        pems = [ssl.DER_cert_to_PEM_cert(c.public_bytes(_DER)).encode()
+        # DER bytes from the public method; certificate objects from the private one.
+        ders = [c if isinstance(c, bytes) else c.public_bytes(_DER)
                 for c in owner.get_unverified_chain()]  # fmt: skip
+        pems = [ssl.DER_cert_to_PEM_cert(der).encode() for der in ders]
     return ClientTls(b"".join(pems), certificate_name(pems[0]))
 
 

@@ -34,6 +34,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from proxy.api.context import Context
 from proxy.config import ClientMetricsConfig, ClientMetricsMode
 from proxy.observability.client_metrics import BadExport, ClientMetricsIngest
+from proxy.observability.log_every import LogEvery
 from proxy.observability.metrics import ProxyMetrics
 from proxy.security.guard import Denied, Guard
 
@@ -149,7 +150,7 @@ class Forward:
         self.sent = 0
         self._task: asyncio.Task[None] | None = None
         self._channel: grpc.aio.Channel | None = None
-        self._logged_at = -FORWARD_LOG_EVERY_S
+        self._failures_log = LogEvery(log, FORWARD_LOG_EVERY_S)
 
     def start(self) -> None:
         self._channel = grpc.aio.insecure_channel(self.target)
@@ -171,11 +172,10 @@ class Forward:
                 self.sent += 1
             except grpc.aio.AioRpcError as exc:
                 self.metrics.client_dropped("forward_failed")
-                now = time.monotonic()
-                if now - self._logged_at >= FORWARD_LOG_EVERY_S:
-                    self._logged_at = now
-                    log.warning("client metrics: forward to %s failed: %s %s",
-                                self.target, exc.code().name, exc.details())  # fmt: skip
+                self._failures_log.warning(
+                    "client metrics: forward to %s failed: %s %s",
+                    self.target, exc.code().name, exc.details(),
+                )  # fmt: skip
 
     async def close(self) -> None:
         if self._task is not None:

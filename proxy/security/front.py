@@ -33,11 +33,11 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 from collections.abc import Callable
 from typing import cast
 
 from proxy.api.connections import grpc_peer
+from proxy.observability.log_every import LogEvery
 from proxy.security import proxy_protocol
 from proxy.security.proxy_protocol import Opening, ProxyHeaderError
 
@@ -100,8 +100,7 @@ class TlsFront:
         # Relays closed whose transports have not both gone yet (CLOSE_FLUSH_S).
         self._closing: set[_Relay] = set()
         self._count = count or (lambda result: None)
-        self._logged_at = 0.0
-        self._unlogged = 0
+        self._refusals_log = LogEvery(log, REFUSAL_LOG_EVERY_S)
 
     async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
         """Listen on ``host:port`` (0: a free port); the port bound."""
@@ -202,14 +201,7 @@ class TlsFront:
         self._log(f"{kind.value} client {client} refused: {self._refusals[kind]}")
 
     def _log(self, line: str) -> None:
-        now = time.monotonic()
-        if now - self._logged_at < REFUSAL_LOG_EVERY_S:
-            self._unlogged += 1
-            return
-        more = f" ({self._unlogged} more refused since the last line)" if self._unlogged else ""
-        log.warning("%s%s", line, more)
-        self._logged_at = now
-        self._unlogged = 0
+        self._refusals_log.warning("%s", line)
 
     def _opened(self, relay: _Relay, local_port: int) -> None:
         self._clients[local_port] = relay.client

@@ -282,7 +282,7 @@ async def test_client_certificates_and_ops_tls(secure_proxy, clients, ca):
         await _metrics(proxy)  # plain HTTP to the TLS ops port
 
 
-async def test_security_off_by_default(start_proxy, lean):
+async def test_by_default_no_authentication_no_signing_and_tls_beside_plaintext(start_proxy, lean):
     proxy = await start_proxy(topics=("T",))
     client = lean(proxy)
     assert (await client.send("T", b"x")).status.code == pb.Code.OK
