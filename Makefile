@@ -30,7 +30,7 @@ help:
 	@echo "                  (STACK_ARGS=--real: real RocketMQ name server and brokers instead of stubs)"
 	@echo "make lint         ruff, mypy (strict on the product, lenient on tests/ and the tools)"
 	@echo "make config-doc   write docs/configuration.md from the configuration's code"
-	@echo "make bench        all four benchmarks below, one after another (about 25 minutes)"
+	@echo "make bench        all four benchmarks below, one after another (about 30 minutes)"
 	@echo "make bench-modes  every receive mode side by side (results/bench; BENCH_ARGS=--help)"
 	@echo "make bench-real   the sparse case on 3 real RocketMQ brokers (results/bench-real)"
 	@echo "make bench-peer   the Apache and Rust RocketMQ proxies beside ours on real brokers (results/bench-peer)"
@@ -158,8 +158,8 @@ $(BENCH_STAMP): $(STAMP)
 # for one bench at a time (each has flags of its own).
 bench: bench-modes bench-calibrate bench-broker bench-analytics
 
-# The receive modes side by side (about 17 minutes); BENCH_ARGS passes flags, e.g.
-# BENCH_ARGS="--scenarios overhead --profile".
+# The receive modes side by side (about 21 minutes, 4 of them the filtered scenario);
+# BENCH_ARGS passes flags, e.g. BENCH_ARGS="--scenarios overhead --profile".
 bench-modes: $(BENCH_STAMP)
 	$(BIN)/python -m bench.bench_proxy --out $(RESULTS)/bench $(BENCH_ARGS)
 
