@@ -52,6 +52,7 @@ def test_families_have_the_contract_names_and_types():
         "rocketmq_process_time": "histogram",
         "rocketmq_proxy_client_metrics_exports": "counter",
         "rocketmq_proxy_client_metrics_dropped": "counter",
+        "rocketmq_proxy_front_connections": "counter",
     }
     assert {name: fams[name].type for name in expected} == expected
     assert set(fams) == set(expected)
