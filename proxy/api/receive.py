@@ -146,7 +146,7 @@ class ReceiveActivity:
             if remaining_ms - rc.reserve_ms < rc.min_polling_ms:
                 raise check.polling_time_error(context)
             polling = remaining_ms - rc.reserve_ms
-        rec.topic = topic = check.validate_topic(request.message_queue.topic.name)
+        rec.topic = topic = check.validate_receive_topic(request.message_queue.topic.name)
         rec.group = group = check.validate_group(request.group.name)
         if request.auto_renew:
             # A push consumer: the proxy renews what it delivers, slice by slice.

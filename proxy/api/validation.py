@@ -47,6 +47,7 @@ SYSTEM_TOPICS = frozenset(
 # Retry (%RETRY%<group>) and dead-letter (%DLQ%<group>) topics are not system topics: a
 # client may send to them and consume them, as through the Apache proxy.
 _SYSTEM_TOPIC_PREFIXES = ("rmq_sys_",)
+RETRY_TOPIC_PREFIX = "%RETRY%"
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 
 # Properties the broker and proxy own: a client may not set them as user properties, and
@@ -174,6 +175,22 @@ def validate_topic(topic: str) -> str:
         )
     if topic in SYSTEM_TOPICS or topic.startswith(_SYSTEM_TOPIC_PREFIXES):
         raise ApiError(Code.ILLEGAL_TOPIC, "cannot access system topic")
+    return topic
+
+
+def validate_receive_topic(topic: str) -> str:
+    """A topic a consumer may pop: not a retry topic. A 5.5.0 broker cannot revive a message
+    popped from ``%RETRY%<group>`` by a consumer group (KeyBuilder.parseNormalTopic fails
+    on it) and retries it for good, which stops every later redelivery of its revive queue,
+    one of the broker's eight. The Apache proxy lets the pop through; this proxy refuses
+    it (a retry topic's messages come back to its own group's consumers anyway)."""
+    validate_topic(topic)
+    if topic.startswith(RETRY_TOPIC_PREFIX):
+        raise ApiError(
+            Code.ILLEGAL_TOPIC,
+            f"cannot receive from retry topic {topic}: a broker cannot redeliver what is "
+            "popped from it; its messages come back to its group's own consumers",
+        )
     return topic
 
 

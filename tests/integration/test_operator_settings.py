@@ -115,7 +115,6 @@ async def collect(
     filter_type: int = pb.FilterType.TAG,
     timeout_s: float = 30.0,
     quiet_polls: int = 2,
-    ack: bool = True,
 ) -> list[pb.Message]:
     """Receive (and ack) until ``want`` messages came, then ``quiet_polls`` more polls that
     must bring nothing more (what the filter should leave out must not come late). Each
@@ -135,9 +134,8 @@ async def collect(
         assert result.status in (Code.OK, Code.MESSAGE_NOT_FOUND), (result.status, result.message)
         if result.messages:
             got += result.messages
-            if ack:
-                acked = await client.ack(group, topic, result.messages)
-                assert acked.status.code == Code.OK, acked.status
+            acked = await client.ack(group, topic, result.messages)
+            assert acked.status.code == Code.OK, acked.status
         elif len(got) >= want:
             quiet += 1
     return got
@@ -275,7 +273,7 @@ async def test_the_java_clients_namespace_leaves_names_as_they_are(peer, tmp_pat
     client = peer.client()
     client.metadata = (*client.metadata, ("x-mq-namespace", "bad ns!"))  # never validated
     await send(client, stored, b"stored")
-    [got] = await collect(peer, client, await peer.group("Gstored"), stored, 1, ack=False)
+    [got] = await collect(peer, client, await peer.group("Gstored"), stored, 1)
     assert (got.topic.name, got.topic.resource_namespace) == (topic, "ns1")
     route = await client.stub.QueryRoute(
         api.QueryRouteRequest(topic=pb.Resource(name=topic, resource_namespace="x")),
@@ -337,8 +335,11 @@ async def test_a_groups_retry_policy_is_in_its_consumers_settings(peer):
 
 async def test_retry_max_times_one_delivers_twice_then_dead_letters(peer):
     """``mqadmin updateSubGroup -r 1``: a SimpleConsumer that never acks gets the message
-    twice; then it is in %DLQ%<group>, where a consumer of that topic reads it back.
-    Sending to and receiving from a %RETRY% topic is allowed too."""
+    twice; then it is in %DLQ%<group>, where a consumer of that topic reads (and acks) it.
+    Sending to a %RETRY% topic is allowed through both. Receiving from one: the Apache
+    proxy pops it, and a 5.5.0 broker then cannot revive that message and stops the revive
+    queue it is on for good (every later redelivery there), so this suite never does that
+    to the shared brokers; ours refuses it (docs/api.md)."""
     topic = await peer.topic("Tdlq")
     group = await peer.group("Gdlq", retry_max_times=1)
     client = peer.client()
@@ -369,14 +370,15 @@ async def test_retry_max_times_one_delivers_twice_then_dead_letters(peer):
     assert attempts == [1, 2]
     assert [m.body for m in dead] == [b"poison"]
     assert dict(dead[0].user_properties)["k"] == "v"
+    acked = await reader.ack(reader_group, dlq, dead)
+    assert acked.status.code == Code.OK, acked.status
 
     retry_topic = f"%RETRY%{group}"
     await peer.create_topic(retry_topic)
     await send(client, retry_topic, b"again")
-    # Read, not acked: neither proxy acks a message read from a %RETRY% topic (the
-    # brokers refuse it; docs/api.md).
-    got = await collect(peer, reader, reader_group, retry_topic, 1, quiet_polls=0, ack=False)
-    assert [m.body for m in got] == [b"again"]
+    if peer.name == "ours":
+        refused = await reader.receive(reader_group, retry_topic, await_ms=peer.min_poll_ms)
+        assert refused.status == Code.ILLEGAL_TOPIC, refused.message
 
 
 # -- trace context --------------------------------------------------------------------------

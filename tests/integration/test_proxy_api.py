@@ -218,7 +218,8 @@ async def receive_status(client, group_, topic_, **kwargs) -> int:
         ({"topic": "bad/topic"}, Code.ILLEGAL_TOPIC),
         ({"topic": "x" * 128}, Code.ILLEGAL_TOPIC),
         ({"topic": "rmq_sys_T"}, Code.ILLEGAL_TOPIC),
-        ({"topic": "%RETRY%NoSuchGroup"}, Code.TOPIC_NOT_FOUND),  # not a system topic
+        ({"topic": "%DLQ%NoSuchGroup"}, Code.TOPIC_NOT_FOUND),  # not a system topic
+        ({"topic": "%RETRY%G_T"}, Code.ILLEGAL_TOPIC),  # never popped (docs/api.md)
         ({"topic": "NoSuchTopic"}, Code.TOPIC_NOT_FOUND),
         ({"batch": 0}, Code.BAD_REQUEST),
         ({"invisible_ms": 9_999}, Code.ILLEGAL_INVISIBLE_TIME),
