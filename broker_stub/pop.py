@@ -30,11 +30,17 @@ from dataclasses import dataclass, field
 
 from broker_stub.config import BrokerConfig
 from broker_stub.sql92 import Sql92Filter
-from broker_stub.store import MessageStore, PutResult, record_properties
+from broker_stub.store import MessageStore, PutResult
 from broker_stub.topics import TopicTable
 from proxy.remoting.filter import TagFilter
 from proxy.remoting.headers import now_ms
-from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_message
+from proxy.remoting.message import (
+    MessageExt,
+    Prop,
+    decode_messages,
+    encode_message,
+    record_properties,
+)
 from proxy.remoting.popinfo import (
     RETRY_GROUP_TOPIC_PREFIX,
     RETRY_V2,

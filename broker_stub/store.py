@@ -8,54 +8,14 @@ offset, drop up to an offset) over files, and nothing above this module changes.
 
 from __future__ import annotations
 
-import struct
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from proxy.remoting.message import (
-    MAGIC_V1,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
-    MessageExt,
-    Prop,
-    decode_messages,
-    decode_properties,
-    encode_message,
-)
+from proxy.remoting.message import MessageExt, Prop, decode_messages, encode_message
 
 LMQ_PREFIX = "%LMQ%"  # MixAll.LMQ_PREFIX: queues a message can be multi-dispatched to
-
-# Where a stored record's fields are (encode_message): magic at 4, sysFlag at 36, the born
-# host from 48 (8 bytes, 20 for IPv6), the store timestamp (8), the store host, reconsume
-# times (4), prepared transaction offset (8), then the body's length, the body, the topic's
-# length (1 byte, 2 for MAGIC_V2), the topic, the properties' length (2) and properties.
-_INT = struct.Struct(">i")
-_SHORT = struct.Struct(">h")
-_MAGIC_AT, _SYS_FLAG_AT, _BORN_HOST_AT = 4, 36, 48
-
-
-def record_properties(record: bytes) -> dict[str, str]:
-    """The properties of a stored record, read without decoding (or copying) its body: what
-    a SQL92 filter evaluates, as a RocketMQ broker decodes only the properties of the
-    commit-log entry it filters."""
-    (magic,) = _INT.unpack_from(record, _MAGIC_AT)
-    (sys_flag,) = _INT.unpack_from(record, _SYS_FLAG_AT)
-    pos = _BORN_HOST_AT + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + 8
-    pos += (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 4 + 8
-    (body_len,) = _INT.unpack_from(record, pos)
-    pos += 4 + body_len
-    if magic == MAGIC_V1:
-        topic_len = record[pos]
-        pos += 1
-    else:
-        (topic_len,) = _SHORT.unpack_from(record, pos)
-        pos += 2
-    pos += topic_len
-    (props_len,) = _SHORT.unpack_from(record, pos)
-    pos += 2
-    return decode_properties(record[pos : pos + props_len].decode())
 
 
 class CommitLog(ABC):

@@ -271,6 +271,32 @@ def _ip_text(packed: bytes) -> str:
     return str(ipaddress.ip_address(packed))
 
 
+def record_properties(record: bytes) -> dict[str, str]:
+    """The properties of one record, read without decoding (or copying) its body: what a
+    broker reads of a commit-log entry to apply a SQL92 filter (the broker stub's pops)."""
+    view = memoryview(record)
+    _, magic, _, _, _, _, _, sys_flag, _ = _RECORD_HEAD.unpack_from(view)
+    pos = _RECORD_HEAD.size + _host_size(sys_flag & SYSFLAG_BORNHOST_V6) + 8
+    pos += _host_size(sys_flag & SYSFLAG_STOREHOST_V6) + 12  # reconsume times, prepared
+    (body_len,) = _INT.unpack_from(view, pos)
+    pos += 4 + body_len
+    if magic == MAGIC_V1:
+        topic_len = view[pos]
+        pos += 1
+    else:
+        (topic_len,) = _SHORT.unpack_from(view, pos)
+        pos += 2
+    pos += topic_len
+    (props_len,) = _SHORT.unpack_from(view, pos)
+    pos += 2
+    return decode_properties(bytes(view[pos : pos + props_len]).decode())
+
+
+def _host_size(v6: int) -> int:
+    """A host's bytes in a record: its address and its port."""
+    return (16 if v6 else 4) + 4
+
+
 def _unpack_host(view: memoryview, pos: int, v6: int) -> tuple[Host, int]:
     size = 16 if v6 else 4
     ip = _ip_text(bytes(view[pos : pos + size]))

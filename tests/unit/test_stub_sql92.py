@@ -26,13 +26,17 @@ from broker_stub.groups import (
 )
 from broker_stub.handlers import RequestError
 from broker_stub.sql92 import Sql92Error, Sql92Filter
-from broker_stub.store import record_properties
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.filter import MATCH_ALL, FilterExpressionError, TagFilter
 from proxy.remoting.headers import NotificationHeader, NotificationResponseHeader, now_ms
-from proxy.remoting.message import MessageExt, decode_messages, encode_message
+from proxy.remoting.message import (
+    MessageExt,
+    decode_messages,
+    encode_message,
+    record_properties,
+)
 from tests.support.remoting import pop_fields
 
 
