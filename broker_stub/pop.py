@@ -282,24 +282,14 @@ class PopService:
         next_offset = offset
         entries = self.store.queue(topic, queue_id).scan(offset, self.config.scan_limit)
         read = self.store.commit_log.read
-        message_filter = req.filter
-        if isinstance(message_filter, Sql92Filter):
-            for off, entry in entries:
-                next_offset = off + 1
-                record = read(entry.physical_offset)
-                if record is None or not message_filter.matches(record_properties(record)):
-                    continue
-                offsets.append(off)
-                records.append(record)
-                if len(offsets) >= want:
-                    break
-            return offsets, records, next_offset
+        sql = req.filter if isinstance(req.filter, Sql92Filter) else None
+        tags = req.filter if isinstance(req.filter, TagFilter) else None
         for off, entry in entries:
             next_offset = off + 1
-            if not message_filter.matches(entry.tag):
+            if tags is not None and not tags.matches(entry.tag):
                 continue
             record = read(entry.physical_offset)
-            if record is None:
+            if record is None or (sql is not None and not sql.matches(record_properties(record))):
                 continue
             offsets.append(off)
             records.append(record)
