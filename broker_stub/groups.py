@@ -16,6 +16,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.remoting.codes import DEFAULT_EXPONENTIAL_BACKOFF, DEFAULT_RETRY_BACKOFF_MS
+
 # Group attributes a RocketMQ 5.5 broker knows; any other key is refused.
 LITE_BIND_TOPIC = "lite.bind.topic"  # the LITE parent topic a lite group consumes
 LITE_SUB_MODEL = "lite.sub.model"  # Shared (default) or Exclusive: one client per lite topic
@@ -42,21 +44,16 @@ KNOWN_ATTRIBUTES = frozenset(
 # GroupRetryPolicy of RocketMQ 5.5.0: its type, and the defaults a broker fills in.
 RETRY_POLICY_TYPES = ("CUSTOMIZED", "EXPONENTIAL")
 # What a broker answers for a group that never set groupRetryPolicy (or set it without
-# fields): the type alone. The delays it then applies are DEFAULT_CUSTOMIZED_NEXT_MS.
+# fields): the type alone. The delays it then applies are DEFAULT_RETRY_BACKOFF_MS.
 DEFAULT_RETRY_POLICY: dict[str, Any] = {"type": "CUSTOMIZED"}
-DEFAULT_CUSTOMIZED_NEXT_MS = tuple(
-    s * 1000
-    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
-DEFAULT_EXPONENTIAL: dict[str, int] = {"initial": 5000, "max": 7_200_000, "multiplier": 2}
 
 
 def retry_policy_from_json(policy: Any) -> dict[str, Any] | None:
     """A ``groupRetryPolicy`` as a 5.5.0 broker keeps and answers it (bound to its
     GroupRetryPolicy class): ``type`` read case-insensitively, CUSTOMIZED when missing and
     dropped when unknown; an ``exponentialRetryPolicy`` given gets the defaults of the
-    fields it lacks (DEFAULT_EXPONENTIAL); a ``customizedRetryPolicy`` given without
-    ``next`` gets DEFAULT_CUSTOMIZED_NEXT_MS; numbers given as text or decimals become
+    fields it lacks (DEFAULT_EXPONENTIAL_BACKOFF); a ``customizedRetryPolicy`` given without
+    ``next`` gets DEFAULT_RETRY_BACKOFF_MS; numbers given as text or decimals become
     integers; other fields are dropped. None (a JSON null) is kept: the broker then answers
     no groupRetryPolicy at all. Raises TypeError on a value that is not of its kind."""
     if policy is None:
@@ -73,13 +70,13 @@ def retry_policy_from_json(policy: Any) -> dict[str, Any] | None:
             raise TypeError(f"exponentialRetryPolicy {exponential!r} is not an object")
         kept["exponentialRetryPolicy"] = {
             key: _json_integer(exponential.get(key, default))
-            for key, default in DEFAULT_EXPONENTIAL.items()
+            for key, default in DEFAULT_EXPONENTIAL_BACKOFF.items()
         }
     customized = policy.get("customizedRetryPolicy")
     if customized is not None:
         if not isinstance(customized, dict):
             raise TypeError(f"customizedRetryPolicy {customized!r} is not an object")
-        steps = customized.get("next", DEFAULT_CUSTOMIZED_NEXT_MS)
+        steps = customized.get("next", DEFAULT_RETRY_BACKOFF_MS)
         if not isinstance(steps, list | tuple):
             raise TypeError(f"customizedRetryPolicy.next {steps!r} is not a list")
         kept["customizedRetryPolicy"] = {"next": [_json_integer(step) for step in steps]}

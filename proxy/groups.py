@@ -31,6 +31,7 @@ from typing import Any
 from proxy.background import shared_lookup
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import DEFAULT_EXPONENTIAL_BACKOFF, DEFAULT_RETRY_BACKOFF_MS
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,9 @@ log = logging.getLogger(__name__)
 DEFAULT_LITE_QUOTA = 2000
 
 
-# A group's retry policy when it sets none: RocketMQ 5.5.0's defaults.
+# A group's retries when it sets none: RocketMQ 5.5.0's default (its back-off: codes.py).
 DEFAULT_RETRY_MAX_TIMES = 16
-DEFAULT_BACKOFF_MS = tuple(
-    s * 1000
-    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
-DEFAULT_EXPONENTIAL = (5_000, 7_200_000, 2)  # initial ms, max ms, multiplier
+_EXPONENTIAL = DEFAULT_EXPONENTIAL_BACKOFF
 
 
 class BackoffKind(StrEnum):
@@ -60,10 +57,10 @@ class RetryPolicy:
 
     max_attempts: int = DEFAULT_RETRY_MAX_TIMES + 1  # 1 + retryMaxTimes
     kind: BackoffKind = BackoffKind.CUSTOMIZED
-    next_ms: tuple[int, ...] = DEFAULT_BACKOFF_MS  # CUSTOMIZED: the n-th retry's delay
-    initial_ms: int = DEFAULT_EXPONENTIAL[0]  # EXPONENTIAL: initial * multiplier^n, to max
-    max_ms: int = DEFAULT_EXPONENTIAL[1]
-    multiplier: int = DEFAULT_EXPONENTIAL[2]
+    next_ms: tuple[int, ...] = DEFAULT_RETRY_BACKOFF_MS  # CUSTOMIZED: the n-th retry's delay
+    initial_ms: int = _EXPONENTIAL["initial"]  # EXPONENTIAL: initial * multiplier^n, to max
+    max_ms: int = _EXPONENTIAL["max"]
+    multiplier: int = _EXPONENTIAL["multiplier"]
 
     @classmethod
     def from_json(cls, config: dict[str, Any]) -> RetryPolicy:
@@ -76,7 +73,7 @@ class RetryPolicy:
             kind = BackoffKind.EXPONENTIAL
         customized = policy.get("customizedRetryPolicy")
         steps = customized.get("next") if isinstance(customized, dict) else None
-        next_ms = DEFAULT_BACKOFF_MS
+        next_ms = DEFAULT_RETRY_BACKOFF_MS
         if isinstance(steps, list):
             next_ms = tuple(_int(step, 0) for step in steps)
         exponential = policy.get("exponentialRetryPolicy")
@@ -86,9 +83,9 @@ class RetryPolicy:
             max_attempts=max(0, min(retries + 1, 2**31 - 1)),
             kind=kind,
             next_ms=next_ms,
-            initial_ms=_int(exponential.get("initial"), DEFAULT_EXPONENTIAL[0]),
-            max_ms=_int(exponential.get("max"), DEFAULT_EXPONENTIAL[1]),
-            multiplier=_int(exponential.get("multiplier"), DEFAULT_EXPONENTIAL[2]),
+            initial_ms=_int(exponential.get("initial"), _EXPONENTIAL["initial"]),
+            max_ms=_int(exponential.get("max"), _EXPONENTIAL["max"]),
+            multiplier=_int(exponential.get("multiplier"), _EXPONENTIAL["multiplier"]),
         )
 
 

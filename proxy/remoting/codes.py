@@ -6,7 +6,9 @@ define (read from the RocketMQ 5.5.0 remoting jar).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from types import MappingProxyType
 
 
 class RequestCode(IntEnum):
@@ -154,4 +156,12 @@ DELAY_LEVELS_S = (
     1800,
     3600,
     7200,
+)
+
+# A consumer group's retry back-off when its groupRetryPolicy sets none (RocketMQ 5.5.0's
+# CustomizedRetryPolicy and ExponentialRetryPolicy defaults): the delay levels, or 5 s
+# growing twofold up to 2 h.
+DEFAULT_RETRY_BACKOFF_MS = tuple(s * 1000 for s in DELAY_LEVELS_S)
+DEFAULT_EXPONENTIAL_BACKOFF: Mapping[str, int] = MappingProxyType(
+    {"initial": 5_000, "max": 7_200_000, "multiplier": 2}
 )

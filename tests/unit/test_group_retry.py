@@ -6,7 +6,8 @@ from __future__ import annotations
 from proxy.api.convert import duration
 from proxy.api.settings import answer_settings, backoff_policy
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.groups import DEFAULT_BACKOFF_MS, BackoffKind, GroupConfig, RetryPolicy
+from proxy.groups import BackoffKind, GroupConfig, RetryPolicy
+from proxy.remoting.codes import DEFAULT_RETRY_BACKOFF_MS
 
 
 def test_a_group_without_a_policy_gets_rocketmqs_defaults():
@@ -14,8 +15,10 @@ def test_a_group_without_a_policy_gets_rocketmqs_defaults():
     assert retry == RetryPolicy(max_attempts=17)
     policy = backoff_policy(retry)
     assert policy.max_attempts == 17
-    assert [d.ToMilliseconds() for d in policy.customized_backoff.next] == list(DEFAULT_BACKOFF_MS)
-    assert DEFAULT_BACKOFF_MS[0] == 1000 and DEFAULT_BACKOFF_MS[-1] == 7_200_000
+    assert [d.ToMilliseconds() for d in policy.customized_backoff.next] == list(
+        DEFAULT_RETRY_BACKOFF_MS
+    )
+    assert DEFAULT_RETRY_BACKOFF_MS[0] == 1000 and DEFAULT_RETRY_BACKOFF_MS[-1] == 7_200_000
 
 
 def test_retry_max_times_and_an_exponential_policy():

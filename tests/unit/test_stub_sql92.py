@@ -20,14 +20,13 @@ import pytest
 from broker_stub import BrokerConfig, StubCluster
 from broker_stub.consume import SUBSCRIPTION_PARSE_FAILED_REMARK, pop_filter
 from broker_stub.groups import (
-    DEFAULT_CUSTOMIZED_NEXT_MS,
     GroupConfig,
     retry_policy_from_json,
 )
 from broker_stub.handlers import RequestError
 from broker_stub.sql92 import Sql92Error, Sql92Filter
 from proxy.remoting.broker_client import BrokerClient
-from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.codes import DEFAULT_RETRY_BACKOFF_MS, RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.filter import MATCH_ALL, FilterExpressionError, TagFilter
 from proxy.remoting.headers import NotificationHeader, NotificationResponseHeader, now_ms
@@ -496,7 +495,7 @@ async def test_a_groups_retry_policy_round_trips(client):
         assert config["retryMaxTimes"] == 3
 
     # A group that never set one (or was set again without one) answers the default: the
-    # type alone, as a 5.5.0 broker (its delays are then DEFAULT_CUSTOMIZED_NEXT_MS).
+    # type alone, as a 5.5.0 broker (its delays are then DEFAULT_RETRY_BACKOFF_MS).
     assert (await group_config(client, "Gnever"))["groupRetryPolicy"] == {"type": "CUSTOMIZED"}
     await update_group(client, {"groupName": "Gexp", "retryMaxTimes": 3})
     assert (await group_config(client, "Gexp"))["groupRetryPolicy"] == {"type": "CUSTOMIZED"}
@@ -528,7 +527,7 @@ async def test_a_malformed_retry_policy_is_refused(client):
          {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [1]}}),
         ({"type": "CUSTOMIZED", "customizedRetryPolicy": {}},
          {"type": "CUSTOMIZED",
-          "customizedRetryPolicy": {"next": list(DEFAULT_CUSTOMIZED_NEXT_MS)}}),
+          "customizedRetryPolicy": {"next": list(DEFAULT_RETRY_BACKOFF_MS)}}),
     ],
 )  # fmt: skip
 def test_retry_policy_is_kept_as_a_broker_keeps_it(given, kept):
@@ -539,7 +538,7 @@ def test_retry_policy_is_kept_as_a_broker_keeps_it(given, kept):
 
 
 def test_the_default_customized_delays_are_5_5_0s():
-    assert list(DEFAULT_CUSTOMIZED_NEXT_MS) == [
+    assert list(DEFAULT_RETRY_BACKOFF_MS) == [
         1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000,
         480000, 540000, 600000, 1200000, 1800000, 3600000, 7200000,
     ]  # fmt: skip
