@@ -17,8 +17,8 @@ from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
 from proxy.remoting.filter import (
-    EXPRESSION_TYPE_SQL92,
     MATCH_ALL,
+    ExpressionType,
     FilterExpressionError,
     TagFilter,
 )
@@ -61,7 +61,7 @@ def pop_filter(expression: str | None, expression_type: str | None) -> MessageFi
     it does not know). Raises RequestError SUBSCRIPTION_PARSE_FAILED."""
     if not expression:
         return MATCH_ALL
-    if expression_type == EXPRESSION_TYPE_SQL92:
+    if expression_type == ExpressionType.SQL92:
         try:
             return Sql92Filter.parse(expression)
         except Sql92Error as exc:

@@ -11,9 +11,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.api.validation import RESERVED_PROPERTIES, SYSTEM_GROUP_PREFIX, SYSTEM_TOPICS
+from proxy.api.validation import RESERVED_PROPERTIES, SYSTEM_GROUP_PREFIX, is_system_topic
 from proxy.receive.types import PolledMessage
 from proxy.remoting.message import SYSFLAG_COMPRESSED, MessageExt, Prop
+from proxy.remoting.popinfo import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 # Messages are built from plain values on the hot path: protobuf's FromMilliseconds is
 # pure Python, and each attribute lookup of a generated enum value goes through a Python
@@ -82,7 +83,7 @@ def topic_resource(topic: str) -> dict[str, str]:
     (``%RETRY%<namespace>%<group>``) is that name in that namespace, as the Apache proxy
     5.5.0 splits it; system topics and names without such a ``%`` have no namespace. Only
     answers are split: requests' names reach the brokers as sent, namespace or not."""
-    if not topic or topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", SYSTEM_GROUP_PREFIX)):
+    if not topic or is_system_topic(topic) or topic.startswith(SYSTEM_GROUP_PREFIX):
         return {"name": topic, "resource_namespace": ""}
     prefix = next((p for p in _RETRY_AND_DLQ if topic.startswith(p)), "")
     rest = topic[len(prefix) :]
@@ -92,7 +93,7 @@ def topic_resource(topic: str) -> dict[str, str]:
     return {"name": prefix + rest[cut + 1 :], "resource_namespace": rest[:cut]}
 
 
-_RETRY_AND_DLQ = ("%RETRY%", "%DLQ%")
+_RETRY_AND_DLQ = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 
 
 def to_api_message(polled: PolledMessage, renewer: str = "") -> pb.Message:

@@ -16,6 +16,7 @@ from proxy.api.errors import ApiError, Code
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.filter import ExpressionType, FilterExpressionError, TagFilter
 from proxy.remoting.message import Prop
+from proxy.remoting.popinfo import RETRY_GROUP_TOPIC_PREFIX
 
 CLIENT_ID_HEADER = "x-mq-client-id"
 CLIENT_VERSION_HEADER = "x-mq-client-version"
@@ -46,8 +47,7 @@ SYSTEM_TOPICS = frozenset(
 )
 # Retry (%RETRY%<group>) and dead-letter (%DLQ%<group>) topics are not system topics: a
 # client may send to them and consume them, as through the Apache proxy.
-_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_",)
-RETRY_TOPIC_PREFIX = "%RETRY%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 
 # Properties the broker and proxy own: a client may not set them as user properties, and
@@ -173,9 +173,14 @@ def validate_topic(topic: str) -> str:
             f"The specified topic[{topic}] contains illegal characters, "
             f"allowing only {NAME_PATTERN}",
         )
-    if topic in SYSTEM_TOPICS or topic.startswith(_SYSTEM_TOPIC_PREFIXES):
+    if is_system_topic(topic):
         raise ApiError(Code.ILLEGAL_TOPIC, "cannot access system topic")
     return topic
+
+
+def is_system_topic(name: str) -> bool:
+    """One of RocketMQ's own topics (TopicValidator.isSystemTopic)."""
+    return name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 def validate_receive_topic(topic: str) -> str:
@@ -185,7 +190,7 @@ def validate_receive_topic(topic: str) -> str:
     one of the broker's eight. The Apache proxy lets the pop through; this proxy refuses
     it (a retry topic's messages come back to its own group's consumers anyway)."""
     validate_topic(topic)
-    if topic.startswith(RETRY_TOPIC_PREFIX):
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         raise ApiError(
             Code.ILLEGAL_TOPIC,
             f"cannot receive from retry topic {topic}: a broker cannot redeliver what is "

@@ -18,10 +18,6 @@ class ExpressionType(StrEnum):
     SQL92 = "SQL92"
 
 
-EXPRESSION_TYPE_TAG = ExpressionType.TAG.value
-EXPRESSION_TYPE_SQL92 = ExpressionType.SQL92.value
-
-
 class FilterExpressionError(ValueError):
     """The expression cannot be parsed."""
 
@@ -34,7 +30,7 @@ class TagFilter:
 
     @classmethod
     def parse(cls, expression: str | None, expression_type: str | None = None) -> TagFilter:
-        if expression_type and expression_type.upper() != EXPRESSION_TYPE_TAG:
+        if expression_type and expression_type.upper() != ExpressionType.TAG:
             raise FilterExpressionError(f"expression type {expression_type} is not supported")
         text = (expression or "").strip()
         if text in ("", "*"):
