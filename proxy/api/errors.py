@@ -6,7 +6,7 @@ from __future__ import annotations
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.brokers import TopicNotFound
 from proxy.processor.consumer import UnknownBroker
-from proxy.remoting.broker_client import BrokerError
+from proxy.remoting.broker_client import BrokerError, refuses_filter
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
 from proxy.security.guard import DenialKind, Denied
@@ -52,7 +52,7 @@ def route_error(topic: str, exc: Exception) -> ApiError:
 def receive_error(topic: str, exc: Exception) -> ApiError:
     """A poll that failed: a filter the broker could not parse is the broker's answer, as
     the Apache proxy passes it on (no code of its own maps it); else the topic's route."""
-    if isinstance(exc, BrokerError) and exc.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
+    if refuses_filter(exc):
         return ApiError(Code.INTERNAL_SERVER_ERROR, exc.remark or "")
     return route_error(topic, exc)
 

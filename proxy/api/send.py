@@ -227,6 +227,6 @@ class SendActivity:
         if system.trace_context:
             props[Prop.TRACE_CONTEXT] = system.trace_context
         born_host = system.born_host if not check.is_blank(system.born_host) else client
-        if born_host and not check.is_blank(born_host):
+        if not check.is_blank(born_host):
             props[Prop.BORN_HOST] = born_host
         return props

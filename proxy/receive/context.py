@@ -16,9 +16,8 @@ from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.processor.consumer import Popped
 from proxy.receive.timeline import Timeline
 from proxy.receive.types import PolledMessage, ReceiveRequest
-from proxy.remoting.broker_client import BrokerError, PopResult
+from proxy.remoting.broker_client import PopResult, refuses_filter
 from proxy.remoting.client import RemotingError
-from proxy.remoting.codes import ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -221,13 +220,9 @@ class PollContext:
             return []
         try:
             result = call.result()
-        except BrokerError as exc:
-            if exc.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
-                raise  # the client's filter: every broker would refuse it alike
-            log.info("pop from %s failed: %s", broker.name, exc)
-            self.mark("pop_failed", broker.name)
-            return []
         except RemotingError as exc:
+            if refuses_filter(exc):
+                raise
             log.info("pop from %s failed: %s", broker.name, exc)
             self.mark("pop_failed", broker.name)
             return []

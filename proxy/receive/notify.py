@@ -24,8 +24,8 @@ from proxy.remoting.filter import ExpressionType
 
 # Pause before probing a broker again after its n-th empty pop in one poll (n = 1, 2, ...),
 # the last value repeating. The probes carry no filter (a 5.5.0 broker cannot apply a SQL92
-# one to a NOTIFICATION): hasMsg is true for any message past the group's offset, and every arriving
-# message wakes a parked probe. With a filter that drops most messages, probing again at
+# one to a NOTIFICATION): hasMsg is true for any message past the group's offset, and every
+# arriving message wakes a parked probe. With a filter that drops most messages, probing again at
 # once after each empty pop costs a notification and a pop per *arriving* message (10 per
 # delivered message at 90 % filtered, measured on RocketMQ 5.5.0). Pausing lets the
 # arrivals of the pause share one probe and one pop, so a poll makes at most about one pop

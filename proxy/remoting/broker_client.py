@@ -14,7 +14,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -80,6 +80,12 @@ class BrokerError(RemotingError):
         super().__init__(f"{request}: broker answered {code} {remark or ''}".rstrip())
         self.code = code
         self.remark = remark
+
+
+def refuses_filter(exc: Exception) -> TypeGuard[BrokerError]:
+    """The broker could not parse the pop's filter expression: every broker would refuse it
+    alike, so it is the client's answer rather than one broker's failure."""
+    return isinstance(exc, BrokerError) and exc.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
 
 
 class BrokerResponseError(RemotingError):
