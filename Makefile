@@ -17,7 +17,7 @@ RESULTS ?= results
 SIM_CHART ?= docs/scale-parked.png
 
 .PHONY: help venv system-deps test test-latest check lock lint format run clean
-.PHONY: fuzz soak
+.PHONY: fuzz soak soak-exporters
 .PHONY: bench bench-modes bench-real bench-calibrate bench-broker bench-analytics simulate
 
 help:
@@ -47,6 +47,7 @@ help:
 	@echo "make fuzz         the fuzzers of tests/fuzz with a long budget (FUZZ_EXAMPLES=3000, random)"
 	@echo "make soak         the chaos soak, 10 minutes on 3 real brokers, then on stubs (results/soak)"
 	@echo "                  (SOAK_CLIENTS=official: the official clients, 30 minutes, results/soak-official)"
+	@echo "make soak-exporters 3,000 clients' metric exporters over 2 workers with connection aging (results/soak)"
 	@echo "                  every bench and soak writes under RESULTS=results; BENCH_ARGS=--help lists a bench's flags"
 	@echo "make clean        remove the virtualenv and caches"
 
@@ -149,6 +150,12 @@ else
 	$(BIN)/python -m bench.soak --backend real --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/real.json $(SOAK_ARGS)
 	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/stub.json $(SOAK_ARGS)
 endif
+
+# Clients' metric exports, exact at scale: SOAK_EXPORTERS lean exporters over a two-worker
+# proxy with connection aging (bench/export_soak.py).
+SOAK_EXPORTERS ?= 3000
+soak-exporters: $(STAMP)
+	$(BIN)/python -m bench.export_soak --exporters $(SOAK_EXPORTERS) --out $(RESULTS)/soak/exporters.json
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet $(PINS) -e '.[dev,bench]'

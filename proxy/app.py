@@ -205,7 +205,10 @@ class ProxyApp:
         )
         # The clients' own metrics: the OTLP Export RPC in client_metrics.mode = proxy.
         self.client_metrics = ClientMetricsService(
-            config.client_metrics, self.metrics, lambda: self.service.guard
+            config.client_metrics,
+            self.metrics,
+            lambda: self.service.guard,
+            directory=os.environ.get("PROMETHEUS_MULTIPROC_DIR"),
         )
         self.ops = OpsServer(
             self.metrics,

@@ -235,11 +235,16 @@ class ClientMetricsConfig:
     # (host:port, plaintext); empty = keep it here only.
     forward_to: str = ""
     # Mode proxy: label sets (histogram, group, topic, client language and version,
-    # status) one worker exports at most; past it new ones are dropped and counted.
+    # status) the proxy exports at most (all workers together); past it new ones are
+    # dropped and counted. One no client names for 10 minutes is removed.
     max_label_sets: int = 1000
-    # Mode proxy: clients' series (a client's histogram per label set) whose last totals
-    # one worker remembers, to add up what each export adds.
+    # Mode proxy: clients' series (a client's histogram per attribute set) whose last
+    # totals the proxy keeps, to add up what each export adds; past it new series are
+    # dropped and counted.
     max_client_series: int = 20_000
+    # Mode proxy: the series one client may add; past it its new ones are dropped and
+    # counted.
+    max_series_per_client: int = 256
     # Mode proxy: the largest export taken, in bytes; larger ones get RESOURCE_EXHAUSTED.
     max_export_bytes: int = 1024 * 1024
 
@@ -255,7 +260,8 @@ class ClientMetricsConfig:
                 raise ValueError(f"client_metrics.{name}: {value!r} is not host:port")
         if self.mode is ClientMetricsMode.COLLECTOR and not self.collector:
             raise ValueError("client_metrics.mode = collector needs client_metrics.collector")
-        if min(self.max_label_sets, self.max_client_series, self.max_export_bytes) < 1:
+        limits = (self.max_label_sets, self.max_client_series, self.max_series_per_client)
+        if min(*limits, self.max_export_bytes) < 1:
             raise ValueError("client_metrics.max_* must be positive")
 
 

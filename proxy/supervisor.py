@@ -39,6 +39,7 @@ import aiohttp
 
 from proxy.config import ProxyConfig
 from proxy.embedded import EmbeddedBrokers, fronting, start_embedded_brokers
+from proxy.observability.client_totals import STORE_FILE, ClientHistograms
 from proxy.observability.metrics import GroupMetrics
 from proxy.observability.ops import OpsServer
 from proxy.security.self_signed import SelfSigned, make_self_signed, proxy_hosts
@@ -91,9 +92,12 @@ def reserve_port(host: str, port: int) -> socket.socket:
 
 
 def _clear_metrics_dir(directory: str) -> None:
-    """Remove the sample files of an earlier run (prometheus-client's own file names)."""
-    for kind in ("counter", "gauge_*", "histogram", "summary"):
-        for path in glob.glob(os.path.join(directory, f"{kind}_*.db")):
+    """Remove the files of an earlier run: prometheus-client's sample files, and the
+    clients' totals (``STORE_FILE`` and SQLite's files beside it)."""
+    patterns = [f"{kind}_*.db" for kind in ("counter", "gauge_*", "histogram", "summary")]
+    patterns.append(f"{STORE_FILE}*")
+    for pattern in patterns:
+        for path in glob.glob(os.path.join(directory, pattern)):
             os.remove(path)
 
 
@@ -165,7 +169,8 @@ class Supervisor:
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=STATUS_TIMEOUT_S)
             )
-            self._group = GroupMetrics(self._metrics_dir)
+            clients = ClientHistograms.of_group(self._metrics_dir)
+            self._group = GroupMetrics(self._metrics_dir, clients)
             ops = OpsServer(self._group, status=self.status, ready=self.ready)
             self.http_port = await ops.start(config.http_host, config.http_port)
             self._tasks = [

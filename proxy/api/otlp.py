@@ -34,6 +34,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from proxy.api.context import Context
 from proxy.config import ClientMetricsConfig, ClientMetricsMode
 from proxy.observability.client_metrics import BadExport, ClientMetricsIngest
+from proxy.observability.client_totals import ClientHistograms, ClientTotals, Limits
 from proxy.observability.log_every import LogEvery
 from proxy.observability.metrics import ProxyMetrics
 from proxy.security.guard import Denied, Guard
@@ -59,16 +60,23 @@ class ClientMetricsService:
         config: ClientMetricsConfig,
         metrics: ProxyMetrics,
         guard: Callable[[], Guard | None] = lambda: None,
+        directory: str | None = None,
     ) -> None:
+        """``directory``: where the workers of a group share the clients' totals (the
+        multiprocess directory); None keeps them in this process's memory."""
         self.config = config
         self.metrics = metrics
         self.serves = config.mode is ClientMetricsMode.PROXY
         self._guard = guard
-        self.ingest = ClientMetricsIngest(
-            metrics,
-            max_label_sets=config.max_label_sets,
-            max_client_series=config.max_client_series,
-        )
+        self.totals: ClientTotals | None = None
+        self.ingest: ClientMetricsIngest | None = None
+        if self.serves:
+            limits = Limits(
+                config.max_label_sets, config.max_client_series, config.max_series_per_client
+            )
+            self.totals = ClientTotals(directory, limits)
+            metrics.registry.register(ClientHistograms(self.totals.histograms))
+            self.ingest = ClientMetricsIngest(metrics, self.totals)
         self._adding = 0
         forward = self.serves and config.forward_to
         self.forward = Forward(config.forward_to, metrics) if forward else None
@@ -80,6 +88,8 @@ class ClientMetricsService:
     async def close(self) -> None:
         if self.forward is not None:
             await self.forward.close()
+        if self.totals is not None:
+            self.totals.close()
 
     def handler(self) -> grpc.GenericRpcHandler[bytes, ExportMetricsServiceResponse]:
         return grpc.method_handlers_generic_handler(
@@ -112,6 +122,7 @@ class ClientMetricsService:
             await self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "busy",
                                "client metrics: too many exports at once, retry later")  # fmt: skip
         headers = {k: v for k, v in metadata if isinstance(v, str)}
+        assert self.ingest is not None  # the handler is served in mode proxy only
         self._adding += 1
         try:
             tally = await asyncio.to_thread(self.ingest.ingest_bytes, raw, headers)

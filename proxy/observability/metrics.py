@@ -27,6 +27,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
 
 # Client waits run from ~1 ms (short-polling hit) to the 20 s maximum long poll plus the
 # client's own slack, so the buckets go up to 30 s.
@@ -185,10 +186,6 @@ class ProxyMetrics:
             registry=r, multiprocess_mode="livemax",
         )  # fmt: skip
         self._build_info.labels(version or _package_version()).set(1)
-        self._client_histograms = {
-            name: Histogram(name, text, CLIENT_LABELS, buckets=buckets, registry=r)
-            for name, (text, buckets) in CLIENT_HISTOGRAMS.items()
-        }
         self._client_exports = Counter(
             "rocketmq_proxy_client_metrics_exports",
             "OTLP metric exports from clients (client_metrics.mode = proxy), by result.",
@@ -212,7 +209,6 @@ class ProxyMetrics:
         self._mode_switches_c: dict[tuple[str, str, str], Counter] = {}
         self._handed_back_c: dict[tuple[str], Counter] = {}
         self._sent_c: dict[tuple[str, str], Counter] = {}
-        self._client_c: dict[tuple[str, ...], Histogram] = {}
 
     # -- receive -----------------------------------------------------------------------------
 
@@ -293,21 +289,6 @@ class ProxyMetrics:
 
     # -- the clients' own metrics ------------------------------------------------------------
 
-    def client_histogram(
-        self, name: str, labels: tuple[str, ...], counts: list[int], total: float
-    ) -> None:
-        """Add what one client export added to the histogram ``name`` (a key of
-        ``CLIENT_HISTOGRAMS``): ``counts`` per bucket, the last one +Inf (not cumulative),
-        ``total`` to the sum. prometheus-client can only observe one value at a time, so
-        this adds to the child's bucket and sum values directly: the same values
-        ``observe`` adds to, in memory or in the multiprocess files."""
-        child = _child(self._client_c, self._client_histograms[name], (name, *labels),
-                       lambda: labels)  # fmt: skip
-        child._sum.inc(total)
-        for bucket, n in zip(child._buckets, counts, strict=True):
-            if n:
-                bucket.inc(n)
-
     def front_connection(self, result: str) -> None:
         self._front.labels(result).inc()
 
@@ -369,10 +350,12 @@ class GroupMetrics:
     """The metrics of a process group (``--workers N``): what every worker wrote to the
     multiprocess directory, merged at each scrape. Served by the supervisor."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *collectors: Collector) -> None:
         self.directory = directory
         self.registry = CollectorRegistry(auto_describe=True)
         multiprocess.MultiProcessCollector(self.registry, path=directory)  # type: ignore[no-untyped-call]
+        for collector in collectors:  # what the workers keep elsewhere than these files
+            self.registry.register(collector)
 
     def set_ready(self, ready: bool) -> None:
         """The workers publish ``rocketmq_proxy_ready`` themselves (live maximum)."""

@@ -170,7 +170,7 @@ def test_the_proxy_serves_on_with_bounded_label_sets(proxy, channel):
     series = [line for line in text.splitlines() if line.split("{")[0].endswith("_count")
               and line.split("_count")[0] in CLIENT_HISTOGRAMS]  # fmt: skip
     assert len(series) <= MAX_LABEL_SETS
-    assert proxy.app.client_metrics.ingest.label_sets <= MAX_LABEL_SETS
+    assert proxy.app.client_metrics.totals.sizes()["histograms"] <= MAX_LABEL_SETS
     route = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
         api.QueryRouteRequest(topic=pb.Resource(name=TOPIC)),
         metadata=(("x-mq-client-id", "fuzz-client"),),

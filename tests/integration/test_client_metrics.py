@@ -231,8 +231,10 @@ async def test_exports_are_forwarded_as_received_to_another_collector(start_prox
 
 @pytest.mark.slow
 async def test_workers_exports_add_up_in_the_groups_metrics(tmp_path):
-    """``--workers 2``: each client's exports land on the worker its connection reached;
-    the supervisor's /metrics adds the workers' histograms up, as it does the proxy's own."""
+    """``--workers 2``: one client's cumulative exports, each on a new connection that the
+    kernel puts on either worker (as connection aging moves a client), add each increment
+    once: the workers share the series' last totals, so the group counts what the client
+    recorded, and every worker's /metrics and the supervisor's say the same."""
     from tests.integration.test_proxy_workers import start_group, stop
     from tests.support.metrics import total
 
@@ -246,20 +248,22 @@ async def test_workers_exports_add_up_in_the_groups_metrics(tmp_path):
                 group.grpc, options=[("grpc.use_local_subchannel_pool", 1)]
             )
             async with channel:
-                one = point([1, 0, 0, 0, 0, 0, 0, 0], 0.5, consumer_group="G", client_id=f"c{i}")
+                cumulative = point([i + 1, 0, 0, 0, 0, 0, 0, 0], 0.5 * (i + 1), age_s=30 + i,
+                                   consumer_group="G", client_id="c1")  # fmt: skip
                 await otlp_grpc.MetricsServiceStub(channel).Export(
-                    export(("rocketmq_delivery_latency", one)),
-                    metadata=client_headers(client_id=f"c{i}"),
+                    export(("rocketmq_delivery_latency", cumulative)),
+                    metadata=client_headers(client_id="c1"),
                 )
-        per_worker = []
-        for worker in workers:
-            _, text = await group.get("/metrics", worker["http"])
-            per_worker.append(total(text, "rocketmq_delivery_latency_count", group="G"))
-        assert all(n > 0 for n in per_worker), per_worker  # exports landed on both
-        _, text = await group.get("/metrics")
-        assert total(text, "rocketmq_delivery_latency_count", group="G") == 16
-        assert total(text, "rocketmq_delivery_latency_bucket", group="G", le="1.0") == 16
-        assert total(text, "rocketmq_delivery_latency_sum", group="G") == 8.0
+        texts = [(await group.get("/metrics", worker["http"]))[1] for worker in workers]
+        taken = [
+            total(t, "rocketmq_proxy_client_metrics_exports_total", result="ok") for t in texts
+        ]
+        assert all(n > 0 for n in taken), taken  # exports landed on both workers
+        _, group_text = await group.get("/metrics")
+        for text in (group_text, *texts):
+            assert total(text, "rocketmq_delivery_latency_count", group="G") == 16
+            assert total(text, "rocketmq_delivery_latency_bucket", group="G", le="1.0") == 16
+            assert total(text, "rocketmq_delivery_latency_sum", group="G") == 8.0
     finally:
         await stop(group)
 

@@ -10,6 +10,7 @@ import sys
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.observability.client_totals import ClientHistograms
 from proxy.observability.metrics import ProxyMetrics
 from tests.support.metrics import samples as metric_samples
 
@@ -31,6 +32,8 @@ def labels(**kw: str) -> frozenset:
 
 def test_families_have_the_contract_names_and_types():
     m = ProxyMetrics(version="9.9.9")
+    # The clients' histograms, which the OTLP service registers in client_metrics.mode proxy.
+    m.registry.register(ClientHistograms(lambda: []))
     fams = families(m)
     expected = {
         "rocketmq_proxy_receive": "counter",

@@ -1,0 +1,265 @@
+"""Clients' metric exports at scale: N exporters shaped like the official clients, over a
+``--workers 2`` proxy whose connections age out, end with every histogram counting exactly
+what the exporters recorded.
+
+Each exporter is one client: its own connection, its own client id, four cumulative
+series (send cost, delivery latency, await and process time) that it adds random
+observations to each round, then exports whole, as the Java and Python clients do. The
+proxy's ``grpc_max_connection_age_s`` is shorter than a round, so each exporter's next
+export goes over a new connection, which the kernel may give to the other worker: the
+moves that connection aging makes. A ``busy`` answer (RESOURCE_EXHAUSTED) is retried, as
+the clients' OTLP exporters retry it. At the end, the supervisor's ``/metrics`` must hold,
+per histogram, exactly the recorded bucket counts, and every worker must have taken exports.
+
+    make soak-exporters                       # 3,000 exporters, 4 rounds
+    python -m bench.export_soak --exporters 100 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as otlp_grpc
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    AggregationTemporality,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    ResourceMetrics,
+    ScopeMetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.loop import run_main
+from proxy.observability.metrics import CLIENT_HISTOGRAMS
+from testkit.processes import Process, _spawn, terminate
+
+CONNECTION_AGE_S = 1.0
+EXPORT_TIMEOUT_S = 20.0
+BUSY_RETRIES = 50
+CONCURRENT_EXPORTS = 32
+GROUPS = 10
+TOPICS = 7
+
+
+@dataclass
+class Series:
+    """One cumulative series of an exporter."""
+
+    name: str
+    attributes: dict[str, str]
+    counts: list[int]
+    total: float = 0.0
+
+    def record(self, rng: random.Random) -> None:
+        for _ in range(rng.randint(0, 5)):
+            bucket = rng.randrange(len(self.counts))
+            self.counts[bucket] += 1
+            self.total += rng.randint(0, 900) / 8  # exact in binary: sums compare exactly
+
+
+@dataclass
+class Exporter:
+    client_id: str
+    start_ns: int
+    series: list[Series] = field(default_factory=list)
+    channel: grpc.aio.Channel | None = None
+
+    @classmethod
+    def make(cls, i: int) -> Exporter:
+        client_id = f"soak-exporter-{i}"
+        group, topic = f"G{i % GROUPS}", f"T{i % TOPICS}"
+        me = cls(client_id, time.time_ns())
+        consumer = {"consumer_group": group, "topic": topic, "client_id": client_id}
+        for name, extra in (
+            ("rocketmq_send_cost_time", {"topic": topic, "client_id": client_id,
+                                         "invocation_status": "success"}),
+            ("rocketmq_delivery_latency", consumer),
+            ("rocketmq_await_time", consumer),
+            ("rocketmq_process_time", {**consumer, "invocation_status": "success"}),
+        ):  # fmt: skip
+            buckets = len(CLIENT_HISTOGRAMS[name][1]) + 1
+            me.series.append(Series(name, extra, [0] * buckets))
+        return me
+
+    def export(self) -> ExportMetricsServiceRequest:
+        now = time.time_ns()
+        metrics = []
+        for s in self.series:
+            point = HistogramDataPoint(
+                attributes=[KeyValue(key=k, value=AnyValue(string_value=v))
+                            for k, v in s.attributes.items()],
+                start_time_unix_nano=self.start_ns, time_unix_nano=now,
+                count=sum(s.counts), sum=s.total, bucket_counts=s.counts,
+                explicit_bounds=CLIENT_HISTOGRAMS[s.name][1],
+            )  # fmt: skip
+            cumulative = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+            histogram = Histogram(data_points=[point], aggregation_temporality=cumulative)
+            metrics.append(Metric(name=s.name, histogram=histogram))
+        return ExportMetricsServiceRequest(
+            resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])]
+        )
+
+
+async def _export(exporter: Exporter, grpc_address: str, stats: Counter[str]) -> None:
+    if exporter.channel is None:
+        exporter.channel = grpc.aio.insecure_channel(
+            grpc_address, options=[("grpc.use_local_subchannel_pool", 1)]
+        )
+    stub = otlp_grpc.MetricsServiceStub(exporter.channel)
+    metadata = (("x-mq-language", "JAVA"), ("x-mq-client-version", "5.2.0"),
+                ("x-mq-client-id", exporter.client_id))  # fmt: skip
+    request = exporter.export()
+    for attempt in range(BUSY_RETRIES):
+        try:
+            await stub.Export(request, metadata=metadata, timeout=EXPORT_TIMEOUT_S)
+            stats["exports"] += 1
+            return
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
+                raise
+            stats[f"retried_{exc.code().name.lower()}"] += 1
+            await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+    raise RuntimeError(f"{exporter.client_id}: busy {BUSY_RETRIES} times in a row")
+
+
+def _histograms(text: str) -> dict[str, list[float]]:
+    """Per client histogram: its bucket counts (not cumulative) summed over label sets,
+    then its sum, from a /metrics text."""
+    out: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in CLIENT_HISTOGRAMS:
+            continue
+        bounds = [*CLIENT_HISTOGRAMS[family.name][1], float("inf")]
+        cumulative = [0.0] * len(bounds)
+        total = 0.0
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                cumulative[bounds.index(float(sample.labels["le"]))] += sample.value
+            elif sample.name.endswith("_sum"):
+                total += sample.value
+        counts = [b - a for a, b in zip([0.0, *cumulative], cumulative, strict=False)]
+        out[family.name] = [*counts, total]
+    return out
+
+
+def _recorded(exporters: list[Exporter]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for e in exporters:
+        for s in e.series:
+            row = out.setdefault(s.name, [0.0] * (len(s.counts) + 1))
+            for i, n in enumerate([*s.counts, s.total]):
+                row[i] += n
+    return out
+
+
+async def run(exporters: int, rounds: int, seed: int = 1) -> dict[str, object]:
+    rng = random.Random(seed)
+    workdir = Path(tempfile.mkdtemp(prefix="export-soak-"))
+    config = workdir / "proxy.toml"
+    config.write_text(
+        f"grpc_max_connection_age_s = {CONNECTION_AGE_S}\n"
+        '[client_metrics]\nmode = "proxy"\n'
+        f"max_client_series = {max(20_000, exporters * 5)}\n"
+    )
+    proxy: Process = await _spawn(
+        "proxy", "proxy.cli", "main", "--workers", "2", "--embedded-brokers", "1",
+        "--grpc-port", "0", "--http-port", "0", "--log-level", "warning",
+        "--config", str(config),
+    )  # fmt: skip
+    stats: Counter[str] = Counter()
+    pool = [Exporter.make(i) for i in range(exporters)]
+    gate = asyncio.Semaphore(CONCURRENT_EXPORTS)
+    started = time.monotonic()
+    try:
+        grpc_address, http = proxy.address["grpc"], proxy.address["http"]
+
+        async def one(e: Exporter) -> None:
+            async with gate:
+                await _export(e, grpc_address, stats)
+
+        for _ in range(rounds):
+            round_start = time.monotonic()
+            for e in pool:
+                for s in e.series:
+                    s.record(rng)
+            async with asyncio.TaskGroup() as tg:
+                for e in pool:
+                    tg.create_task(one(e))
+            # Every connection outlives its age before the next round: each export of the
+            # next round opens a new one, on either worker.
+            await asyncio.sleep(max(0.0, CONNECTION_AGE_S * 2 - (time.monotonic() - round_start)))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            async with session.get(f"http://{http}/metrics") as r:
+                group_text = await r.text()
+            async with session.get(f"http://{http}/v1/status") as r:
+                status = await r.json()
+            per_worker = []
+            for worker in status["workers"]:
+                async with session.get(f"http://{worker['http']}/metrics") as r:
+                    per_worker.append(_exports_ok(await r.text()))
+    finally:
+        for e in pool:
+            if e.channel is not None:
+                await e.channel.close(None)
+        await terminate(proxy.proc, 30)
+        shutil.rmtree(workdir, ignore_errors=True)
+    got, want = _histograms(group_text), _recorded(pool)
+    return {
+        "exporters": exporters,
+        "rounds": rounds,
+        "seconds": round(time.monotonic() - started, 1),
+        **dict(stats),
+        "exports_per_worker": per_worker,
+        "recorded": want,
+        "on_metrics": got,
+        "exact": got == want,
+    }
+
+
+def _exports_ok(text: str) -> float:
+    for family in text_string_to_metric_families(text):
+        if family.name == "rocketmq_proxy_client_metrics_exports":
+            return sum(s.value for s in family.samples
+                       if s.name.endswith("_total") and s.labels.get("result") == "ok")  # fmt: skip
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--exporters", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="write the report here as JSON too")
+    args = parser.parse_args()
+
+    async def go() -> int:
+        report = await run(args.exporters, args.rounds, args.seed)
+        text = json.dumps(report, indent=1)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
+        return 0 if report["exact"] and all(report["exports_per_worker"]) else 1
+
+    sys.exit(run_main(go()))
+
+
+if __name__ == "__main__":
+    main()
