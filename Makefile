@@ -23,6 +23,7 @@ SIM_CHART ?= docs/scale-parked.png
 help:
 	@echo "make test         create the virtualenv and run the whole test suite"
 	@echo "make check        ruff, mypy, the unit tests and the quick stub-backed tests (under 5 minutes)"
+	@echo "make check-pythons the check's tests on Python 3.12 and 3.13 too (CHECK_PYTHONS; make test runs it)"
 	@echo "make lock         refresh constraints.txt, the versions .venv installs (LOCK_ARGS=--upgrade-package X)"
 	@echo "make test-latest  the whole suite in .venv-latest, at the newest versions the pyproject ranges allow"
 	@echo "make run          the proxy on 127.0.0.1:8081 (gRPC) / :8082 (HTTP) with 3 embedded brokers"
@@ -75,6 +76,7 @@ test: system-deps $(STAMP) $(BENCH_STAMP) interop-deps deploy-node-deps rocketmq
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(MAKE) --no-print-directory check-pythons
 
 # The quick loop while changing the code (about 4 minutes on 2 cores): the lint, then the
 # unit tests and the stub-backed tests that take seconds; no real brokers, no official
@@ -82,6 +84,14 @@ test: system-deps $(STAMP) $(BENCH_STAMP) interop-deps deploy-node-deps rocketmq
 CHECK_TESTS := tests/unit tests/integration tests/conformance tests/fuzz bench/tests
 check: lint
 	$(BIN)/python -m pytest -q -m "not slow and not real and not interop" $(CHECK_TESTS)
+
+# The check's tests on the other Pythons the package claims (requires-python >= 3.11), each
+# in its own virtualenv (.venv-3.12, ...); `make test` runs it after the suite. A version
+# whose interpreter cannot be found fails (scripts/check-pythons.sh).
+CHECK_PYTHONS ?= 3.12 3.13
+.PHONY: check-pythons
+check-pythons:
+	CHECK_TESTS="$(CHECK_TESTS)" TEST_WORKERS=$(TEST_WORKERS) scripts/check-pythons.sh $(CHECK_PYTHONS)
 
 # The whole suite at the newest versions the pyproject ranges allow, not the lock's: its
 # own virtualenv, upgraded on every run, so that a release that breaks the project (as

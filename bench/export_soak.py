@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -44,10 +44,10 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ResourceMetrics,
     ScopeMetrics,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.loop import run_main
 from proxy.observability.metrics import CLIENT_HISTOGRAMS
+from testkit.metrics_text import samples, total
 from testkit.processes import Process, _spawn, terminate
 
 CONNECTION_AGE_S = 1.0
@@ -134,7 +134,7 @@ async def _export(exporter: Exporter, grpc_address: str, stats: Counter[str]) ->
         except grpc.aio.AioRpcError as exc:
             if exc.code() not in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
                 raise
-            stats[f"retried_{exc.code().name.lower()}"] += 1
+            stats[exc.code().name] += 1
             await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
     raise RuntimeError(f"{exporter.client_id}: busy {BUSY_RETRIES} times in a row")
 
@@ -143,19 +143,13 @@ def _histograms(text: str) -> dict[str, list[float]]:
     """Per client histogram: its bucket counts (not cumulative) summed over label sets,
     then its sum, from a /metrics text."""
     out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name not in CLIENT_HISTOGRAMS:
-            continue
-        bounds = [*CLIENT_HISTOGRAMS[family.name][1], float("inf")]
-        cumulative = [0.0] * len(bounds)
-        total = 0.0
-        for sample in family.samples:
-            if sample.name.endswith("_bucket"):
-                cumulative[bounds.index(float(sample.labels["le"]))] += sample.value
-            elif sample.name.endswith("_sum"):
-                total += sample.value
+    for name, (_, bounds) in CLIENT_HISTOGRAMS.items():
+        les = [*bounds, float("inf")]
+        cumulative = [0.0] * len(les)
+        for labels, value in samples(text, f"{name}_bucket"):
+            cumulative[les.index(float(labels["le"]))] += value
         counts = [b - a for a, b in zip([0.0, *cumulative], cumulative, strict=False)]
-        out[family.name] = [*counts, total]
+        out[name] = [*counts, total(text, f"{name}_sum")]
     return out
 
 
@@ -169,7 +163,23 @@ def _recorded(exporters: list[Exporter]) -> dict[str, list[float]]:
     return out
 
 
-async def run(exporters: int, rounds: int, seed: int = 1) -> dict[str, object]:
+@dataclass
+class Report:
+    exporters: int
+    rounds: int
+    seconds: float
+    exports: int
+    retried: dict[str, int]  # busy (RESOURCE_EXHAUSTED) or UNAVAILABLE answers retried
+    exports_per_worker: list[float]
+    recorded: dict[str, list[float]]  # per histogram: bucket counts, then the sum
+    on_metrics: dict[str, list[float]]  # the same, from the supervisor's /metrics
+
+    @property
+    def exact(self) -> bool:
+        return self.on_metrics == self.recorded
+
+
+async def run(exporters: int, rounds: int, seed: int = 1) -> Report:
     rng = random.Random(seed)
     workdir = Path(tempfile.mkdtemp(prefix="export-soak-"))
     config = workdir / "proxy.toml"
@@ -218,27 +228,18 @@ async def run(exporters: int, rounds: int, seed: int = 1) -> dict[str, object]:
         for e in pool:
             if e.channel is not None:
                 await e.channel.close(None)
+        assert isinstance(proxy.proc, asyncio.subprocess.Process)  # ours, from _spawn
         await terminate(proxy.proc, 30)
         shutil.rmtree(workdir, ignore_errors=True)
-    got, want = _histograms(group_text), _recorded(pool)
-    return {
-        "exporters": exporters,
-        "rounds": rounds,
-        "seconds": round(time.monotonic() - started, 1),
-        **dict(stats),
-        "exports_per_worker": per_worker,
-        "recorded": want,
-        "on_metrics": got,
-        "exact": got == want,
-    }
+    exports = stats.pop("exports", 0)
+    return Report(
+        exporters, rounds, round(time.monotonic() - started, 1), exports, dict(stats),
+        per_worker, _recorded(pool), _histograms(group_text),
+    )  # fmt: skip
 
 
 def _exports_ok(text: str) -> float:
-    for family in text_string_to_metric_families(text):
-        if family.name == "rocketmq_proxy_client_metrics_exports":
-            return sum(s.value for s in family.samples
-                       if s.name.endswith("_total") and s.labels.get("result") == "ok")  # fmt: skip
-    return 0.0
+    return total(text, "rocketmq_proxy_client_metrics_exports_total", result="ok")
 
 
 def main() -> None:
@@ -251,12 +252,12 @@ def main() -> None:
 
     async def go() -> int:
         report = await run(args.exporters, args.rounds, args.seed)
-        text = json.dumps(report, indent=1)
+        text = json.dumps({**asdict(report), "exact": report.exact}, indent=1)
         print(text)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(text)
-        return 0 if report["exact"] and all(report["exports_per_worker"]) else 1
+        return 0 if report.exact and all(report.exports_per_worker) else 1
 
     sys.exit(run_main(go()))
 

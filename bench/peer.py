@@ -77,6 +77,7 @@ from proxy.remoting.message import Prop
 from rocketmq_local import admin
 from rocketmq_local.admin import wait_visible
 from testkit.lean_client import TLS_ENDPOINTS, LeanClient, SettingsClient, server_tls
+from testkit.metrics_text import every_sample
 from testkit.processes import Process, System, established_to, proxy_label, quiet_collector
 
 PEER = "apache"  # the Apache RocketMQ proxy 5.5.0 (cluster mode, its JVM from the launcher)
@@ -252,19 +253,15 @@ class PeerSystem(System):
 
     async def broker_counts(self) -> Counter:
         """Requests every broker has answered so far, by request code (all brokers)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
         totals: Counter = Counter()
         async with aiohttp.ClientSession() as http:
             for port in self.metrics_ports.values():
                 async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
                     text = await response.text()
-                for family in text_string_to_metric_families(text):
-                    if not family.name.startswith("rocketmq_rpc_latency"):
-                        continue
-                    for s in family.samples:
-                        if s.name.endswith("_count") and "request_code" in s.labels:
-                            totals[s.labels["request_code"].lower()] += int(s.value)
+                for name, labels, value in every_sample(text):
+                    counted = name.startswith("rocketmq_rpc_latency") and name.endswith("_count")
+                    if counted and "request_code" in labels:
+                        totals[labels["request_code"].lower()] += int(value)
         return totals
 
     def reset_counts(self) -> None:

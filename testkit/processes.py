@@ -26,6 +26,7 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from rocketmq_local import admin
+from testkit.metrics_text import every_sample
 
 if TYPE_CHECKING:
     from rocketmq_local.launcher import RealCluster
@@ -326,28 +327,25 @@ class System:
 
 async def scrape(proxy: Process) -> dict[str, float]:
     """The proxy's metrics, summed by sample name and the labels that matter here."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     async with (
         aiohttp.ClientSession() as http,
         http.get(f"http://{proxy.address['http']}/metrics") as response,
     ):
         text = await response.text()
     totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "rocketmq_proxy_rpc_latency_seconds_count":
-                key = f"rpc:{s.labels['protocol_type']}:{s.labels['request_code']}"
-            elif s.name == "rocketmq_proxy_receive_total":
-                key = f"receive:{s.labels['mode']}:{s.labels['result']}"
-            elif s.name.startswith("rocketmq_proxy_gc_pause_seconds"):
-                # gc:<generation>:count|sum|le=<bucket>
-                part = s.name.rsplit("_", 1)[1]
-                le = s.labels.get("le")
-                key = f"gc:{s.labels['generation']}:{part if le is None else 'le=' + le}"
-            else:
-                key = s.name
-            totals[key] = totals.get(key, 0.0) + s.value
+    for name, labels, value in every_sample(text):
+        if name == "rocketmq_proxy_rpc_latency_seconds_count":
+            key = f"rpc:{labels['protocol_type']}:{labels['request_code']}"
+        elif name == "rocketmq_proxy_receive_total":
+            key = f"receive:{labels['mode']}:{labels['result']}"
+        elif name.startswith("rocketmq_proxy_gc_pause_seconds"):
+            # gc:<generation>:count|sum|le=<bucket>
+            part = name.rsplit("_", 1)[1]
+            le = labels.get("le")
+            key = f"gc:{labels['generation']}:{part if le is None else 'le=' + le}"
+        else:
+            key = name
+        totals[key] = totals.get(key, 0.0) + value
     return totals
 
 

@@ -153,7 +153,8 @@ class ProxyMetrics:
             "rocketmq_proxy_front_connections",
             "Client connections of the gRPC port's front by what became of them: relayed "
             "(tls, plaintext), refused (a kind the TLS mode does not take, a PROXY header "
-            "refused) or lost (connect_failed: the relay to the gRPC server did not open).",
+            "refused, refused_limit: as many relays open as the open-files limit leaves "
+            "room for) or lost (connect_failed: the relay to the gRPC server did not open).",
             ["result"],
             registry=r,
         )

@@ -9,7 +9,10 @@ as they come, to the gRPC server's TLS or plaintext port on loopback. Each conne
 one connection end to end: the gRPC server's GOAWAYs reach the client; a side that stops
 sending (a FIN) is passed on and the other may still answer; a side that closes closes the
 relay. A relay's connection to the gRPC server that does not open (the open-files limit,
-the loopback ports) closes the client at once, logged and counted, never silently. Each
+the loopback ports) closes the client at once, logged and counted, never silently; and
+the front never opens more relays than the open-files limit leaves room for
+(``relay_limit``): a client past it is closed at once, logged and counted, before any
+descriptor the rest of the process needs runs out. Each
 relay holds at most ``HIGH_WATER`` bytes for a side that is not reading: past it, the other
 side is not read until it drains. A relay that is closed while a side still holds unsent
 bytes it does not read is aborted after ``CLOSE_FLUSH_S``.
@@ -56,6 +59,24 @@ LOW_WATER = 64 * 1024
 REFUSAL_LOG_EVERY_S = 1.0
 # A closed relay's sides get this long to hand over what they still hold, then are aborted.
 CLOSE_FLUSH_S = 5.0
+# Descriptors one relay holds: the client's socket and both ends of its loopback
+# connection to the gRPC server (this process holds both).
+FDS_PER_RELAY = 3
+# Descriptors kept from the relays for the rest of the process (broker connections, the
+# event log, gRPC's own): this many, or an eighth of the limit if that is more.
+FD_RESERVE = 256
+
+
+def relay_limit() -> int:
+    """The relays the open-files soft limit leaves room for (``FD_RESERVE`` kept)."""
+    try:
+        import resource
+    except ImportError:
+        return 1 << 30  # no such limit (not POSIX)
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    return max(1, (soft - max(FD_RESERVE, soft // 8)) // FDS_PER_RELAY)
 
 
 class Transport(enum.StrEnum):
@@ -77,10 +98,13 @@ class TlsFront:
         first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
         proxy_protocol: bool = False,
         count: Callable[[str], None] | None = None,
+        max_relays: int | None = None,
     ) -> None:
         """``count(result)``: told of each connection's fate (``ProxyMetrics
         .front_connection``): its kind once relayed, ``refused_<kind>``,
-        ``refused_proxy_header`` or ``connect_failed``."""
+        ``refused_proxy_header``, ``refused_limit`` or ``connect_failed``.
+        ``max_relays``: relays open (or closing) at most; None: ``relay_limit()``."""
+        self.max_relays = relay_limit() if max_relays is None else max_relays
         self._ports = {Transport.PLAINTEXT: plaintext_port, Transport.TLS: tls_port}
         self.proxy_protocol = proxy_protocol
         self._refusals = refusals
@@ -97,6 +121,7 @@ class TlsFront:
         self.refused_headers = 0  # ... with one that did not parse, or while it is off
         # Relays whose connection to the gRPC server did not open (the client was closed).
         self.connect_failures = 0
+        self.refused_limit = 0  # clients closed at once: max_relays were open
         # Relays closed whose transports have not both gone yet (CLOSE_FLUSH_S).
         self._closing: set[_Relay] = set()
         self._count = count or (lambda result: None)
@@ -153,11 +178,13 @@ class TlsFront:
     def status(self) -> dict[str, object]:
         """``open``: relays serving a client; ``accepted``: connections relayed to the gRPC
         server (counted once their relay opened); ``connect_failed``: ones whose relay did
-        not open."""
+        not open; ``refused_limit``: ones closed at once, ``max_relays`` being open."""
         return {
             "open": len(self._relays),
             "accepted": {t.value: n for t, n in self.counts.items()},
             "connect_failed": self.connect_failures,
+            "max_relays": self.max_relays,
+            "refused_limit": self.refused_limit,
             "refused": {t.value: n for t, n in self.refused.items()},
             "proxy_protocol": {
                 "on": self.proxy_protocol,
@@ -191,6 +218,21 @@ class TlsFront:
             f"client {relay.client} closed: its relay to the gRPC server's port {port} did not "
             f"open ({exc}); raise the open-files limit (ulimit -n) if it says too many files"
         )
+
+    def _admit(self, transport: asyncio.BaseTransport) -> bool:
+        """Whether a new client gets a relay; past ``max_relays`` it is reset at once."""
+        if len(self._relays) + len(self._closing) < self.max_relays:
+            return True
+        self.refused_limit += 1
+        self._count("refused_limit")
+        peer = transport.get_extra_info("peername")
+        client = grpc_peer(peer[0], peer[1]) if peer else "unknown"
+        self._log(
+            f"client {client} refused: {self.max_relays} relays are open, as many as the "
+            f"open-files limit leaves room for; raise it (ulimit -n)"
+        )
+        cast(asyncio.Transport, transport).abort()
+        return False
 
     def _refuse_header(self, relay: _Relay, why: str) -> None:
         self.refused_headers += 1
@@ -430,13 +472,16 @@ class _ClientSide(asyncio.Protocol):
         self.relay: _Relay | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self.front._admit(transport):
+            return
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         self.relay = _Relay(self.front, cast(asyncio.Transport, transport))
         self.front._relays.add(self.relay)
 
     def data_received(self, data: bytes) -> None:
         relay = self.relay
-        assert relay is not None
+        if relay is None:  # refused at the relay limit
+            return
         if relay.upstream is not None:
             relay.upstream.write(data)
         elif relay.connecting is None and not relay.pending:
@@ -445,8 +490,7 @@ class _ClientSide(asyncio.Protocol):
             relay.from_client(data)
 
     def eof_received(self) -> bool:
-        assert self.relay is not None
-        return self.relay.eof_from(client=True)
+        return self.relay is None or self.relay.eof_from(client=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.relay is not None:

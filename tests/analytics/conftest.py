@@ -130,15 +130,14 @@ def pushgateway(tmp_path):
 
 def pushed(url: str, job: str = "rmq_polling_report") -> dict[tuple[str, frozenset], float]:
     """The job's samples on the Pushgateway: (name, labels without job/instance) -> value."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from testkit.metrics_text import every_sample
 
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
         text = r.read().decode()
     found = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if not s.name.startswith("rocketmq_polling_report_") or s.labels.get("job") != job:
-                continue
-            labels = {k: v for k, v in s.labels.items() if k not in ("job", "instance")}
-            found[(s.name, frozenset(labels.items()))] = s.value
+    for name, labels, value in every_sample(text):
+        if not name.startswith("rocketmq_polling_report_") or labels.get("job") != job:
+            continue
+        kept = {k: v for k, v in labels.items() if k not in ("job", "instance")}
+        found[(name, frozenset(kept.items()))] = value
     return found

@@ -235,8 +235,8 @@ async def test_workers_exports_add_up_in_the_groups_metrics(tmp_path):
     kernel puts on either worker (as connection aging moves a client), add each increment
     once: the workers share the series' last totals, so the group counts what the client
     recorded, and every worker's /metrics and the supervisor's say the same."""
+    from testkit.metrics_text import total
     from tests.integration.test_proxy_workers import start_group, stop
-    from tests.support.metrics import total
 
     config = tmp_path / "proxy.toml"
     config.write_text('[client_metrics]\nmode = "proxy"\n')

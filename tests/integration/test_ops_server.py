@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.observability.metrics import ProxyMetrics
 from proxy.observability.ops import OpsServer
+from testkit.metrics_text import samples
 
 
 class State:
@@ -66,21 +66,12 @@ async def test_metrics(served):
         assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = await resp.text()
     assert "rocketmq_proxy_receive_total{" in text
-    values = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
-    key = (
-        "rocketmq_proxy_receive_total",
-        (
-            ("group", "G"), ("is_long_polling", "true"), ("is_short_polling_hit", "false"),
-            ("mode", "notify"), ("result", "found"), ("topic", "T"),
-        ),
-    )  # fmt: skip
-    assert values[key] == 1.0
-    assert values[("rocketmq_proxy_ready", ())] == 0.0  # in step with /readyz
-    assert values[("rocketmq_proxy_build_info", (("version", "1.0.0"),))] == 1.0
+    receives = samples(text, "rocketmq_proxy_receive_total")
+    labels = {"group": "G", "is_long_polling": "true", "is_short_polling_hit": "false",
+              "mode": "notify", "result": "found", "topic": "T"}  # fmt: skip
+    assert receives == [(labels, 1.0)]
+    assert samples(text, "rocketmq_proxy_ready") == [({}, 0.0)]  # in step with /readyz
+    assert samples(text, "rocketmq_proxy_build_info") == [({"version": "1.0.0"}, 1.0)]
 
     # Prometheus asks for OpenMetrics and gets it.
     headers = {"Accept": "application/openmetrics-text; version=1.0.0"}

@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.metrics_text import total
 from testkit.waits import wait_until
 from tests.support.brokers import send_to
-from tests.support.metrics import total
 
 T, G = "T", "G"
 

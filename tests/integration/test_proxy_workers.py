@@ -19,9 +19,9 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from testkit.lean_client import LeanClient, Received
+from testkit.metrics_text import total
 from testkit.processes import terminate
 from testkit.waits import wait_until
-from tests.support.metrics import total
 from tests.support.proxy_process import ready_line
 
 REPO = Path(__file__).resolve().parents[2]

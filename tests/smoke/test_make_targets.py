@@ -48,6 +48,7 @@ NOT_RUN_HERE = {
     "test": "the whole suite, this file included",
     "test-latest": "the whole suite, in a virtualenv of its own",
     "check": "a part of the suite",
+    "check-pythons": "make test runs it after the suite",
     "lint": "make check and make test run it",
     "bench": "its four benchmarks, each run here: bench-modes, bench-calibrate, bench-broker, "
     "bench-analytics",
@@ -308,6 +309,19 @@ def test_make_bench_broker(tmp_path):
     assert results["pop_ack_msgs_per_s"] > 0, results
     assert results["wakeups"] == 20, results
     assert results["wakeup_ms_p99"] is not None, results
+
+
+@pytest.mark.timeout(300)
+def test_make_soak_exporters(tmp_path):
+    """The clients' metric exporters over two workers whose connections age out: every
+    histogram on the supervisor's /metrics is what the exporters recorded."""
+    output = make(
+        tmp_path, "soak-exporters", f"RESULTS={tmp_path}", "SOAK_EXPORTERS=100", timeout=200
+    )
+    results = load_json(tmp_path / "soak" / "exporters.json", output)
+    assert results["exports"] == 100 * results["rounds"], results
+    assert all(n > 0 for n in results["exports_per_worker"]), results  # both workers took some
+    assert results["on_metrics"] == results["recorded"], results
 
 
 @pytest.mark.timeout(300)

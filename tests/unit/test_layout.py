@@ -43,3 +43,22 @@ def _recipe(target: str) -> list[str]:
 
 def test_make_test_runs_every_lint_check():
     assert set(_recipe("lint")) <= set(_recipe("test"))
+
+
+def test_make_test_runs_the_check_on_every_python_the_package_claims():
+    """The suite runs on the lowest claimed Python (the machines' python3); make test runs
+    check-pythons on every other one."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    prefix = "Programming Language :: Python :: 3."
+    claimed = sorted(
+        (c.removeprefix("Programming Language :: Python :: ") for c in project["classifiers"]
+         if c.startswith(prefix)),
+        key=lambda v: tuple(map(int, v.split("."))),
+    )  # fmt: skip
+    assert project["requires-python"] == f">={claimed[0]}"
+    others = re.search(r"^CHECK_PYTHONS \?= (.*)$", (REPO / "Makefile").read_text(), re.M)
+    assert others, "no CHECK_PYTHONS in the Makefile"
+    assert others[1].split() == claimed[1:]
+    assert "$(MAKE) --no-print-directory check-pythons" in _recipe("test")

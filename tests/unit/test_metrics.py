@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.observability.client_totals import ClientHistograms
 from proxy.observability.metrics import ProxyMetrics
-from tests.support.metrics import samples as metric_samples
+from testkit.metrics_text import samples as metric_samples
 
 
 def families(m: ProxyMetrics) -> dict[str, Metric]:
