@@ -46,8 +46,8 @@ async def test_clients_past_the_relay_limit_are_refused_counted_and_logged(tmp_p
     log_path = tmp_path / "proxy.log"
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "proxy.cli", "--workers", "1", "--embedded-brokers", "1", "--topic", "T",
-            "--grpc-port", "0", "--http-port", "0", "--log-level", "warning",
+            sys.executable, "-m", "proxy.cli", "--workers", "1", "--embedded-brokers", "1",
+            "--topic", "T", "--grpc-port", "0", "--http-port", "0", "--log-level", "warning",
             stdout=asyncio.subprocess.PIPE, stderr=log, preexec_fn=_low_limit,
         )  # fmt: skip
     channels: list[grpc.aio.Channel] = []
