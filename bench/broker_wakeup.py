@@ -17,7 +17,8 @@ import statistics
 import time
 import uuid
 
-from proxy.remoting.broker_client import BrokerClient, NotificationResult, PopResult
+from proxy.remoting.answers import NotificationResult, PopResult
+from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.message import Prop
 from rocketmq_local.launcher import Profile, RealCluster
 

@@ -69,7 +69,7 @@ from bench.scenarios import ModeTally, ms, percentile
 from proxy.loop import run_main
 from proxy.receive.timeline import timelines
 from proxy.receive.types import PolledMessage
-from proxy.remoting.broker_client import BrokerError
+from proxy.remoting.answers import BrokerError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.lite import lite_queue_index

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from proxy.api.v2 import definition_pb2 as pb
-from proxy.remoting.broker_client import BrokerError
+from proxy.remoting.answers import BrokerError
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.message import BatchEntry, Prop
 from testkit.lean_client import LeanClient

@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from proxy.brokers import BrokerRoute, TopicRoute
-from proxy.remoting.broker_client import NotificationResult, PopResult
+from proxy.remoting.answers import NotificationResult, PopResult
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.filter import ExpressionType
 from proxy.remoting.message import MessageExt, Prop

@@ -6,7 +6,7 @@ from __future__ import annotations
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.brokers import TopicNotFound
 from proxy.processor.consumer import UnknownBroker
-from proxy.remoting.broker_client import BrokerError, refuses_filter
+from proxy.remoting.answers import BrokerError, refuses_filter
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
 from proxy.security.guard import DenialKind, Denied

@@ -15,7 +15,7 @@ import itertools
 import zlib
 
 from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
-from proxy.remoting.broker_client import BrokerError, SendResult
+from proxy.remoting.answers import BrokerError, SendResult
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.lite import lite_queue_index

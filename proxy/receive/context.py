@@ -16,7 +16,7 @@ from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.processor.consumer import Popped
 from proxy.receive.timeline import Timeline
 from proxy.receive.types import PolledMessage, ReceiveRequest
-from proxy.remoting.broker_client import PopResult, refuses_filter
+from proxy.remoting.answers import PopResult, refuses_filter
 from proxy.remoting.client import RemotingError
 
 log = logging.getLogger(__name__)

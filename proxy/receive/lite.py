@@ -43,7 +43,7 @@ from collections.abc import Callable
 from proxy.brokers import BrokerPool
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.types import PolledMessage, ReceiveRequest, ReceiveResult
-from proxy.remoting.broker_client import PopResult
+from proxy.remoting.answers import PopResult
 from proxy.remoting.client import RemotingError
 
 log = logging.getLogger(__name__)

@@ -7,17 +7,22 @@ Headers and response handling follow the RocketMQ client (``MQClientAPIImpl``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import struct
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from collections.abc import Callable
+from typing import Any
 
-import orjson
-
+from proxy.remoting.answers import (
+    BrokerError,
+    NotificationResult,
+    PopResult,
+    SendResult,
+    json_object,
+    pop_lite_result,
+    pop_result,
+    readable,
+)
 from proxy.remoting.client import (
     RemotingClient,
     RemotingError,
@@ -26,7 +31,7 @@ from proxy.remoting.client import (
     ServerHandler,
 )
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
-from proxy.remoting.command import RemotingCommand, RemotingProtocolError
+from proxy.remoting.command import RemotingCommand
 from proxy.remoting.filter import ExpressionType
 from proxy.remoting.headers import (
     INIT_MODE_MAX,
@@ -41,9 +46,7 @@ from proxy.remoting.headers import (
     PollingInfoHeader,
     PollingInfoResponseHeader,
     PopLiteMessageHeader,
-    PopLiteMessageResponseHeader,
     PopMessageHeader,
-    PopMessageResponseHeader,
     RecallMessageHeader,
     RecallMessageResponseHeader,
     SendMessageHeader,
@@ -54,124 +57,19 @@ from proxy.remoting.headers import (
 from proxy.remoting.lite import LiteSubscription, LiteSubscriptionCtlBody
 from proxy.remoting.message import (
     BatchEntry,
-    MessageExt,
     Prop,
-    decode_messages,
     encode_batch,
     encode_properties,
 )
 from proxy.remoting.popinfo import (
     PopCheckpointInfo,
     batch_ack_body,
-    parse_info,
-    retry_flag,
     topic_for_flag,
 )
 
 DEFAULT_TIMEOUT = 3.0
 
 log = logging.getLogger(__name__)
-
-
-class BrokerError(RemotingError):
-    """The broker answered with an error code."""
-
-    def __init__(self, code: int, remark: str | None, request: str) -> None:
-        super().__init__(f"{request}: broker answered {code} {remark or ''}".rstrip())
-        self.code = code
-        self.remark = remark
-
-
-def refuses_filter(exc: Exception) -> TypeGuard[BrokerError]:
-    """The broker could not parse the pop's filter expression: every broker would refuse it
-    alike, so it is the client's answer rather than one broker's failure."""
-    return isinstance(exc, BrokerError) and exc.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
-
-
-class BrokerResponseError(RemotingError):
-    """The broker answered something that cannot be read: a header field missing or not a
-    number, a message body cut short. The request failed, as if the broker had not
-    answered; the caller's client gets an error code, never an exception."""
-
-
-# What decoding a broker's answer raises on bad input (HeaderError is a ValueError; so is
-# UnicodeDecodeError).
-_UNREADABLE = (ValueError, KeyError, IndexError, struct.error, RemotingProtocolError)
-
-
-def _json_object(response: RemotingCommand, what: str) -> dict[str, Any]:
-    """The answer's body as a JSON object, or the RemotingError that says why it is not."""
-    try:
-        value = orjson.loads(response.body)
-    except orjson.JSONDecodeError as exc:
-        raise RemotingError(f"{what}: {exc}") from None
-    if not isinstance(value, dict):
-        raise RemotingError(f"{what} is not an object")
-    return value
-
-
-@contextlib.contextmanager
-def _readable(broker: str, request: str) -> Iterator[None]:
-    try:
-        yield
-    except _UNREADABLE as exc:
-        raise BrokerResponseError(f"{request}: unreadable answer from {broker}: {exc}") from None
-
-
-@dataclass(slots=True)
-class SendResult:
-    msg_id: str  # the client unique id
-    offset_msg_id: str
-    queue_id: int
-    queue_offset: int
-    recall_handle: str | None = None
-    broker: str = ""  # the broker's name, set by whoever knows it
-
-    @property
-    def commit_log_offset(self) -> int:
-        """Where the broker stored the message: the last 16 hex digits of the offset id."""
-        return int(self.offset_msg_id[-16:], 16)
-
-
-@dataclass(slots=True)
-class PopResult:
-    """What a pop found. ``found`` False means the broker had nothing (or was full)."""
-
-    code: int
-    messages: list[MessageExt] = field(default_factory=list)
-    pop_time: int = 0
-    invisible_time: int = 0
-    revive_qid: int = 0
-    rest_num: int = 0
-
-    @property
-    def found(self) -> bool:
-        return bool(self.messages)
-
-    @property
-    def polling_full(self) -> bool:
-        return self.code == ResponseCode.POLLING_FULL
-
-
-@dataclass(slots=True)
-class NotificationResult:
-    has_msg: bool
-    polling_full: bool = False
-
-
-def lite_order_counts(info: str | None, count: int) -> list[int]:
-    """Reconsume counts of a lite pop's messages from its ``orderCountInfo``: one entry per
-    message joined by ``;``, each a number or ``"<retry> qo<queueId>%<offset> <n>"``; a list
-    of another length counts for nothing (ExtraInfoUtil.parseLiteOrderCountInfo)."""
-    entries = (info or "").split(";") if info else []
-    if len(entries) != count:
-        return [0] * count
-    out = []
-    for entry in entries:
-        parts = entry.split(" ") if "qo" in entry else [entry]
-        text = parts[-1] if len(parts) in (1, 3) else ""
-        out.append(int(text) if text.strip().lstrip("-").isdigit() else 0)
-    return out
 
 
 # Told of every call: (request code name, response code name, seconds, broker, long polling).
@@ -276,7 +174,7 @@ class BrokerClient:
             await self._call(RequestCode.SEND_MESSAGE_V2, header.encode_v2(), body, timeout),
             "send",
         )
-        with _readable(self.name, "send"):
+        with readable(self.name, "send"):
             return self._send_result(response)
 
     async def send_batch(
@@ -298,7 +196,7 @@ class BrokerClient:
             ),
             "send batch",
         )
-        with _readable(self.name, "send batch"):
+        with readable(self.name, "send batch"):
             return self._send_result(response)
 
     @staticmethod
@@ -330,7 +228,7 @@ class BrokerClient:
             await self._call(RequestCode.RECALL_MESSAGE, header.encode(), timeout=timeout),
             "recall",
         )
-        with _readable(self.name, "recall"):
+        with readable(self.name, "recall"):
             return RecallMessageResponseHeader.decode(response.ext_fields).msg_id
 
     async def heartbeat(
@@ -394,7 +292,7 @@ class BrokerClient:
         return await self._pop_call(
             RequestCode.POP_MESSAGE,
             header.encode(),
-            lambda response: self._pop_result(response, topic),
+            lambda response: pop_result(response, topic, self.name),
             "pop",
             poll_ms,
             timeout,
@@ -423,7 +321,7 @@ class BrokerClient:
                 if response.code != ResponseCode.SUCCESS:
                     return
                 try:
-                    with _readable(self.name, f"late {what}"):
+                    with readable(self.name, f"late {what}"):
                         result = decode(response)
                 except RemotingError as exc:  # unreadable (BrokerResponseError) or unusable
                     # Its messages (if any) come back after their invisible time.
@@ -441,66 +339,8 @@ class BrokerClient:
             ResponseCode.PULL_NOT_FOUND,
             ResponseCode.POLLING_FULL,
         )
-        with _readable(self.name, what):
+        with readable(self.name, what):
             return decode(response)
-
-    def _pop_result(self, response: RemotingCommand, topic: str) -> PopResult:
-        h = PopMessageResponseHeader.decode(response.ext_fields)
-        result = PopResult(
-            code=response.code,
-            pop_time=h.pop_time,
-            invisible_time=h.invisible_time,
-            revive_qid=h.revive_qid,
-            rest_num=h.rest_num,
-        )
-        if response.code == ResponseCode.SUCCESS and response.body:
-            result.messages = self._popped_messages(response.body, h, topic)
-        return result
-
-    def _popped_messages(
-        self, body: bytes, result: PopMessageResponseHeader, topic: str
-    ) -> list[MessageExt]:
-        """Decode the body and give each message its POP_CK, as the Java client does."""
-        messages = decode_messages(body)
-        # Orderly pops: how often each message was popped before (its reconsume times),
-        # by "<retry>@qo<queueId>%<offset>", else by "<retry>@<queueId>" (the client's rule).
-        counts = parse_info(result.order_count_info or "")
-        start_info = parse_info(result.start_offset_info or "")
-        msg_info = {
-            key: value.split(",") for key, value in parse_info(result.msg_offset_info or "").items()
-        }
-        seen: dict[str, int] = {}
-        for msg in messages:
-            if Prop.POP_CK not in msg.properties:
-                flag = retry_flag(msg.topic)
-                key = f"{flag}@{msg.queue_id}"
-                index = seen.get(key, 0)
-                seen[key] = index + 1
-                try:
-                    start = int(start_info[key])
-                    offset = int(msg_info[key][index])
-                except (KeyError, IndexError, ValueError):
-                    raise RemotingError(f"pop response has no offset info for {key}") from None
-                msg.properties[Prop.POP_CK] = PopCheckpointInfo(
-                    start,
-                    result.pop_time,
-                    result.invisible_time,
-                    result.revive_qid,
-                    flag,
-                    self.name,
-                    msg.queue_id,
-                    offset,
-                ).encode()
-            if counts:
-                flag = retry_flag(msg.topic)
-                count = counts.get(f"{flag}@qo{msg.queue_id}%{msg.queue_offset}") or counts.get(
-                    f"{flag}@{msg.queue_id}"
-                )
-                if count and int(count) > 0:
-                    msg.reconsume_times = int(count)
-            msg.properties.setdefault(Prop.FIRST_POP_TIME, str(result.pop_time))
-            msg.topic = topic
-        return messages
 
     async def pop_lite(
         self,
@@ -532,53 +372,12 @@ class BrokerClient:
         return await self._pop_call(
             RequestCode.POP_LITE_MESSAGE,
             header.encode(),
-            lambda response: self._pop_lite_result(response, topic),
+            lambda response: pop_lite_result(response, topic, self.name),
             "lite pop",
             poll_ms,
             timeout,
             on_late,
         )
-
-    def _pop_lite_result(self, response: RemotingCommand, topic: str) -> PopResult:
-        """Decode a lite pop; give each message the POP_CK the Java client builds
-        (``processPopLiteResponse``): start offset 0, queue 0 and the message's offset in
-        its lite queue, which also becomes its queue offset."""
-        h = PopLiteMessageResponseHeader.decode(response.ext_fields)
-        result = PopResult(
-            code=response.code,
-            pop_time=h.pop_time,
-            invisible_time=h.invisible_time,
-            revive_qid=h.revive_qid,
-        )
-        if response.code != ResponseCode.SUCCESS or not response.body:
-            return result
-        messages = decode_messages(response.body)
-        counts = lite_order_counts(h.order_count_info, len(messages))
-        for index, msg in enumerate(messages):
-            queues = [q for q in msg.properties.get(Prop.INNER_MULTI_DISPATCH, "").split(",") if q]
-            offsets = [
-                o for o in msg.properties.get(Prop.INNER_MULTI_QUEUE_OFFSET, "").split(",") if o
-            ]
-            if len(queues) != 1 or len(offsets) != 1:
-                raise RemotingError(f"lite pop: message {msg.msg_id} has no single lite queue")
-            lmq_offset = int(offsets[0])
-            msg.properties[Prop.POP_CK] = PopCheckpointInfo(
-                0,
-                h.pop_time,
-                h.invisible_time,
-                h.revive_qid,
-                retry_flag(topic),
-                self.name,
-                0,
-                lmq_offset,
-            ).encode()
-            msg.properties.setdefault(Prop.FIRST_POP_TIME, str(h.pop_time))
-            if counts[index] > 0:
-                msg.reconsume_times = counts[index]
-            msg.queue_offset = lmq_offset
-            msg.topic = topic
-        result.messages = messages
-        return result
 
     async def lite_subscription_ctl(
         self, subscriptions: list[LiteSubscription], timeout: float = DEFAULT_TIMEOUT
@@ -693,7 +492,7 @@ class BrokerClient:
             ),
             "change invisible time",
         )
-        with _readable(self.name, "change invisible time"):
+        with readable(self.name, "change invisible time"):
             answer = ChangeInvisibleTimeResponseHeader.decode(response.ext_fields)
         return PopCheckpointInfo(
             info.queue_offset,
@@ -729,7 +528,7 @@ class BrokerClient:
             ),
             "notification",
         )
-        with _readable(self.name, "notification"):
+        with readable(self.name, "notification"):
             answer = NotificationResponseHeader.decode(response.ext_fields)
         return NotificationResult(has_msg=answer.has_msg, polling_full=answer.polling_full)
 
@@ -743,7 +542,7 @@ class BrokerClient:
             ),
             "group config",
         )
-        return _json_object(response, f"group config of {group}")
+        return json_object(response, f"group config of {group}")
 
     async def topic_config(self, topic: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """The topic's TopicConfig (GET_TOPIC_CONFIG) as JSON: its queues, perm, attributes."""
@@ -753,7 +552,7 @@ class BrokerClient:
             ),
             "topic config",
         )
-        return _json_object(response, f"topic config of {topic}")
+        return json_object(response, f"topic config of {topic}")
 
     async def polling_info(
         self, group: str, topic: str, queue_id: int = -1, timeout: float = DEFAULT_TIMEOUT
@@ -764,7 +563,7 @@ class BrokerClient:
             await self._call(RequestCode.POLLING_INFO, header.encode(), timeout=timeout),
             "polling info",
         )
-        with _readable(self.name, "polling info"):
+        with readable(self.name, "polling info"):
             return PollingInfoResponseHeader.decode(response.ext_fields).polling_num
 
     async def send_to_dead_letter(

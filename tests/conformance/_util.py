@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.remoting.broker_client import BrokerClient, PopResult
+from proxy.remoting.answers import PopResult
+from proxy.remoting.broker_client import BrokerClient
 from rocketmq_local.admin import max_offset
 from testkit.waits import wait_until
 

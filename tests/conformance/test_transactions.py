@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from proxy.remoting.broker_client import BrokerClient, BrokerError
+from proxy.remoting.answers import BrokerError
+from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,

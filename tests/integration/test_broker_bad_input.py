@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from proxy.remoting.broker_client import BrokerError
+from proxy.remoting.answers import BrokerError
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand, decode, encode

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.remoting.broker_client import BrokerClient, BrokerResponseError
+from proxy.remoting.answers import BrokerResponseError
+from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import ResponseCode
 from tests.support.brokers import ScriptedServer
 

@@ -15,7 +15,8 @@ import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.config import ProxyConfig, ReceiveConfig, ReceiveMode
-from proxy.remoting.broker_client import BrokerClient, BrokerError
+from proxy.remoting.answers import BrokerError
+from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import CreateTopicHeader, TopicHeader

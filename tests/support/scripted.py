@@ -15,7 +15,7 @@ from typing import cast
 
 from proxy.brokers import BrokerPool, BrokerRoute, TopicRoute
 from proxy.receive.types import ReceiveRequest
-from proxy.remoting.broker_client import NotificationResult, PopResult
+from proxy.remoting.answers import NotificationResult, PopResult
 from proxy.remoting.client import RemotingError
 from proxy.remoting.message import MessageExt, Prop
 from proxy.remoting.popinfo import PopCheckpointInfo

@@ -19,7 +19,7 @@ from proxy.groups import DEFAULT_LITE_QUOTA, GroupConfig
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.receive.lite import LiteReceiver
 from proxy.receive.types import ReceiveRequest
-from proxy.remoting.broker_client import PopResult
+from proxy.remoting.answers import PopResult
 from proxy.remoting.lite import LiteAction, OffsetOption, OffsetType
 from proxy.remoting.message import MessageExt, Prop
 from proxy.remoting.popinfo import PopCheckpointInfo

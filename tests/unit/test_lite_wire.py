@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.remoting.broker_client import lite_order_counts
+from proxy.remoting.answers import lite_order_counts
 from proxy.remoting.headers import (
     AckMessageHeader,
     ChangeInvisibleTimeHeader,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from proxy.receive.probes import ProbeHub, Watch
-from proxy.remoting.broker_client import NotificationResult
+from proxy.remoting.answers import NotificationResult
 from testkit.waits import wait_until
 from tests.support.scripted import Pool, ScriptedBroker, message
 
