@@ -41,6 +41,7 @@ from proxy.observability.receive_record import ReceiveRecorder
 from proxy.processor.consumer import ConsumerProcessor
 from proxy.processor.lite import LiteProcessor
 from proxy.processor.producer import ProducerProcessor
+from proxy.processor.registrations import Registrations
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
@@ -177,8 +178,14 @@ class ProxyApp:
         )
         # The address routes advertise is known once the gRPC port is bound (start).
         self.route = RouteActivity(self.pool, config.advertise_address or "")
+        # Each gRPC client registered with the brokers, for RocketMQ's own tools.
+        self.registrations = (
+            Registrations(self.pool, max_clients=config.max_registered_clients)
+            if config.max_registered_clients
+            else None
+        )
         self.session = SessionActivity(
-            config, self.groups, self.renewer, self.transactions, self.lite
+            config, self.groups, self.renewer, self.transactions, self.lite, self.registrations
         )
         self.renewer.streams_open = self.session.holds_stream
         # In a fleet, an ack of a message another member renews borrows its checkpoint.
@@ -251,6 +258,14 @@ class ProxyApp:
         async def start_renewer() -> None:
             self.renewer.start()
 
+        async def start_registrations() -> None:
+            if self.registrations is not None:
+                self.registrations.start()
+
+        async def close_registrations() -> None:
+            if self.registrations is not None:
+                await self.registrations.close()
+
         async def start_collections() -> None:
             self.collections.start()
 
@@ -262,6 +277,7 @@ class ProxyApp:
             Step("brokers", _nothing, self.pool.close),
             Step("consumer", _nothing, self.consumer.close),
             Step("transactions", start_transactions, self.transactions.close),
+            Step("registrations", start_registrations, close_registrations),
             Step("lite", start_lite, _nothing),
             Step("renewer", start_renewer, self.renewer.close),
             Step("receive engine", self.engine.start, self.engine.close),
@@ -464,6 +480,7 @@ class ProxyApp:
             "receive": self.engine.status(),
             # Open Telemetry streams, and the streams their limits refused or ended.
             "telemetry": self.session.status(),
+            "registrations": None if self.registrations is None else self.registrations.status(),
             # Push consumers' messages renewed here: held now, renewals made, not held.
             "renewals": {
                 "held": self.renewer.size,

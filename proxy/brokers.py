@@ -341,6 +341,11 @@ class BrokerPool:
         handler = self._served.get(cmd.code)
         return None if handler is None else handler(broker, cmd)
 
+    def extra_connection(self, name: str, address: str) -> BrokerClient:
+        """A connection of its own to broker ``name`` at ``address``, signed and observed as
+        the pool's are (``processor/registrations.py``); the caller closes it."""
+        return BrokerClient(name, address, observer=self._observer, request_hook=self._request_hook)
+
     def broker(self, name: str) -> BrokerClient | None:
         """The client of a broker seen in some route (receipt handles name brokers)."""
         return self._brokers.get(name)

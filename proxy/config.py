@@ -312,6 +312,11 @@ class ProxyConfig:
     # one every few seconds with thousands of idle polls and stalls them all; 0 = CPython's
     # own schedule. proxy/collector.py.
     gc_full_collection_s: float = 600.0
+    # Register each gRPC client with the brokers of its topics (a HEART_BEAT on its behalf
+    # every 30 s), so that mqadmin consumerConnection / producerConnection and the dashboard
+    # list it; at most this many clients per proxy process, 0 = none. docs/operations.md,
+    # "RocketMQ's own tools".
+    max_registered_clients: int = 10_000
     # Worker processes serving the gRPC port together (SO_REUSEPORT) under one supervisor;
     # 1 = one process, no supervisor; 0 = default_workers() (one per usable core, at most
     # MAX_DEFAULT_WORKERS). docs/operations.md, "Workers".
@@ -346,6 +351,8 @@ class ProxyConfig:
             raise ValueError("grpc_max_connection_age_s must not be negative (0 = no limit)")
         if self.max_telemetry_streams < 1:
             raise ValueError("max_telemetry_streams must be positive")
+        if self.max_registered_clients < 0:
+            raise ValueError("max_registered_clients must not be negative (0 = none)")
         if self.event_log_max_bytes < 1 or self.event_log_max_age_s <= 0:
             raise ValueError("event_log_max_bytes and event_log_max_age_s must be positive")
         if self.fleet.enabled and self.worker_count() != 1:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -41,6 +42,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.config import ProxyConfig
 from proxy.groups import GroupConfig, GroupSettings
 from proxy.processor.lite import LiteProcessor
+from proxy.processor.registrations import Registrations, registered
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionProcessor
 
@@ -52,6 +54,15 @@ from proxy.processor.transaction import TransactionProcessor
 STREAMS_PER_CLIENT = 8
 
 
+@dataclass(frozen=True, slots=True)
+class ClientOf:
+    """Who holds a Telemetry stream: its id, and the language and version it names."""
+
+    client_id: str
+    language: str
+    version: str
+
+
 class SessionActivity:
     def __init__(
         self,
@@ -60,12 +71,14 @@ class SessionActivity:
         renewer: HandleRenewer,
         transactions: TransactionProcessor | None = None,
         lite: LiteProcessor | None = None,
+        registrations: Registrations | None = None,
     ) -> None:
         self.config = config
         self.groups = groups
         self.renewer = renewer
         self.transactions = transactions
         self.lite = lite
+        self.registrations = registrations
         # The task serving each open Telemetry stream, and how a drain ends it
         # (``DrainEnd``): ``drain`` ends them all.
         self._streams: dict[asyncio.Task[object], DrainEnd] = {}
@@ -115,6 +128,8 @@ class SessionActivity:
     ) -> api.NotifyClientTerminationResponse:
         client_id = check.require_client_id(context)
         self.renewer.client_gone(client_id)
+        if self.registrations is not None:
+            self.registrations.remove(client_id)
         if self.lite is not None and request.group.name:
             # A lite consumer's subscriptions live on the brokers under its client id; left
             # there, the brokers keep giving its lite topics' events to it for minutes
@@ -164,8 +179,13 @@ class SessionActivity:
             return
         self._streams[task] = DrainEnd.of(check.metadata_value(context, "x-mq-language"))
         self._per_client[client_id] = held + 1
+        client = ClientOf(
+            client_id,
+            check.metadata_value(context, "x-mq-language") or "",
+            check.metadata_value(context, "x-mq-client-version") or "",
+        )
         try:
-            async for out in self._serve(commands, client_id):
+            async for out in self._serve(commands, client):
                 yield out
         except asyncio.CancelledError:
             if not self.draining:
@@ -183,6 +203,8 @@ class SessionActivity:
             left = self._per_client.pop(client_id, 1) - 1
             if left:
                 self._per_client[client_id] = left
+            elif self.registrations is not None:
+                self.registrations.remove(client_id)  # its last stream here ended
 
     def _refusal(self, client_id: str, held: int) -> ApiError | None:
         """Why a new stream of ``client_id`` (which holds ``held``) is refused, if it is:
@@ -213,8 +235,9 @@ class SessionActivity:
         return api.TelemetryCommand(status=refused.status)
 
     async def _serve(
-        self, commands: AsyncIterator[api.TelemetryCommand], client_id: str
+        self, commands: AsyncIterator[api.TelemetryCommand], client: ClientOf
     ) -> AsyncIterator[api.TelemetryCommand]:
+        client_id = client.client_id
         pace = CommandPace(self.command_burst, self.commands_per_s)
         async for command in commands:
             if (refused := self._too_fast(pace)) is not None:
@@ -223,6 +246,10 @@ class SessionActivity:
             answer, topics = await self._answer(command)
             if answer is None:
                 continue
+            if answer.status.code == Code.OK and self.registrations is not None:
+                known = registered(client_id, client.language, client.version, command.settings)
+                if known is not None:
+                    self.registrations.add(known)
             if topics and self.transactions is not None:
                 register = functools.partial(self._register_producer, topics)
                 async for out in self._stream(commands, answer, register, pace):

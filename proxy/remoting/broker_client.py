@@ -30,7 +30,7 @@ from proxy.remoting.client import (
     RequestHook,
     ServerHandler,
 )
-from proxy.remoting.codes import RequestCode, ResponseCode, code_name
+from proxy.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.filter import ExpressionType
 from proxy.remoting.headers import (
@@ -52,6 +52,7 @@ from proxy.remoting.headers import (
     SendMessageHeader,
     SendMessageResponseHeader,
     TopicHeader,
+    UnregisterClientHeader,
     now_ms,
 )
 from proxy.remoting.lite import LiteSubscription, LiteSubscriptionCtlBody
@@ -113,7 +114,18 @@ class BrokerClient:
         long_polling: bool = False,
         on_late: Callable[[RemotingCommand], None] | None = None,
     ) -> RemotingCommand:
-        request = RemotingCommand(code, fields, body)
+        return await self._invoke(
+            RemotingCommand(code, fields, body), timeout, long_polling, on_late
+        )
+
+    async def _invoke(
+        self,
+        request: RemotingCommand,
+        timeout: float = DEFAULT_TIMEOUT,
+        long_polling: bool = False,
+        on_late: Callable[[RemotingCommand], None] | None = None,
+    ) -> RemotingCommand:
+        code = request.code
         if self.observer is None:
             return await self.remoting.invoke(request, timeout, on_late)
         start = time.perf_counter()
@@ -243,8 +255,30 @@ class BrokerClient:
                 "consumerDataSet": [],
             }
         ).encode()
+        await self.heartbeat_for(body, LanguageCode.PYTHON, CURRENT_VERSION, timeout)
+
+    async def heartbeat_for(
+        self, body: bytes, language: int, version: int, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """HEART_BEAT with a client's HeartbeatData ``body``, in the client's ``language``
+        and ``version`` (what the broker lists the client with)."""
+        request = RemotingCommand(RequestCode.HEART_BEAT, {}, body)
+        request.language, request.version = language, version
+        self._check(await self._invoke(request, timeout), "heartbeat")
+
+    async def unregister_client(
+        self,
+        client_id: str,
+        *,
+        producer_group: str | None = None,
+        consumer_group: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        """UNREGISTER_CLIENT: the broker forgets this connection's client of the group."""
+        header = UnregisterClientHeader(client_id, producer_group, consumer_group)
         self._check(
-            await self._call(RequestCode.HEART_BEAT, {}, body, timeout=timeout), "heartbeat"
+            await self._call(RequestCode.UNREGISTER_CLIENT, header.encode(), timeout=timeout),
+            "unregister client",
         )
 
     # -- consume --------------------------------------------------------------------------

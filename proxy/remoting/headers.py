@@ -400,6 +400,15 @@ class GroupHeader(Header):
     group: str = wire("group")
 
 
+@dataclass(slots=True)
+class UnregisterClientHeader(Header):
+    """UNREGISTER_CLIENT (35): the client leaves a producer or a consumer group."""
+
+    client_id: str = wire("clientID")
+    producer_group: str | None = wire("producerGroup", default=None)
+    consumer_group: str | None = wire("consumerGroup", default=None)
+
+
 # -- name server --------------------------------------------------------------------------
 
 

@@ -1,0 +1,379 @@
+"""The proxy's gRPC clients, registered with the brokers the way a 4.x client registers
+itself, so that RocketMQ's own tools see them: ``mqadmin consumerConnection`` and
+``producerConnection``, the dashboard's consumer and producer pages.
+
+A broker knows a client by a HEART_BEAT on a connection: the client's id, language and
+version, and the groups it produces or consumes for, with a consumer's subscriptions. It
+keeps one client per group on each connection (its tables are keyed by connection), so the
+proxy registers its clients over connections of their own: *slots*. A client takes the
+first slot in which no other client of its groups is registered; a broker then holds as
+many of this proxy's connections as the largest number of clients one group has here, not
+one per client. Each registered client is named to every broker of its topics every
+``HEARTBEAT_S`` (a 4.x client's pace; a broker drops a connection silent for 120 s), and at
+once when it appears.
+
+A client leaves when its last Telemetry stream here ends (it stopped, moved to another
+proxy, or the proxy drains) or when it says NotifyClientTermination: an UNREGISTER_CLIENT
+per group on its slot's connections. A slot nobody uses is closed, and with it the
+brokers forget whatever it still named. Each proxy of a fleet registers over its own
+connections, so one proxy never undoes what another registered.
+
+What it costs a broker: per client, one HEART_BEAT every 30 s from each proxy it is
+connected to; per proxy, as many connections as its largest group has clients. At most
+``max_clients`` clients are registered per proxy; past it new ones are not (counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from proxy.api.v2 import definition_pb2 as pb
+from proxy.background import start_background, stop_background
+from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.remoting.broker_client import BrokerClient
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import CURRENT_VERSION, LanguageCode
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 30.0
+# Heartbeats in flight at once in a round.
+CONCURRENT_CALLS = 32
+
+
+class ConsumeType(enum.StrEnum):
+    """How the broker lists a consumer (``consumerConnection``'s ConsumeType), as the
+    Apache proxy names its gRPC clients' kinds."""
+
+    ACTIVELY = "CONSUME_ACTIVELY"  # a simple consumer: it asks for each message
+    PASSIVELY = "CONSUME_PASSIVELY"  # a push consumer: messages are handed to it
+
+
+@dataclass(frozen=True)
+class Subscription:
+    topic: str
+    expression_type: str  # TAG or SQL92
+    expression: str
+
+
+@dataclass(frozen=True)
+class Registered:
+    """What the brokers are told of one client."""
+
+    client_id: str
+    language: LanguageCode
+    version: int  # RocketMQ's version ordinal (MQVersion.Version)
+    consumer_group: str = ""
+    consume_type: ConsumeType = ConsumeType.ACTIVELY
+    subscriptions: tuple[Subscription, ...] = ()
+    producer_topics: tuple[str, ...] = ()
+
+    @property
+    def groups(self) -> frozenset[str]:
+        """The groups it is listed under: its consumer group, and each topic it publishes
+        to (a 5.x producer's group is its topic, as through the Apache proxy)."""
+        return frozenset(filter(None, (self.consumer_group, *self.producer_topics)))
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return frozenset((*(s.topic for s in self.subscriptions), *self.producer_topics))
+
+    def heartbeat_body(self) -> bytes:
+        """The HEART_BEAT body (HeartbeatData, as JSON)."""
+        consumers = []
+        if self.consumer_group:
+            consumers.append(
+                {
+                    "groupName": self.consumer_group,
+                    "consumeType": self.consume_type.value,
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [_subscription(s) for s in self.subscriptions],
+                    "unitMode": False,
+                }
+            )
+        return json.dumps(
+            {
+                "clientID": self.client_id,
+                "producerDataSet": [{"groupName": t} for t in self.producer_topics],
+                "consumerDataSet": consumers,
+            }
+        ).encode()
+
+
+def registered(
+    client_id: str, language: str, version: str, settings: pb.Settings
+) -> Registered | None:
+    """What to register for a client whose Telemetry stream sent ``settings``, with its
+    metadata's ``x-mq-language`` and ``x-mq-client-version``; None for a client of no
+    group or topic."""
+    code = LanguageCode.__members__.get(language.upper(), LanguageCode.OTHER)
+    if settings.WhichOneof("pub_sub") == "subscription":
+        sub = settings.subscription
+        if not sub.group.name:
+            return None
+        kind = (
+            ConsumeType.ACTIVELY
+            if settings.client_type == pb.ClientType.SIMPLE_CONSUMER
+            else ConsumeType.PASSIVELY
+        )
+        subscriptions = tuple(
+            Subscription(
+                s.topic.name,
+                "SQL92" if s.expression.type == pb.FilterType.SQL else "TAG",
+                s.expression.expression or "*",
+            )
+            for s in sub.subscriptions
+        )
+        return Registered(
+            client_id, code, version_ordinal(version), sub.group.name, kind, subscriptions
+        )
+    topics = tuple(t.name for t in settings.publishing.topics if t.name)
+    if not topics:
+        return None
+    return Registered(client_id, code, version_ordinal(version), producer_topics=topics)
+
+
+def version_ordinal(version: str) -> int:
+    """A client version ("5.2.0") as RocketMQ's version ordinal: V5_0_0 is 413, then two
+    per patch release (each has its SNAPSHOT before it), to V5_9_9 (611); later majors are
+    HIGHER_VERSION (612). Unreadable: the proxy's own."""
+    parts = version.split("-")[0].split(".")
+    try:
+        major, minor, patch = (int(p) for p in [*parts, "0", "0"][:3])
+    except ValueError:
+        return CURRENT_VERSION
+    if major > 5:
+        return 612
+    if major == 5 and 0 <= minor <= 9 and 0 <= patch <= 9:
+        return 413 + 2 * (10 * minor + patch)
+    return CURRENT_VERSION
+
+
+def _subscription(s: Subscription) -> dict[str, object]:
+    tags = [] if s.expression_type != "TAG" or s.expression.strip() == "*" else [
+        t.strip() for t in s.expression.split("||") if t.strip()
+    ]  # fmt: skip
+    return {
+        "classFilterMode": False,
+        "topic": s.topic,
+        "subString": s.expression,
+        "tagsSet": tags,
+        "codeSet": [_java_hash(t) for t in tags],
+        "subVersion": int(time.time() * 1000),
+        "expressionType": s.expression_type,
+    }
+
+
+def _java_hash(text: str) -> int:
+    """Java's String.hashCode (the tag codes a subscription carries)."""
+    data = text.encode("utf-16-be")  # Java strings are UTF-16 code units
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@dataclass
+class _Slot:
+    """A set of connections, one per broker, each naming at most one client per group."""
+
+    groups: set[str] = field(default_factory=set)
+    clients: set[str] = field(default_factory=set)
+    connections: dict[str, BrokerClient] = field(default_factory=dict)  # by broker address
+
+
+class Registrations:
+    """The clients registered with the brokers on this proxy's behalf. ``add`` and
+    ``remove`` are called from the Telemetry handlers; one background task (``start``,
+    ``close``) talks to the brokers."""
+
+    def __init__(
+        self,
+        pool: BrokerPool,
+        *,
+        max_clients: int,
+        heartbeat_s: float = HEARTBEAT_S,
+        timeout_s: float = 3.0,
+    ) -> None:
+        self.pool = pool
+        self.max_clients = max_clients
+        self.heartbeat_s = heartbeat_s
+        self.timeout_s = timeout_s
+        self._clients: dict[str, Registered] = {}
+        self._slot_of: dict[str, int] = {}
+        self._slots: list[_Slot] = []
+        # Brokers (by address) each client was named to, for its unregistration.
+        self._named_to: dict[str, set[str]] = {}
+        self._new: set[str] = set()  # to heartbeat at once
+        self._leaving: list[tuple[Registered, int]] = []
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.refused = 0  # clients past max_clients
+        self.heartbeats_sent = 0
+        self.heartbeats_failed = 0
+
+    def start(self) -> None:
+        self._task = start_background(self._run(), name="client-registrations", log=log)
+
+    async def close(self) -> None:
+        """Stop, and close every slot: the brokers forget all the clients at once."""
+        task, self._task = self._task, None
+        await stop_background(task)
+        for slot in self._slots:
+            for connection in slot.connections.values():
+                await connection.close()
+        self._slots.clear()
+
+    def status(self) -> dict[str, int]:
+        return {
+            "clients": len(self._clients),
+            "slots": len(self._slots),
+            "connections": sum(len(s.connections) for s in self._slots),
+            "refused": self.refused,
+            "heartbeats_sent": self.heartbeats_sent,
+            "heartbeats_failed": self.heartbeats_failed,
+        }
+
+    # -- called by the Telemetry handlers --------------------------------------------------
+
+    def add(self, client: Registered) -> None:
+        """Register ``client`` (again, when its settings change)."""
+        before = self._clients.get(client.client_id)
+        if before == client:
+            return
+        if before is not None:
+            self.remove(client.client_id)
+        if len(self._clients) >= self.max_clients:
+            self.refused += 1
+            return
+        index = next((i for i, s in enumerate(self._slots) if not (s.groups & client.groups)), None)
+        if index is None:
+            self._slots.append(_Slot())
+            index = len(self._slots) - 1
+        slot = self._slots[index]
+        slot.groups |= client.groups
+        slot.clients.add(client.client_id)
+        self._clients[client.client_id] = client
+        self._slot_of[client.client_id] = index
+        self._new.add(client.client_id)
+        self._kick.set()
+
+    def remove(self, client_id: str) -> None:
+        """Unregister ``client_id`` (it ended its last stream here, or said it terminates)."""
+        client = self._clients.pop(client_id, None)
+        if client is None:
+            return
+        index = self._slot_of.pop(client_id)
+        slot = self._slots[index]
+        slot.groups -= client.groups
+        slot.clients.discard(client_id)
+        self._new.discard(client_id)
+        self._leaving.append((client, index))
+        self._kick.set()
+
+    # -- the brokers' side ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        next_round = time.monotonic()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), max(0.0, next_round - time.monotonic()))
+            self._kick.clear()
+            await self._unregister_leaving()
+            if time.monotonic() >= next_round:
+                next_round = time.monotonic() + self.heartbeat_s
+                self._new.clear()
+                await self._heartbeat(list(self._clients.values()))
+            elif self._new:
+                new, self._new = self._new, set()
+                await self._heartbeat([self._clients[c] for c in new if c in self._clients])
+            await self._close_idle_slots()
+
+    async def _heartbeat(self, clients: Iterable[Registered]) -> None:
+        gate = asyncio.Semaphore(CONCURRENT_CALLS)
+
+        async def one(client: Registered) -> None:
+            async with gate:
+                await self._heartbeat_one(client)
+
+        await asyncio.gather(*(one(c) for c in clients))
+
+    async def _heartbeat_one(self, client: Registered) -> None:
+        index = self._slot_of.get(client.client_id)
+        if index is None:
+            return
+        for name, address in await self._brokers_of(client):
+            if self._slot_of.get(client.client_id) != index:
+                return  # it left meanwhile
+            connection = self._connection(index, name, address)
+            try:
+                await connection.heartbeat_for(
+                    client.heartbeat_body(), client.language, client.version, self.timeout_s
+                )
+            except RemotingError as exc:
+                self.heartbeats_failed += 1
+                log.info("heartbeat of client %s to %s failed: %s", client.client_id, name, exc)
+                continue
+            self.heartbeats_sent += 1
+            self._named_to.setdefault(client.client_id, set()).add(address)
+
+    async def _brokers_of(self, client: Registered) -> list[tuple[str, str]]:
+        found: dict[str, str] = {}
+        for topic in sorted(client.topics):
+            try:
+                route = await self.pool.route(topic)
+            except (TopicNotFound, RemotingError):
+                continue
+            for broker in route.brokers:
+                found[broker.address] = broker.name
+        return [(name, address) for address, name in found.items()]
+
+    def _connection(self, index: int, name: str, address: str) -> BrokerClient:
+        slot = self._slots[index]
+        connection = slot.connections.get(address)
+        if connection is None:
+            connection = self.pool.extra_connection(name, address)
+            slot.connections[address] = connection
+        return connection
+
+    async def _unregister_leaving(self) -> None:
+        leaving, self._leaving = self._leaving, []
+        for client, index in leaving:
+            named = self._named_to.pop(client.client_id, set())
+            if index >= len(self._slots):
+                continue
+            slot = self._slots[index]
+            for address in named:
+                connection = slot.connections.get(address)
+                if connection is None:
+                    continue
+                for group in sorted(client.groups):
+                    consumer = group == client.consumer_group
+                    try:
+                        await connection.unregister_client(
+                            client.client_id,
+                            consumer_group=group if consumer else None,
+                            producer_group=None if consumer else group,
+                            timeout=self.timeout_s,
+                        )
+                    except RemotingError as exc:
+                        log.info(
+                            "unregistering client %s from %s failed: %s",
+                            client.client_id, connection.name, exc,
+                        )  # fmt: skip
+
+    async def _close_idle_slots(self) -> None:
+        """Close the slots at the end of the list that no client uses (their connections
+        with them); a slot in the middle stays for the next client that fits it."""
+        while self._slots and not self._slots[-1].clients:
+            slot = self._slots.pop()
+            for connection in slot.connections.values():
+                await connection.close()

@@ -1,0 +1,118 @@
+"""Operators see the proxy's clients in RocketMQ's own tools: the official Python and Java
+consumers, each through another of two proxies on the session's real RocketMQ 5.5.0
+brokers, are listed by the real ``mqadmin consumerConnection`` (the 5.5.0 tools jar) with
+their languages and versions while they run, and leave the list once they stop."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from proxy.api.v2 import definition_pb2 as pb
+from rocketmq_local import admin
+from rocketmq_local.launcher import _JDK17_OPENS, java_binary, lib_dir
+from testkit.lean_client import LeanClient
+from testkit.official.harness import run_client
+
+pytestmark = [pytest.mark.real, pytest.mark.interop]
+
+MQADMIN_TIMEOUT_S = 60.0
+_ids = itertools.count()
+
+
+def mqadmin(namesrv: str, *args: str) -> tuple[str, str]:
+    """One run of the real mqadmin (its own JVM, bounded): its standard output and error.
+    A command that failed exits 0 too and prints the exception on its error output."""
+    with tempfile.TemporaryDirectory(prefix="mqadmin-") as home:
+        argv = [
+            java_binary(), "-Xms64m", "-Xmx128m", "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1", *_JDK17_OPENS, f"-Duser.home={home}",
+            f"-Drocketmq.home.dir={home}", "-Djava.net.preferIPv4Stack=true",
+            "-cp", f"{lib_dir()}/*", "org.apache.rocketmq.tools.command.MQAdminStartup",
+            args[0], "-n", namesrv, *args[1:],
+        ]  # fmt: skip
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=MQADMIN_TIMEOUT_S,
+            env={**os.environ, "ROCKETMQ_HOME": home}, cwd=home,
+        )  # fmt: skip
+    return done.stdout, done.stderr
+
+
+# A row of consumerConnection: "<client id> <address> <language> <version>".
+_ROW = re.compile(r"^(\S+)\s+(\S+:\d+)\s+([A-Z_]+)\s+(V\d\S*)\s*$", re.M)
+
+
+def connections(namesrv: str, group: str) -> list[tuple[str, str, str]]:
+    """The clients ``mqadmin consumerConnection -g group`` lists: (id, language, version);
+    none when the brokers say the group is not online."""
+    out, err = mqadmin(namesrv, "consumerConnection", "-g", group)
+    if "not online" in err or "not online" in out:
+        return []
+    assert "Exception" not in err, err
+    return [(m[1], m[3], m[4]) for m in _ROW.finditer(out)]
+
+
+async def wait_for_connections(namesrv, group, want, timeout_s=90.0):
+    deadline = time.monotonic() + timeout_s
+    listed: list[tuple[str, str, str]] = []
+    while time.monotonic() < deadline:
+        listed = await asyncio.to_thread(connections, namesrv, group)
+        if want(listed):
+            return listed
+        await asyncio.sleep(1.0)
+    raise AssertionError(f"consumerConnection -g {group} never became right: {listed}")
+
+
+@pytest.mark.timeout(400)
+async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
+    real_cluster, start_proxy, tmp_path
+):
+    namesrv = real_cluster.namesrv_address
+    brokers = {b.name: b.address for b in real_cluster.brokers}
+    suffix = f"{next(_ids)}x{int(time.time() * 1000) % 10**8}"
+    topic, group = f"Ttools{suffix}", f"Gtools{suffix}"
+    await asyncio.to_thread(admin.create_topic, namesrv, topic, brokers=brokers)
+    await asyncio.to_thread(admin.create_group, namesrv, group, brokers=brokers)
+    first = await start_proxy(mode="notify", namesrv=namesrv)
+    second = await start_proxy(mode="notify", namesrv=namesrv)
+    endpoints = {"python": f"127.0.0.1:{first.grpc_port}", "java": f"127.0.0.1:{second.grpc_port}"}
+
+    def consume(lang: str) -> dict:
+        return run_client(
+            lang, "consume", "--endpoint", endpoints[lang], "--group", group, "--topic", topic,
+            "--await-seconds", 5, "--expect", 1, "--ack", "--max-rounds", 1000,
+            timeout=240, home=tmp_path / lang,
+        )  # fmt: skip
+
+    consumers = [asyncio.create_task(asyncio.to_thread(consume, lang)) for lang in endpoints]
+    producer = LeanClient(endpoints["python"], "tools-producer")
+    try:
+        listed = await wait_for_connections(
+            namesrv, group, lambda rows: {r[1] for r in rows} == {"JAVA", "PYTHON"}
+        )
+        assert len(listed) == 2, listed
+        assert all(version.startswith("V5_") for _, _, version in listed), listed
+        java_version = next(v for _, lang, v in listed if lang == "JAVA")
+        assert java_version == "V5_2_0", listed  # the Java client 5.2.0
+        # A message at a time until each consumer had its one and stopped.
+        deadline = time.monotonic() + 120
+        while not all(c.done() for c in consumers) and time.monotonic() < deadline:
+            sent = await producer.send(topic, b"tools")
+            assert sent.status.code == pb.Code.OK, sent.status
+            await asyncio.sleep(0.5)
+        for consumer in consumers:
+            assert len((await consumer)["messages"]) >= 1
+        # Stopped clients leave the list at once (their streams ended: unregistered).
+        await wait_for_connections(namesrv, group, lambda rows: rows == [], timeout_s=30)
+    finally:
+        for consumer in consumers:
+            if not consumer.done():
+                consumer.cancel()
+        await producer.close()
