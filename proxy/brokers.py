@@ -20,7 +20,7 @@ import orjson
 from proxy.background import shared_lookup
 from proxy.message_types import MessageType, topic_message_type
 from proxy.remoting.broker_client import BrokerClient, CallObserver
-from proxy.remoting.client import RemotingClient, RemotingError, RequestHook
+from proxy.remoting.client import RemotingClient, RemotingError, RequestHook, ServerHandler
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 
@@ -341,10 +341,16 @@ class BrokerPool:
         handler = self._served.get(cmd.code)
         return None if handler is None else handler(broker, cmd)
 
-    def extra_connection(self, name: str, address: str) -> BrokerClient:
+    def extra_connection(
+        self, name: str, address: str, server_handler: ServerHandler | None = None
+    ) -> BrokerClient:
         """A connection of its own to broker ``name`` at ``address``, signed and observed as
-        the pool's are (``processor/registrations.py``); the caller closes it."""
-        return BrokerClient(name, address, observer=self._observer, request_hook=self._request_hook)
+        the pool's are, whose broker requests go to ``server_handler``
+        (``processor/registrations.py``); the caller closes it."""
+        return BrokerClient(
+            name, address, observer=self._observer, request_hook=self._request_hook,
+            server_handler=server_handler,
+        )  # fmt: skip
 
     def broker(self, name: str) -> BrokerClient | None:
         """The client of a broker seen in some route (receipt handles name brokers)."""

@@ -18,6 +18,12 @@ per group on its slot's connections. A slot nobody uses is closed, and with it t
 brokers forget whatever it still named. Each proxy of a fleet registers over its own
 connections, so one proxy never undoes what another registered.
 
+A broker also asks a registered consumer for its running info on that connection (``mqadmin
+consumerStatus``, the dashboard's consumer detail): the proxy answers for the client with
+what it knows of it (its kind, version, start time and subscriptions; no process queues,
+which a gRPC client does not have, and no thread stacks). A request to consume a message
+directly (``mqadmin consumeMessage``) gets an error that says it is not served.
+
 What it costs a broker: per client, one HEART_BEAT every 30 s from each proxy it is
 connected to; per proxy, as many connections as its largest group has clients. At most
 ``max_clients`` clients are registered per proxy; past it new ones are not (counted).
@@ -39,7 +45,8 @@ from proxy.background import start_background, stop_background
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingError
-from proxy.remoting.codes import CURRENT_VERSION, LanguageCode
+from proxy.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +77,7 @@ class Registered:
     client_id: str
     language: LanguageCode
     version: int  # RocketMQ's version ordinal (MQVersion.Version)
+    version_name: str = ""  # as the client named it ("5.2.0")
     consumer_group: str = ""
     consume_type: ConsumeType = ConsumeType.ACTIVELY
     subscriptions: tuple[Subscription, ...] = ()
@@ -84,6 +92,29 @@ class Registered:
     @property
     def topics(self) -> frozenset[str]:
         return frozenset((*(s.topic for s in self.subscriptions), *self.producer_topics))
+
+    def running_info(self, started_ms: int) -> bytes:
+        """A consumer's ConsumerRunningInfo (JSON), as the proxy knows it: what ``mqadmin
+        consumerStatus`` prints. No process queues and no thread stacks: a gRPC client has
+        no queues of its own, and its stacks are not asked for."""
+        properties = {
+            "PROP_CLIENT_VERSION": self.version_name,
+            "PROP_CLIENT_LANGUAGE": self.language.name,
+            "PROP_CONSUME_TYPE": self.consume_type.value,
+            "PROP_CONSUME_ORDERLY": "false",
+            "PROP_CONSUMER_START_TIMESTAMP": str(started_ms),
+            "PROP_SERVED_THROUGH": "rmq-notify-proxy (gRPC)",
+        }
+        return json.dumps(
+            {
+                "properties": properties,
+                "subscriptionSet": [_subscription(s) for s in self.subscriptions],
+                "mqTable": {},
+                "mqPopTable": {},
+                "statusTable": {},
+                "userConsumerInfo": {},
+            }
+        ).encode()
 
     def heartbeat_body(self) -> bytes:
         """The HEART_BEAT body (HeartbeatData, as JSON)."""
@@ -133,12 +164,13 @@ def registered(
             for s in sub.subscriptions
         )
         return Registered(
-            client_id, code, version_ordinal(version), sub.group.name, kind, subscriptions
-        )
+            client_id, code, version_ordinal(version), version, sub.group.name, kind,
+            subscriptions,
+        )  # fmt: skip
     topics = tuple(t.name for t in settings.publishing.topics if t.name)
     if not topics:
         return None
-    return Registered(client_id, code, version_ordinal(version), producer_topics=topics)
+    return Registered(client_id, code, version_ordinal(version), version, producer_topics=topics)
 
 
 def version_ordinal(version: str) -> int:
@@ -208,6 +240,7 @@ class Registrations:
         self.heartbeat_s = heartbeat_s
         self.timeout_s = timeout_s
         self._clients: dict[str, Registered] = {}
+        self._since_ms: dict[str, int] = {}  # when each client was first registered
         self._slot_of: dict[str, int] = {}
         self._slots: list[_Slot] = []
         # Brokers (by address) each client was named to, for its unregistration.
@@ -262,6 +295,7 @@ class Registrations:
         slot.groups |= client.groups
         slot.clients.add(client.client_id)
         self._clients[client.client_id] = client
+        self._since_ms.setdefault(client.client_id, int(time.time() * 1000))
         self._slot_of[client.client_id] = index
         self._new.add(client.client_id)
         self._kick.set()
@@ -271,6 +305,7 @@ class Registrations:
         client = self._clients.pop(client_id, None)
         if client is None:
             return
+        self._since_ms.pop(client_id, None)
         index = self._slot_of.pop(client_id)
         slot = self._slots[index]
         slot.groups -= client.groups
@@ -340,9 +375,30 @@ class Registrations:
         slot = self._slots[index]
         connection = slot.connections.get(address)
         if connection is None:
-            connection = self.pool.extra_connection(name, address)
+            connection = self.pool.extra_connection(name, address, self.on_broker_request)
             slot.connections[address] = connection
         return connection
+
+    def on_broker_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """A broker's request to one of the registered clients, on a slot's connection."""
+        fields = cmd.ext_fields or {}
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            client = self._clients.get(fields.get("clientId", ""))
+            if client is None or client.consumer_group != fields.get("consumerGroup"):
+                return cmd.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    remark=f"client {fields.get('clientId')} of group "
+                    f"{fields.get('consumerGroup')} is not connected to this proxy",
+                )
+            body = client.running_info(self._since_ms.get(client.client_id, 0))
+            return cmd.make_response(ResponseCode.SUCCESS, body=body)
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark="consuming a message directly is not served for gRPC clients of "
+                "rmq-notify-proxy",
+            )
+        return None  # NOTIFY_CONSUMER_IDS_CHANGED and the like: nothing to do
 
     async def _unregister_leaving(self) -> None:
         leaving, self._leaving = self._leaving, []

@@ -38,7 +38,8 @@ class RequestCode(IntEnum):
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_TOPIC_STATS_INFO = 202  # mqadmin topicStatus
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
-    GET_CONSUMER_RUNNING_INFO = 307
+    GET_CONSUMER_RUNNING_INFO = 307  # broker -> client: mqadmin consumerStatus
+    CONSUME_MESSAGE_DIRECTLY = 309  # broker -> client: mqadmin consumeMessage
     RECALL_MESSAGE = 370
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320

@@ -1,7 +1,9 @@
 """Operators see the proxy's clients in RocketMQ's own tools: the official Python and Java
 consumers, each through another of two proxies on the session's real RocketMQ 5.5.0
 brokers, are listed by the real ``mqadmin consumerConnection`` (the 5.5.0 tools jar) with
-their languages and versions while they run, and leave the list once they stop."""
+their languages and versions while they run; ``mqadmin consumerStatus`` shows a client's
+running info, answered by its proxy; a client of a proxy that drains, and clients that
+stop, leave the list at once."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pytest
 from proxy.api.v2 import definition_pb2 as pb
 from rocketmq_local import admin
 from rocketmq_local.launcher import _JDK17_OPENS, java_binary, lib_dir
-from testkit.lean_client import LeanClient
+from testkit.lean_client import LeanClient, SettingsClient
 from testkit.official.harness import run_client
 
 pytestmark = [pytest.mark.real, pytest.mark.interop]
@@ -93,14 +95,31 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
 
     consumers = [asyncio.create_task(asyncio.to_thread(consume, lang)) for lang in endpoints]
     producer = LeanClient(endpoints["python"], "tools-producer")
+    # A third proxy, drained while its client is connected.
+    third = await start_proxy(mode="notify", namesrv=namesrv)
+    lean_id = f"tools-lean-{suffix}"
+    lean = SettingsClient(f"127.0.0.1:{third.grpc_port}", lean_id)
     try:
-        listed = await wait_for_connections(
-            namesrv, group, lambda rows: {r[1] for r in rows} == {"JAVA", "PYTHON"}
-        )
-        assert len(listed) == 2, listed
+        await lean.prepare(group, topic, 1000)
+        listed = await wait_for_connections(namesrv, group, lambda rows: len(rows) == 3)
+        assert sorted(lang for _, lang, _ in listed) == ["JAVA", "PYTHON", "PYTHON"], listed
         assert all(version.startswith("V5_") for _, _, version in listed), listed
-        java_version = next(v for _, lang, v in listed if lang == "JAVA")
+        java_id, _, java_version = next(r for r in listed if r[1] == "JAVA")
         assert java_version == "V5_2_0", listed  # the Java client 5.2.0
+
+        out, err = await asyncio.to_thread(
+            mqadmin, namesrv, "consumerStatus", "-g", group, "-i", java_id
+        )
+        assert "Exception" not in err, err
+        assert re.search(r"PROP_CONSUME_TYPE\s*:\s*CONSUME_ACTIVELY", out), out
+        assert re.search(r"PROP_CLIENT_VERSION\s*:\s*5\.2\.0", out), out
+        assert topic in out.split("#Consumer Subscription#")[1], out
+
+        await third.stop()  # a drain: its client leaves the list at once
+        listed = await wait_for_connections(
+            namesrv, group, lambda rows: len(rows) == 2, timeout_s=30
+        )
+        assert lean_id not in {r[0] for r in listed}, listed
         # A message at a time until each consumer had its one and stopped.
         deadline = time.monotonic() + 120
         while not all(c.done() for c in consumers) and time.monotonic() < deadline:
@@ -116,3 +135,4 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
             if not consumer.done():
                 consumer.cancel()
         await producer.close()
+        await lean.close()

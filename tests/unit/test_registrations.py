@@ -85,7 +85,7 @@ def test_push_consumers_sql_subscriptions_and_producers():
 
 
 def _client(client_id: str, group: str) -> Registered:
-    return Registered(client_id, LanguageCode.JAVA, 453, group)
+    return Registered(client_id, LanguageCode.JAVA, 453, consumer_group=group)
 
 
 def test_a_slot_holds_one_client_per_group_and_the_bound_holds():
@@ -99,3 +99,31 @@ def test_a_slot_holds_one_client_per_group_and_the_bound_holds():
     assert [c.client_id for c, _ in regs._leaving] == ["a2"]
     regs.add(_client("a4", "A"))  # takes the place a2 left
     assert regs._slot_of["a4"] == 1
+
+
+def test_a_brokers_running_info_request_is_answered_for_the_client():
+    from proxy.remoting.codes import RequestCode, ResponseCode
+    from proxy.remoting.command import RemotingCommand
+
+    regs = Registrations(pool=None, max_clients=4)  # type: ignore[arg-type]  # never called
+    client = registered("c1", "JAVA", "5.2.0", _consumer(pb.ClientType.PUSH_CONSUMER, "*"))
+    assert client is not None
+    regs.add(client)
+
+    def ask(client_id: str, group: str = "G") -> RemotingCommand:
+        fields = {"clientId": client_id, "consumerGroup": group, "jstackEnable": "false"}
+        answer = regs.on_broker_request(
+            RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
+        )
+        assert answer is not None
+        return answer
+
+    answer = ask("c1")
+    assert answer.code == ResponseCode.SUCCESS
+    info = json.loads(answer.body)
+    assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+    assert info["properties"]["PROP_CLIENT_VERSION"] == "5.2.0"
+    assert [s["topic"] for s in info["subscriptionSet"]] == ["T"]
+    assert ask("c2").code == ask("c1", "other").code == ResponseCode.SYSTEM_ERROR
+    direct = regs.on_broker_request(RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, {}))
+    assert direct is not None and direct.code == ResponseCode.SYSTEM_ERROR
