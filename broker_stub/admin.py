@@ -195,6 +195,20 @@ class AdminHandlers(Handlers):
         return cmd.make_response(OK, body=body)
 
 
+def consume_stats_body(broker: str, topic: str, queues: Sequence[tuple[int, int, int]]) -> bytes:
+    """A ConsumeStats: per queue (id, broker offset, group offset), keyed by MessageQueue
+    as fastjson writes it."""
+    entries = [
+        (
+            {"brokerName": broker, "queueId": qid, "topic": topic},
+            {"brokerOffset": high, "consumerOffset": mine, "lastTimestamp": 0,
+             "pullOffset": mine},
+        )
+        for qid, high, mine in queues
+    ]  # fmt: skip
+    return b'{"consumeTps":0.0,"offsetTable":' + _fastjson_map(entries) + b"}"
+
+
 def _fastjson_map(entries: Sequence[tuple[Mapping[str, object], Mapping[str, object]]]) -> bytes:
     """A JSON-like map with object keys, as fastjson writes a ``Map<MessageQueue, ...>``:
     ``{{"brokerName":..,"queueId":0,"topic":..}:{...}}``. Not valid JSON, but what a Java

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import orjson
 
+from broker_stub.admin import consume_stats_body
 from broker_stub.handlers import RequestError
 from broker_stub.parts import BAD, NO_MESSAGE_REMARK, OK, Handlers
 from broker_stub.polling import PollingTable, PollKey, Waiter
@@ -27,6 +28,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeHeader,
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
+    ConsumeStatsHeader,
     NotificationHeader,
     NotificationResponseHeader,
     OffsetResponseHeader,
@@ -363,6 +365,18 @@ class ConsumeHandlers(Handlers):
         return cmd.make_response(
             ResponseCode.QUERY_NOT_FOUND, remark="Not found, maybe this group consumer boot first"
         )
+
+    def consume_stats(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_CONSUME_STATS: each queue's end offset and the group's pop offset."""
+        h = ConsumeStatsHeader.decode(cmd.ext_fields)
+        config = self._topic(h.topic)
+        queues = [
+            (qid, self.store.max_offset(h.topic, qid),
+             self.pop.consumed_offset(h.consumer_group, h.topic, qid))
+            for qid in range(config.read_queue_nums)
+        ]  # fmt: skip
+        body = consume_stats_body(self.config.name, h.topic, queues)
+        return cmd.make_response(OK, body=body)
 
     def max_offset(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         h = QueueOffsetHeader.decode(cmd.ext_fields)

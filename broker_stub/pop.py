@@ -442,6 +442,11 @@ class PopService:
         ends = [order.next_visible.get(o, default) for o in order.offsets if o not in order.acked]
         return max(ends) if ends else None
 
+    def consumed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Where the group's next pop of the queue starts (0 before any): the consumer
+        offset a broker reports in its consume stats."""
+        return self._offsets.get((group, topic, queue_id), 0)
+
     def has_offset(self, group: str, topic: str, queue_id: int) -> bool:
         """Whether the group has consumed (or reset) the queue before."""
         return (group, topic, queue_id) in self._offsets

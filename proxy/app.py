@@ -35,6 +35,7 @@ from proxy.fleet.settle import FleetSettles
 from proxy.fleet.transport import FleetLinks, PeerHandlers
 from proxy.groups import GroupSettings
 from proxy.observability.eventlog import EventLog
+from proxy.observability.lag import GroupLag
 from proxy.observability.metrics import ProxyMetrics
 from proxy.observability.ops import OpsServer
 from proxy.observability.receive_record import ReceiveRecorder
@@ -184,6 +185,15 @@ class ProxyApp:
             if config.max_registered_clients
             else None
         )
+        # How far behind each of those consumers' groups is, on /metrics.
+        self.lag = (
+            GroupLag(
+                self.pool, self.metrics, self.registrations.consumed,
+                refresh_s=config.lag_refresh_s, timeout_s=rc.broker_timeout_s,
+            )
+            if self.registrations is not None and config.lag_refresh_s
+            else None
+        )  # fmt: skip
         self.session = SessionActivity(
             config, self.groups, self.renewer, self.transactions, self.lite, self.registrations
         )
@@ -266,6 +276,14 @@ class ProxyApp:
             if self.registrations is not None:
                 await self.registrations.close()
 
+        async def start_lag() -> None:
+            if self.lag is not None:
+                self.lag.start()
+
+        async def close_lag() -> None:
+            if self.lag is not None:
+                await self.lag.close()
+
         async def start_collections() -> None:
             self.collections.start()
 
@@ -278,6 +296,7 @@ class ProxyApp:
             Step("consumer", _nothing, self.consumer.close),
             Step("transactions", start_transactions, self.transactions.close),
             Step("registrations", start_registrations, close_registrations),
+            Step("consumer lag", start_lag, close_lag),
             Step("lite", start_lite, _nothing),
             Step("renewer", start_renewer, self.renewer.close),
             Step("receive engine", self.engine.start, self.engine.close),

@@ -317,6 +317,10 @@ class ProxyConfig:
     # list it; at most this many clients per proxy process, 0 = none. docs/operations.md,
     # "RocketMQ's own tools".
     max_registered_clients: int = 10_000
+    # Seconds between refreshes of rocketmq_proxy_consumer_lag_messages: the lag of each
+    # (group, topic) with a consumer registered here, from each broker of the topic
+    # (GET_CONSUME_STATS); 0 = off. docs/operations.md, "Consumer lag".
+    lag_refresh_s: float = 30.0
     # Worker processes serving the gRPC port together (SO_REUSEPORT) under one supervisor;
     # 1 = one process, no supervisor; 0 = default_workers() (one per usable core, at most
     # MAX_DEFAULT_WORKERS). docs/operations.md, "Workers".
@@ -351,6 +355,8 @@ class ProxyConfig:
             raise ValueError("grpc_max_connection_age_s must not be negative (0 = no limit)")
         if self.max_telemetry_streams < 1:
             raise ValueError("max_telemetry_streams must be positive")
+        if self.lag_refresh_s < 0:
+            raise ValueError("lag_refresh_s must not be negative (0 = off)")
         if self.max_registered_clients < 0:
             raise ValueError("max_registered_clients must not be negative (0 = none)")
         if self.event_log_max_bytes < 1 or self.event_log_max_age_s <= 0:

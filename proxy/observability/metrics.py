@@ -17,6 +17,7 @@ plus the sample update, instead of ``labels()``'s validation and its registry-lo
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections import deque
@@ -128,6 +129,15 @@ class ProxyMetrics:
             ["mode"],
             registry=r,
             multiprocess_mode="livesum",
+        )
+        self._consumer_lag = Gauge(
+            "rocketmq_proxy_consumer_lag_messages",
+            "Messages of a topic not yet consumed by a group (the brokers' offsets minus the "
+            "group's, as mqadmin consumerProgress's Diff Total), for groups with a consumer "
+            "on this proxy.",
+            ["group", "topic"],
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self._mode_switches = Counter(
             "rocketmq_proxy_mode_switches",
@@ -289,6 +299,13 @@ class ProxyMetrics:
         _child(self._sent_c, self._sent, (topic, result)).inc(count)
 
     # -- the clients' own metrics ------------------------------------------------------------
+
+    def set_consumer_lag(self, group: str, topic: str, messages: int) -> None:
+        self._consumer_lag.labels(group, topic).set(messages)
+
+    def forget_consumer_lag(self, group: str, topic: str) -> None:
+        with contextlib.suppress(KeyError):
+            self._consumer_lag.remove(group, topic)
 
     def front_connection(self, result: str) -> None:
         self._front.labels(result).inc()

@@ -275,6 +275,15 @@ class Registrations:
             "heartbeats_failed": self.heartbeats_failed,
         }
 
+    def consumed(self) -> set[tuple[str, str]]:
+        """The (group, topic) pairs of the consumers registered here."""
+        return {
+            (c.consumer_group, s.topic)
+            for c in self._clients.values()
+            if c.consumer_group
+            for s in c.subscriptions
+        }
+
     # -- called by the Telemetry handlers --------------------------------------------------
 
     def add(self, client: Registered) -> None:

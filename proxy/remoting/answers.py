@@ -219,3 +219,13 @@ def pop_lite_result(response: RemotingCommand, topic: str, broker: str) -> PopRe
         msg.topic = topic
     result.messages = messages
     return result
+
+
+def consume_lag(stats: dict[str, Any]) -> int:
+    """Messages not yet consumed in a ConsumeStats (fastjson-parsed): the sum over its
+    queues of the broker's offset minus the group's, as ``ConsumeStats.computeTotalDiff``
+    and ``mqadmin consumerProgress``'s "Diff Total" count."""
+    table = stats.get("offsetTable") or {}
+    if not isinstance(table, dict):
+        raise ValueError("offsetTable is not a map")
+    return sum(int(w["brokerOffset"]) - int(w["consumerOffset"]) for w in table.values())

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from proxy.remoting import fastjson
 from proxy.remoting.answers import (
     BrokerError,
     NotificationResult,
@@ -39,6 +40,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeHeader,
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
+    ConsumeStatsHeader,
     EndTransactionHeader,
     GroupHeader,
     NotificationHeader,
@@ -565,6 +567,22 @@ class BrokerClient:
         with readable(self.name, "notification"):
             answer = NotificationResponseHeader.decode(response.ext_fields)
         return NotificationResult(has_msg=answer.has_msg, polling_full=answer.polling_full)
+
+    async def consume_stats(
+        self, group: str, topic: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> dict[str, Any]:
+        """GET_CONSUME_STATS: the group's offsets on ``topic``'s queues of this broker
+        (a ConsumeStats, whose offset table fastjson keys by MessageQueue objects)."""
+        header = ConsumeStatsHeader(group, topic)
+        response = self._check(
+            await self._call(RequestCode.GET_CONSUME_STATS, header.encode(), timeout=timeout),
+            "consume stats",
+        )
+        with readable(self.name, "consume stats"):
+            stats = fastjson.loads(response.body)
+            if not isinstance(stats, dict):
+                raise ValueError("consume stats are not an object")
+            return stats
 
     async def group_config(self, group: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """The group's SubscriptionGroupConfig (GET_SUBSCRIPTIONGROUP_CONFIG) as JSON."""

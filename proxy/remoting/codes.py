@@ -37,6 +37,7 @@ class RequestCode(IntEnum):
     GET_BROKER_CLUSTER_INFO = 106
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_TOPIC_STATS_INFO = 202  # mqadmin topicStatus
+    GET_CONSUME_STATS = 208  # mqadmin consumerProgress
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     GET_CONSUMER_RUNNING_INFO = 307  # broker -> client: mqadmin consumerStatus
     CONSUME_MESSAGE_DIRECTLY = 309  # broker -> client: mqadmin consumeMessage

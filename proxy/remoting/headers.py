@@ -401,6 +401,14 @@ class GroupHeader(Header):
 
 
 @dataclass(slots=True)
+class ConsumeStatsHeader(Header):
+    """GET_CONSUME_STATS (208): a group's offsets on one topic (mqadmin consumerProgress)."""
+
+    consumer_group: str = wire("consumerGroup")
+    topic: str = wire("topic")
+
+
+@dataclass(slots=True)
 class UnregisterClientHeader(Header):
     """UNREGISTER_CLIENT (35): the client leaves a producer or a consumer group."""
 

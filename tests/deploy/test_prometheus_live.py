@@ -58,6 +58,7 @@ def _prometheus() -> None:
 
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
 REPORT = BIN / "rmq-polling-report"
 GROUP, TOPIC, PROXY_ID = "G", "T", "live-proxy"
 WAIT_S = 60.0  # bound of every wait on a component
@@ -70,7 +71,23 @@ PROXY_ENV = {
     "RMQ_PROXY_RECEIVE_ADAPTIVE_MIN_POLLS": "4",  # first-pop hits before coupled polling
     # The Export RPC for the clients' own metrics (the dashboard's Clients row).
     "RMQ_PROXY_CLIENT_METRICS_MODE": "proxy",
+    # The consumer lag of the registered consumer below, refreshed within the workload.
+    "RMQ_PROXY_LAG_REFRESH_S": "1",
 }
+# A consumer of GROUP that registers (its Telemetry settings) and stays connected for the
+# whole run: the consumer lag metric is published while a group has a consumer.
+CONSUMER = """
+import asyncio, sys
+from testkit.lean_client import SettingsClient
+
+async def main():
+    client = SettingsClient(sys.argv[1], "live-consumer")
+    await client.prepare(sys.argv[2], sys.argv[3], 500)
+    print("registered", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
 
 
 # -- processes ----------------------------------------------------------------------------
@@ -288,6 +305,12 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
             proxy,
         )
         grpc, ops = ready.group(1), ready.group(2)
+        consumer = start(
+            "consumer", [sys.executable, "-c", CONSUMER, grpc, GROUP, TOPIC], run,
+            env={"PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        procs.append(consumer)
+        wait_for("the consumer registered", lambda: "registered" in consumer.output(), consumer)
         wait_for("the pushgateway", lambda: http_get(f"http://{gateway_addr}/-/ready")[0] == 200)
 
         prom_addr = f"127.0.0.1:{free_port()}"
@@ -464,3 +487,15 @@ def test_polling_analytics_queries_return_data(live):
                 substitute(m.group(1), values), m.group(2), live.started, time.time()
             )
             assert values[variable["name"]] in found, (variable["name"], found)
+
+
+def test_the_autoscalers_query_reads_the_consumer_lag(live):
+    """deploy/k8s/consumer-autoscaling: the Prometheus Adapter's query, for the registered
+    consumer's group, answers the lag the proxy publishes."""
+    from tests.deploy.test_consumer_autoscaling import adapter_query, adapter_rule
+
+    query = adapter_query(adapter_rule(), f'group="{GROUP}",topic="{TOPIC}"')
+    (answer,) = live.prom.query(query, live.at)
+    assert answer["metric"] == {"group": GROUP, "topic": TOPIC}
+    assert float(answer["value"][1]) >= 0
+

@@ -136,3 +136,67 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
                 consumer.cancel()
         await producer.close()
         await lean.close()
+
+
+def progress_diff(namesrv: str, group: str, topic: str) -> tuple[int, str]:
+    """The sum of the #Diff column of ``mqadmin consumerProgress -g group -t topic``."""
+    out, err = mqadmin(namesrv, "consumerProgress", "-g", group, "-t", topic)
+    assert "Exception" not in err, err
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    total = 0
+    for cols in lines:
+        if cols and cols[0] == topic:
+            total += int(cols[-3])  # ... #Diff #Inflight #LastTime
+    return total, out
+
+
+@pytest.mark.timeout(300)
+async def test_the_lag_metric_matches_consumer_progress(real_cluster, start_proxy):
+    namesrv = real_cluster.namesrv_address
+    brokers = {b.name: b.address for b in real_cluster.brokers}
+    suffix = f"{next(_ids)}x{int(time.time() * 1000) % 10**8}"
+    topic, group = f"Tlag{suffix}", f"Glag{suffix}"
+    await asyncio.to_thread(admin.create_topic, namesrv, topic, brokers=brokers)
+    await asyncio.to_thread(admin.create_group, namesrv, group, brokers=brokers)
+    app = await start_proxy(mode="notify", namesrv=namesrv)
+    endpoint = f"127.0.0.1:{app.grpc_port}"
+    consumer = SettingsClient(endpoint, f"lag-consumer-{suffix}")
+    producer = LeanClient(endpoint, f"lag-producer-{suffix}")
+    try:
+        await consumer.prepare(group, topic, 1000)
+        # The group consumes once, so that the brokers hold its offsets from here on.
+        await consumer.receive(group, topic, await_ms=1000, batch=32)
+
+        async def matches() -> tuple[float | None, int, str]:
+            """Our figure and consumerProgress's, once they agree within one refresh (the
+            brokers commit a POP group's offsets a moment after its pops), or after 30 s."""
+            deadline = time.monotonic() + 30
+            while True:
+                await app.lag.refresh_once()
+                ours = app.lag.lag.get((group, topic))
+                theirs, out = await asyncio.to_thread(progress_diff, namesrv, group, topic)
+                if ours == theirs or time.monotonic() > deadline:
+                    return ours, theirs, out
+                await asyncio.sleep(2)
+
+        for i in range(12):
+            sent = await producer.send(topic, f"lag-{i}".encode())
+            assert sent.status.code == pb.Code.OK, sent.status
+        ours, theirs, out = await matches()
+        assert ours == theirs == 12, (ours, theirs, out)
+
+        got = 0
+        deadline = time.monotonic() + 60
+        while got < 12 and time.monotonic() < deadline:
+            answer = await consumer.receive(group, topic, await_ms=1000, batch=32)
+            if answer.messages:
+                got += len(answer.messages)
+                acked = await consumer.ack(group, topic, answer.messages)
+                assert acked.status.code == pb.Code.OK, acked.status
+        assert got == 12
+        ours, theirs, out = await matches()
+        assert ours == theirs, (ours, theirs, out)
+        assert ours is not None and ours < 12
+    finally:
+        await consumer.close()
+        await producer.close()

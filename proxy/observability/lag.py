@@ -1,0 +1,106 @@
+"""How far each consumer group is behind, per topic, on ``/metrics``: for autoscalers (a
+KEDA ScaledObject, an HPA on an external metric) and alerts.
+
+For every (group, topic) of a consumer registered on this proxy (``Registrations``), every
+``refresh_s`` the proxy asks each broker of the topic for the group's consume stats
+(GET_CONSUME_STATS, what ``mqadmin consumerProgress`` asks) and publishes the sum over the
+topic's queues of the broker's offset minus the group's: the messages not yet consumed,
+POP consumers included (the broker moves a POP group's offset as its acks come). That is
+``consumerProgress``'s "Diff Total" for the topic, read the same way.
+
+What it costs the brokers: one GET_CONSUME_STATS per (group, topic, broker) per
+``refresh_s`` from each proxy with a consumer of the group; only pairs with a consumer on
+the proxy are asked about, and a pair whose consumers all left is dropped from
+``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from proxy.background import start_background, stop_background
+from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.observability.log_every import LogEvery
+from proxy.observability.metrics import ProxyMetrics
+from proxy.remoting.answers import consume_lag
+from proxy.remoting.client import RemotingError
+
+log = logging.getLogger(__name__)
+
+REFRESH_LOG_EVERY_S = 300.0
+
+Pair = tuple[str, str]  # (group, topic)
+
+
+class GroupLag:
+    """Owns the refresh task (``start``, ``close``)."""
+
+    def __init__(
+        self,
+        pool: BrokerPool,
+        metrics: ProxyMetrics,
+        pairs: Callable[[], set[Pair]],
+        *,
+        refresh_s: float,
+        timeout_s: float = 3.0,
+    ) -> None:
+        self.pool = pool
+        self.metrics = metrics
+        self.pairs = pairs
+        self.refresh_s = refresh_s
+        self.timeout_s = timeout_s
+        self.lag: dict[Pair, int] = {}
+        self.refreshes = 0
+        self._task: asyncio.Task[None] | None = None
+        self._failures = LogEvery(log, REFRESH_LOG_EVERY_S)
+
+    def start(self) -> None:
+        self._task = start_background(self._run(), name="group-lag", log=log)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        await stop_background(task)
+
+    async def _run(self) -> None:
+        while True:
+            await self.refresh_once()
+            await asyncio.sleep(self.refresh_s)
+
+    async def refresh_once(self) -> None:
+        """Ask the brokers about every pair with a consumer here; drop the others."""
+        wanted = self.pairs()
+        for pair in sorted(wanted):
+            with contextlib.suppress(_Unknown):
+                self.lag[pair] = await self._lag(*pair)
+                self.metrics.set_consumer_lag(*pair, self.lag[pair])
+        for pair in set(self.lag) - wanted:
+            del self.lag[pair]
+            self.metrics.forget_consumer_lag(*pair)
+        self.refreshes += 1
+
+    async def _lag(self, group: str, topic: str) -> int:
+        try:
+            route = await self.pool.route(topic)
+        except (TopicNotFound, RemotingError) as exc:
+            raise _Unknown from exc
+        total = 0
+        for broker in route.brokers:
+            client = self.pool.broker(broker.name)
+            if client is None:
+                raise _Unknown
+            try:
+                stats = await client.consume_stats(group, topic, self.timeout_s)
+            except RemotingError as exc:
+                self._failures.warning(
+                    "consumer lag of %s on %s from %s: %s", group, topic, broker.name, exc
+                )
+                raise _Unknown from exc
+            total += consume_lag(stats)
+        return total
+
+
+class _Unknown(Exception):
+    """A pair's lag could not be read this round (its last value stays)."""

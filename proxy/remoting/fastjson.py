@@ -1,0 +1,98 @@
+"""Reading what a broker writes with fastjson where it is not JSON: a ``Map`` keyed by an
+object (``{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}``, a ``Map<MessageQueue, ...>``)
+or by a number written bare (``{0:"addr"}``). Keys that are objects or arrays come back as
+tuples of their (key, value) pairs or items, so that they can key a dict; everything else is
+as ``json.loads`` gives it."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_decoder = json.JSONDecoder()
+
+
+class FastjsonError(ValueError):
+    """The text is not what fastjson writes."""
+
+
+def loads(text: str | bytes) -> Any:
+    if isinstance(text, bytes):
+        text = text.decode()
+    value, end = _value(text, _skip(text, 0))
+    if _skip(text, end) != len(text):
+        raise FastjsonError(f"unexpected text at {end}")
+    return value
+
+
+def _skip(text: str, at: int) -> int:
+    match = _WHITESPACE.match(text, at)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+def _value(text: str, at: int) -> tuple[Any, int]:
+    if at >= len(text):
+        raise FastjsonError("unexpected end")
+    char = text[at]
+    if char == "{":
+        return _object(text, at + 1)
+    if char == "[":
+        return _array(text, at + 1)
+    if char == '"':
+        return _decoder.raw_decode(text, at)
+    match = _NUMBER.match(text, at)
+    if match:
+        number = match.group()
+        return (float(number) if any(c in number for c in ".eE") else int(number)), match.end()
+    for word, value in (("true", True), ("false", False), ("null", None)):
+        if text.startswith(word, at):
+            return value, at + len(word)
+    raise FastjsonError(f"unexpected {char!r} at {at}")
+
+
+def _object(text: str, at: int) -> tuple[dict[Any, Any], int]:
+    out: dict[Any, Any] = {}
+    at = _skip(text, at)
+    if text.startswith("}", at):
+        return out, at + 1
+    while True:
+        key, at = _value(text, _skip(text, at))
+        at = _skip(text, at)
+        if not text.startswith(":", at):
+            raise FastjsonError(f"':' expected at {at}")
+        value, at = _value(text, _skip(text, at + 1))
+        out[_hashable(key)] = value
+        at = _skip(text, at)
+        if text.startswith("}", at):
+            return out, at + 1
+        if not text.startswith(",", at):
+            raise FastjsonError(f"',' or '}}' expected at {at}")
+        at += 1
+
+
+def _array(text: str, at: int) -> tuple[list[Any], int]:
+    out: list[Any] = []
+    at = _skip(text, at)
+    if text.startswith("]", at):
+        return out, at + 1
+    while True:
+        value, at = _value(text, _skip(text, at))
+        out.append(value)
+        at = _skip(text, at)
+        if text.startswith("]", at):
+            return out, at + 1
+        if not text.startswith(",", at):
+            raise FastjsonError(f"',' or ']' expected at {at}")
+        at += 1
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in key.items()))
+    if isinstance(key, list):
+        return tuple(_hashable(v) for v in key)
+    return key

@@ -1,0 +1,54 @@
+"""``rocketmq_proxy_consumer_lag_messages``: the messages of a topic a group with a consumer
+on this proxy has not consumed, from the brokers' consume stats, on broker stubs. (On real
+5.5.0 brokers, against ``mqadmin consumerProgress``: tests/interop/test_rocketmq_tools.py.)"""
+
+from __future__ import annotations
+
+from proxy.api.v2 import definition_pb2 as pb
+from testkit.lean_client import SettingsClient
+from testkit.metrics_text import samples
+from testkit.waits import wait_until
+
+
+def lag(app, group: str, topic: str) -> float | None:
+    body, _ = app.metrics.render()
+    found = [
+        value
+        for labels, value in samples(body, "rocketmq_proxy_consumer_lag_messages")
+        if labels == {"group": group, "topic": topic}
+    ]
+    return found[0] if found else None
+
+
+async def test_the_lag_follows_a_backlog_and_its_consumption(start_proxy):
+    app = await start_proxy(mode="notify", brokers=2, topics=("T",))
+    assert app.lag is not None and app.registrations is not None
+    endpoint = f"127.0.0.1:{app.grpc_port}"
+    producer = SettingsClient(endpoint, "lag-producer")
+    consumer = SettingsClient(endpoint, "lag-consumer")
+    try:
+        await consumer.prepare("G", "T", 200)  # registered: its pair is refreshed
+        await wait_until(lambda: ("G", "T") in app.registrations.consumed(), timeout=5)
+        for i in range(7):
+            sent = await producer.send("T", f"m{i}".encode())
+            assert sent.status.code == pb.Code.OK, sent.status
+        await app.lag.refresh_once()
+        assert lag(app, "G", "T") == 7
+        got = 0
+        for _ in range(20):
+            if got == 7:
+                break
+            answer = await consumer.receive("G", "T", await_ms=200, batch=32)
+            got += len(answer.messages)
+            if answer.messages:
+                await consumer.ack("G", "T", answer.messages)
+        assert got == 7
+        await app.lag.refresh_once()
+        assert lag(app, "G", "T") == 0
+        await consumer.close()  # its last stream ends: the pair leaves /metrics
+        await wait_until(lambda: not app.registrations.consumed(), timeout=5)
+        await app.lag.refresh_once()
+        assert lag(app, "G", "T") is None
+    finally:
+        await producer.close()
+        await consumer.close()
