@@ -498,4 +498,3 @@ def test_the_autoscalers_query_reads_the_consumer_lag(live):
     (answer,) = live.prom.query(query, live.at)
     assert answer["metric"] == {"group": GROUP, "topic": TOPIC}
     assert float(answer["value"][1]) >= 0
-
