@@ -48,6 +48,7 @@ help:
 	@echo "make fuzz         the fuzzers of tests/fuzz with a long budget (FUZZ_EXAMPLES=3000, random)"
 	@echo "make soak         the chaos soak, 10 minutes on 3 real brokers, then on stubs (results/soak)"
 	@echo "                  (SOAK_CLIENTS=official: the official clients, 30 minutes, results/soak-official)"
+	@echo "make bench-registrations what registering the clients costs the brokers (results/bench-registrations.json)"
 	@echo "make soak-exporters 3,000 clients' metric exporters over 2 workers with connection aging (results/soak)"
 	@echo "                  every bench and soak writes under RESULTS=results; BENCH_ARGS=--help lists a bench's flags"
 	@echo "make clean        remove the virtualenv and caches"
@@ -160,6 +161,12 @@ else
 	$(BIN)/python -m bench.soak --backend real --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/real.json $(SOAK_ARGS)
 	$(BIN)/python -m bench.soak --backend stub --minutes $(SOAK_MINUTES) --out $(RESULTS)/soak/stub.json $(SOAK_ARGS)
 endif
+
+# What registering the clients with the brokers costs them: requests per client per minute
+# and per lag refresh, for 1 proxy and a fleet of 3 (bench/registration_cost.py).
+.PHONY: bench-registrations
+bench-registrations: $(STAMP)
+	$(BIN)/python -m bench.registration_cost --out $(RESULTS)/bench-registrations.json $(BENCH_ARGS)
 
 # Clients' metric exports, exact at scale: SOAK_EXPORTERS lean exporters over a two-worker
 # proxy with connection aging (bench/export_soak.py).

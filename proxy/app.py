@@ -500,6 +500,7 @@ class ProxyApp:
             # Open Telemetry streams, and the streams their limits refused or ended.
             "telemetry": self.session.status(),
             "registrations": None if self.registrations is None else self.registrations.status(),
+            "consumer_lag": None if self.lag is None else self.lag.status(),
             # Push consumers' messages renewed here: held now, renewals made, not held.
             "renewals": {
                 "held": self.renewer.size,

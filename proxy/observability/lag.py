@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from proxy.background import start_background, stop_background
@@ -64,10 +65,15 @@ class GroupLag:
         task, self._task = self._task, None
         await stop_background(task)
 
+    def status(self) -> dict[str, int]:
+        return {"pairs": len(self.lag), "refreshes": self.refreshes}
+
     async def _run(self) -> None:
+        next_refresh = time.monotonic()
         while True:
             await self.refresh_once()
-            await asyncio.sleep(self.refresh_s)
+            next_refresh += self.refresh_s  # a fixed pace, whatever a refresh takes
+            await asyncio.sleep(max(0.0, next_refresh - time.monotonic()))
 
     async def refresh_once(self) -> None:
         """Ask the brokers about every pair with a consumer here; drop the others."""

@@ -252,6 +252,7 @@ class Registrations:
         self.refused = 0  # clients past max_clients
         self.heartbeats_sent = 0
         self.heartbeats_failed = 0
+        self.rounds = 0  # full heartbeat rounds done
 
     def start(self) -> None:
         self._task = start_background(self._run(), name="client-registrations", log=log)
@@ -273,6 +274,7 @@ class Registrations:
             "refused": self.refused,
             "heartbeats_sent": self.heartbeats_sent,
             "heartbeats_failed": self.heartbeats_failed,
+            "rounds": self.rounds,
         }
 
     def consumed(self) -> set[tuple[str, str]]:
@@ -336,6 +338,7 @@ class Registrations:
                 next_round = time.monotonic() + self.heartbeat_s
                 self._new.clear()
                 await self._heartbeat(list(self._clients.values()))
+                self.rounds += 1
             elif self._new:
                 new, self._new = self._new, set()
                 await self._heartbeat([self._clients[c] for c in new if c in self._clients])

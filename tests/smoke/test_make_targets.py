@@ -312,6 +312,23 @@ def test_make_bench_broker(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_make_bench_registrations(tmp_path):
+    """Six clients of two groups on one proxy and on three, over one round: each client
+    named to both brokers once a round, and each group's lag asked of both brokers once a
+    refresh by each proxy with a consumer of it."""
+    output = make(
+        tmp_path, "bench-registrations", f"RESULTS={tmp_path}",
+        "BENCH_ARGS=--clients 6 --groups 2 --rounds 1", timeout=240,
+    )  # fmt: skip
+    results = load_json(tmp_path / "bench-registrations.json", output)
+    assert [r["proxies"] for r in results] == [1, 3], results
+    for r in results:
+        assert r["heartbeats_per_round"] == r["clients"] * r["brokers"], r
+        # Every proxy holds a consumer of both groups (6 clients in turn over 1 or 3).
+        assert r["consume_stats_per_refresh"] == r["proxies"] * r["groups"] * r["brokers"], r
+
+
+@pytest.mark.timeout(300)
 def test_make_soak_exporters(tmp_path):
     """The clients' metric exporters over two workers whose connections age out: every
     histogram on the supervisor's /metrics is what the exporters recorded."""
