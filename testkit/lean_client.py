@@ -337,6 +337,16 @@ def consumer_settings(
     return settings
 
 
+def producer_settings(topics: list[str]) -> pb.Settings:
+    """The Telemetry settings of a producer publishing to ``topics``."""
+    return pb.Settings(
+        client_type=pb.ClientType.PRODUCER,
+        request_timeout=millis(3000),
+        publishing=pb.Publishing(topics=[pb.Resource(name=t) for t in topics]),
+        user_agent=pb.UA(language=pb.Language.PYTHON, version="5.0.0", platform="linux"),
+    )
+
+
 class SettingsClient(LeanClient):
     """A LeanClient that, before its first receive, opens a Telemetry stream and sends its
     SimpleConsumer settings, and waits for the answer, as the official clients do. The
@@ -356,11 +366,14 @@ class SettingsClient(LeanClient):
         self._telemetry: grpc.aio.StreamStreamCall | None = None
 
     async def prepare(self, group: str, topic: str, await_ms: int) -> None:
+        await self.open(
+            consumer_settings(pb.ClientType.SIMPLE_CONSUMER, group, topic, await_ms, self.endpoint)
+        )
+
+    async def open(self, settings: pb.Settings) -> None:
+        """Open the Telemetry stream with ``settings`` and wait for their answer (once)."""
         if self._telemetry is not None:
             return
-        settings = consumer_settings(
-            pb.ClientType.SIMPLE_CONSUMER, group, topic, await_ms, self.endpoint
-        )
         self._commands = asyncio.Queue()
         self._commands.put_nowait(api.TelemetryCommand(settings=settings))
         commands = self._commands

@@ -20,7 +20,7 @@ import pytest
 from proxy.api.v2 import definition_pb2 as pb
 from rocketmq_local import admin
 from rocketmq_local.launcher import _JDK17_OPENS, java_binary, lib_dir
-from testkit.lean_client import LeanClient, SettingsClient
+from testkit.lean_client import LeanClient, SettingsClient, producer_settings
 from testkit.official.harness import run_client
 
 pytestmark = [pytest.mark.real, pytest.mark.interop]
@@ -61,6 +61,19 @@ def connections(namesrv: str, group: str) -> list[tuple[str, str, str]]:
     return [(m[1], m[3], m[4]) for m in _ROW.finditer(out)]
 
 
+def wait_for_rows(namesrv: str, *args: str, timeout_s: float = 60.0) -> str:
+    """The output of an mqadmin command once it lists something (its error output empty of
+    exceptions), polling while the brokers say there is nothing yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out, err = mqadmin(namesrv, *args)
+        if "Exception" not in err and out.strip():
+            return out
+        if time.monotonic() > deadline:
+            raise AssertionError(f"mqadmin {' '.join(args)} listed nothing:\n{out}\n{err}")
+        time.sleep(1.0)  # the next try starts a JVM: a pause between tries is the bound
+
+
 async def wait_for_connections(namesrv, group, want, timeout_s=90.0):
     deadline = time.monotonic() + timeout_s
     listed: list[tuple[str, str, str]] = []
@@ -99,6 +112,8 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
     third = await start_proxy(mode="notify", namesrv=namesrv)
     lean_id = f"tools-lean-{suffix}"
     lean = SettingsClient(f"127.0.0.1:{third.grpc_port}", lean_id)
+    lean_producer_id = f"tools-producer-{suffix}"
+    lean_producer = SettingsClient(endpoints["java"], lean_producer_id)
     try:
         await lean.prepare(group, topic, 1000)
         listed = await wait_for_connections(namesrv, group, lambda rows: len(rows) == 3)
@@ -114,6 +129,14 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
         assert re.search(r"PROP_CONSUME_TYPE\s*:\s*CONSUME_ACTIVELY", out), out
         assert re.search(r"PROP_CLIENT_VERSION\s*:\s*5\.2\.0", out), out
         assert topic in out.split("#Consumer Subscription#")[1], out
+
+        # A producer of the topic, listed under the topic as its group (as through the
+        # Apache proxy, a 5.x producer's group is its topic).
+        await lean_producer.open(producer_settings([topic]))
+        produced = await asyncio.to_thread(
+            wait_for_rows, namesrv, "producerConnection", "-g", topic, "-t", topic
+        )
+        assert lean_producer_id in produced and "PYTHON" in produced, produced
 
         await third.stop()  # a drain: its client leaves the list at once
         listed = await wait_for_connections(
@@ -136,6 +159,7 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
                 consumer.cancel()
         await producer.close()
         await lean.close()
+        await lean_producer.close()
 
 
 def progress_diff(namesrv: str, group: str, topic: str) -> tuple[int, str]:
