@@ -198,6 +198,8 @@ class ProxyApp:
             config, self.groups, self.renewer, self.transactions, self.lite, self.registrations
         )
         self.renewer.streams_open = self.session.holds_stream
+        if self.registrations is not None:
+            self.registrations.ask = self.session.ask
         # In a fleet, an ack of a message another member renews borrows its checkpoint.
         self.settles = FleetSettles(self.fleet, self.renewer) if self.fleet is not None else None
         self.service = MessagingService(

@@ -31,6 +31,7 @@ from proxy.api.outbox import (
     OUTBOX_LIMIT,
     CommandPace,
     DrainEnd,
+    Outbox,
     end_for_drain,
     end_with,
     lite_unsubscribe_sink,
@@ -91,6 +92,10 @@ class SessionActivity:
         self.streams_refused = 0
         self.streams_too_fast = 0
         self.draining = False
+        # The outbox of each registered consumer's stream, by client id, and the replies
+        # awaited from clients by nonce (``ask``: a broker's question relayed to a client).
+        self._askable: dict[str, Outbox] = {}
+        self._asked: dict[str, asyncio.Future[api.TelemetryCommand]] = {}
 
     def status(self) -> dict[str, int]:
         """The open Telemetry streams, the clients holding them, and how often the limits
@@ -112,6 +117,25 @@ class SessionActivity:
         for task in self._streams:
             task.cancel()
         return len(self._streams)
+
+    async def ask(
+        self, client_id: str, command: api.TelemetryCommand, nonce: str, timeout_s: float
+    ) -> api.TelemetryCommand | None:
+        """Write ``command`` (which carries ``nonce``) to the stream of ``client_id``, a
+        consumer registered here, and return the client's reply with the same nonce; None
+        when it has no such stream here, its outbox is full, or it does not reply in time."""
+        outbox = self._askable.get(client_id)
+        if outbox is None:
+            return None
+        reply: asyncio.Future[api.TelemetryCommand] = asyncio.get_running_loop().create_future()
+        self._asked[nonce] = reply
+        try:
+            outbox.put_nowait(command)
+            return await asyncio.wait_for(reply, timeout_s)
+        except (asyncio.QueueFull, TimeoutError):
+            return None
+        finally:
+            self._asked.pop(nonce, None)
 
     def holds_stream(self, client_id: str) -> bool:
         """Whether ``client_id`` has a Telemetry stream open here: it is alive."""
@@ -246,6 +270,7 @@ class SessionActivity:
             answer, topics = await self._answer(command)
             if answer is None:
                 continue
+            known = None
             if answer.status.code == Code.OK and self.registrations is not None:
                 known = registered(client_id, client.language, client.version, command.settings)
                 if known is not None:
@@ -261,6 +286,13 @@ class SessionActivity:
                 async for out in self._stream(commands, answer, register, pace):
                     yield out
                 return
+            if known is not None and known.consumer_group:
+                # A registered consumer: the brokers may ask it things (its thread stacks)
+                # through this proxy, so its stream carries the proxy's commands too.
+                register = functools.partial(self._register_askable, client_id)
+                async for out in self._stream(commands, answer, register, pace):
+                    yield out
+                return
             yield answer
 
     async def _answer(
@@ -268,7 +300,13 @@ class SessionActivity:
     ) -> tuple[api.TelemetryCommand | None, list[str]]:
         """The answer to a client's command (None: nothing to answer, e.g. the result of a
         check we sent), and the topics a producer's settings publish to."""
-        if command.WhichOneof("command") != "settings":
+        kind = command.WhichOneof("command")
+        if kind in ("thread_stack_trace", "verify_message_result"):
+            reply = self._asked.get(getattr(command, kind).nonce)
+            if reply is not None and not reply.done():
+                reply.set_result(command)  # the answer to a question we relayed
+            return None, []
+        if kind != "settings":
             return None, []
         group = await self._group_config(command.settings)
         try:
@@ -292,6 +330,15 @@ class SessionActivity:
     ) -> Callable[[], None]:
         assert self.transactions is not None
         return self.transactions.register(topics, transaction_check_sink(outbox))
+
+    def _register_askable(self, client_id: str, outbox: Outbox) -> Callable[[], None]:
+        self._askable[client_id] = outbox
+
+        def forget() -> None:
+            if self._askable.get(client_id) is outbox:
+                del self._askable[client_id]
+
+        return forget
 
     def _register_lite(
         self, group: str, client_id: str, outbox: asyncio.Queue[api.TelemetryCommand | None]

@@ -21,8 +21,10 @@ connections, so one proxy never undoes what another registered.
 A broker also asks a registered consumer for its running info on that connection (``mqadmin
 consumerStatus``, the dashboard's consumer detail): the proxy answers for the client with
 what it knows of it (its kind, version, start time and subscriptions; no process queues,
-which a gRPC client does not have, and no thread stacks). A request to consume a message
-directly (``mqadmin consumeMessage``) gets an error that says it is not served.
+which a gRPC client does not have). Asked for its thread stacks too (``consumerStatus
+-s``), the proxy relays a PrintThreadStackTraceCommand over the client's Telemetry stream
+(``ask``) and puts the client's answer in. A request to consume a message directly
+(``mqadmin consumeMessage``) gets an error that says it is not served.
 
 What it costs a broker: per client, one HEART_BEAT every 30 s from each proxy it is
 connected to; per proxy, as many connections as its largest group has clients. At most
@@ -37,10 +39,13 @@ import enum
 import json
 import logging
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.api.v2 import definition_pb2 as pb
+from proxy.api.v2 import service_pb2 as api
 from proxy.background import start_background, stop_background
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.remoting.broker_client import BrokerClient
@@ -51,6 +56,12 @@ from proxy.remoting.command import RemotingCommand
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 30.0
+# How long a client may take to send its thread stacks (a broker waits 5 s for the answer).
+STACKS_TIMEOUT_S = 3.0
+
+# The session's relay of a command to a client: (client id, command, nonce, timeout) ->
+# the client's reply, or None.
+Ask = Callable[[str, api.TelemetryCommand, str, float], Awaitable[api.TelemetryCommand | None]]
 # Heartbeats in flight at once in a round.
 CONCURRENT_CALLS = 32
 
@@ -93,10 +104,10 @@ class Registered:
     def topics(self) -> frozenset[str]:
         return frozenset((*(s.topic for s in self.subscriptions), *self.producer_topics))
 
-    def running_info(self, started_ms: int) -> bytes:
+    def running_info(self, started_ms: int, stacks: str | None = None) -> bytes:
         """A consumer's ConsumerRunningInfo (JSON), as the proxy knows it: what ``mqadmin
-        consumerStatus`` prints. No process queues and no thread stacks: a gRPC client has
-        no queues of its own, and its stacks are not asked for."""
+        consumerStatus`` prints, with the client's own ``stacks`` when it gave them. No
+        process queues: a gRPC client has no queues of its own."""
         properties = {
             "PROP_CLIENT_VERSION": self.version_name,
             "PROP_CLIENT_LANGUAGE": self.language.name,
@@ -113,6 +124,7 @@ class Registered:
                 "mqPopTable": {},
                 "statusTable": {},
                 "userConsumerInfo": {},
+                **({} if stacks is None else {"jstack": stacks}),
             }
         ).encode()
 
@@ -253,6 +265,9 @@ class Registrations:
         self.heartbeats_sent = 0
         self.heartbeats_failed = 0
         self.rounds = 0  # full heartbeat rounds done
+        # Relays a command to a client's Telemetry stream and awaits its reply (the
+        # session's ``ask``); None: thread stacks are not asked for.
+        self.ask: Ask | None = None
 
     def start(self) -> None:
         self._task = start_background(self._run(), name="client-registrations", log=log)
@@ -391,7 +406,9 @@ class Registrations:
             slot.connections[address] = connection
         return connection
 
-    def on_broker_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+    def on_broker_request(
+        self, cmd: RemotingCommand
+    ) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand] | None:
         """A broker's request to one of the registered clients, on a slot's connection."""
         fields = cmd.ext_fields or {}
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
@@ -402,8 +419,10 @@ class Registrations:
                     remark=f"client {fields.get('clientId')} of group "
                     f"{fields.get('consumerGroup')} is not connected to this proxy",
                 )
-            body = client.running_info(self._since_ms.get(client.client_id, 0))
-            return cmd.make_response(ResponseCode.SUCCESS, body=body)
+            since = self._since_ms.get(client.client_id, 0)
+            if fields.get("jstackEnable") == "true" and self.ask is not None:
+                return self._running_info_with_stacks(cmd, client, since)
+            return cmd.make_response(ResponseCode.SUCCESS, body=client.running_info(since))
         if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR,
@@ -411,6 +430,22 @@ class Registrations:
                 "rmq-notify-proxy",
             )
         return None  # NOTIFY_CONSUMER_IDS_CHANGED and the like: nothing to do
+
+    async def _running_info_with_stacks(
+        self, cmd: RemotingCommand, client: Registered, since_ms: int
+    ) -> RemotingCommand:
+        assert self.ask is not None
+        nonce = uuid.uuid4().hex
+        asked = api.TelemetryCommand(
+            print_thread_stack_trace_command=api.PrintThreadStackTraceCommand(nonce=nonce)
+        )
+        reply = await self.ask(client.client_id, asked, nonce, STACKS_TIMEOUT_S)
+        if reply is None:
+            stacks = "the client did not answer the proxy's request for its thread stacks"
+        else:
+            stacks = reply.thread_stack_trace.thread_stack_trace
+        body = client.running_info(since_ms, stacks)
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
 
     async def _unregister_leaving(self) -> None:
         leaving, self._leaving = self._leaving, []

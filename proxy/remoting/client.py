@@ -8,7 +8,9 @@
   ``proxy.security.signing.RemotingSigner``).
 - Brokers also send requests to their clients on the same connection (a producer group's
   CHECK_TRANSACTION_STATE): a ``server_handler`` sees each; without one, or when it
-  returns None for a two-way request, the peer is told the code is not supported.
+  returns None for a two-way request, the peer is told the code is not supported. A
+  handler may return a coroutine (its answer needs a client's reply): it runs as a task
+  the client owns, bounded by ANSWER_TIMEOUT_S, and its answer is sent when it is done.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from proxy.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY
 from proxy.remoting.command import RemotingCommand
@@ -31,7 +34,11 @@ RequestHook = Callable[[RemotingCommand], None]
 
 # Called with every request a peer sends us; returns the response of a two-way request, or
 # None (not supported, or nothing to answer for a one-way request).
-ServerHandler = Callable[[RemotingCommand], RemotingCommand | None]
+ServerHandler = Callable[
+    [RemotingCommand], RemotingCommand | Coroutine[Any, Any, RemotingCommand] | None
+]
+# How long a handler's answer that needs awaiting may take (a client asked over its stream).
+ANSWER_TIMEOUT_S = 10.0
 
 
 class RemotingError(Exception):
@@ -94,6 +101,7 @@ class RemotingClient:
         self._late: dict[int, Callable[[RemotingCommand], None]] = {}
         self.late_window = 60.0
         self._closed = False
+        self._answering: set[asyncio.Task[None]] = set()  # handlers' answers being awaited
 
     @property
     def connected(self) -> bool:
@@ -141,6 +149,9 @@ class RemotingClient:
 
     async def close(self) -> None:
         self._closed = True
+        for task in list(self._answering):
+            task.cancel()
+        await asyncio.gather(*self._answering, return_exceptions=True)
         if self._connecting is not None:
             self._connecting.cancel()
         if self._conn is not None:
@@ -201,6 +212,11 @@ class RemotingClient:
                     response = self.server_handler(cmd)
                 except Exception:  # a handler's bug must not take the connection down
                     log.exception("handling request %d from %s", cmd.code, self.address)
+            if asyncio.iscoroutine(response):
+                task = asyncio.get_running_loop().create_task(self._answer(conn, cmd, response))
+                self._answering.add(task)
+                task.add_done_callback(self._answering.discard)
+                return
             if not cmd.is_oneway:
                 if response is None:
                     response = cmd.make_response(
@@ -214,6 +230,24 @@ class RemotingClient:
             future.set_result(cmd)
         elif future is None and cmd.opaque in self._late:
             self._late.pop(cmd.opaque)(cmd)
+
+    async def _answer(
+        self,
+        conn: RemotingConnection,
+        cmd: RemotingCommand,
+        answer: Coroutine[Any, Any, RemotingCommand],
+    ) -> None:
+        """Send what a handler's coroutine answers to ``cmd`` (nothing for a one-way one)."""
+        try:
+            response = await asyncio.wait_for(answer, ANSWER_TIMEOUT_S)
+        except TimeoutError:
+            response = cmd.make_response(1, remark="no answer in time")
+        except Exception as exc:  # a handler's failure is the peer's error, not ours
+            log.exception("answering request %d from %s", cmd.code, self.address)
+            response = cmd.make_response(1, remark=f"{type(exc).__name__}: {exc}")
+        if not cmd.is_oneway and not conn.closed:
+            response.opaque = cmd.opaque
+            conn.send(response)
 
     def _on_lost(self, conn: RemotingConnection, exc: Exception | None) -> None:
         if self._conn is conn:

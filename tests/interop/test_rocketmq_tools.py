@@ -2,7 +2,7 @@
 consumers, each through another of two proxies on the session's real RocketMQ 5.5.0
 brokers, are listed by the real ``mqadmin consumerConnection`` (the 5.5.0 tools jar) with
 their languages and versions while they run; ``mqadmin consumerStatus`` shows a client's
-running info, answered by its proxy; a client of a proxy that drains, and clients that
+running info, answered by its proxy, and its thread stacks, asked of the client; a client of a proxy that drains, and clients that
 stop, leave the list at once."""
 
 from __future__ import annotations
@@ -129,6 +129,13 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
         assert re.search(r"PROP_CONSUME_TYPE\s*:\s*CONSUME_ACTIVELY", out), out
         assert re.search(r"PROP_CLIENT_VERSION\s*:\s*5\.2\.0", out), out
         assert topic in out.split("#Consumer Subscription#")[1], out
+        # With its thread stacks (-s): asked of the client over its Telemetry stream.
+        out, err = await asyncio.to_thread(
+            mqadmin, namesrv, "consumerStatus", "-g", group, "-i", java_id, "-s", "true"
+        )
+        assert "Exception" not in err, err
+        stacks = out.split("#Consumer jstack#")[1]
+        assert "did not answer" not in stacks and "Thread" in stacks, out
 
         # A producer of the topic, listed under the topic as its group (as through the
         # Apache proxy, a 5.x producer's group is its topic).

@@ -115,7 +115,7 @@ def test_a_brokers_running_info_request_is_answered_for_the_client():
         answer = regs.on_broker_request(
             RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
         )
-        assert answer is not None
+        assert isinstance(answer, RemotingCommand)  # answered at once
         return answer
 
     answer = ask("c1")
@@ -126,4 +126,31 @@ def test_a_brokers_running_info_request_is_answered_for_the_client():
     assert [s["topic"] for s in info["subscriptionSet"]] == ["T"]
     assert ask("c2").code == ask("c1", "other").code == ResponseCode.SYSTEM_ERROR
     direct = regs.on_broker_request(RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, {}))
-    assert direct is not None and direct.code == ResponseCode.SYSTEM_ERROR
+    assert isinstance(direct, RemotingCommand) and direct.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_thread_stacks_are_asked_of_the_client_over_its_stream():
+    from proxy.api.v2 import service_pb2 as api
+    from proxy.remoting.codes import RequestCode, ResponseCode
+    from proxy.remoting.command import RemotingCommand
+
+    regs = Registrations(pool=None, max_clients=4)  # type: ignore[arg-type]  # never called
+    client = registered("c1", "JAVA", "5.2.0", _consumer(pb.ClientType.SIMPLE_CONSUMER, "*"))
+    assert client is not None
+    regs.add(client)
+    asked: list[tuple[str, api.TelemetryCommand]] = []
+
+    async def ask(client_id, command, nonce, timeout_s):
+        asked.append((client_id, command))
+        assert command.print_thread_stack_trace_command.nonce == nonce
+        trace = api.ThreadStackTrace(nonce=nonce, thread_stack_trace='"main" RUNNABLE')
+        return api.TelemetryCommand(thread_stack_trace=trace)
+
+    regs.ask = ask
+    fields = {"clientId": "c1", "consumerGroup": "G", "jstackEnable": "true"}
+    pending = regs.on_broker_request(RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, fields))
+    assert pending is not None and not isinstance(pending, RemotingCommand)
+    answer = await pending
+    assert answer.code == ResponseCode.SUCCESS
+    assert json.loads(answer.body)["jstack"] == '"main" RUNNABLE'
+    assert [c for c, _ in asked] == ["c1"]
