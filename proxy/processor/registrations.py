@@ -162,11 +162,8 @@ def registered(
         sub = settings.subscription
         if not sub.group.name:
             return None
-        kind = (
-            ConsumeType.ACTIVELY
-            if settings.client_type == pb.ClientType.SIMPLE_CONSUMER
-            else ConsumeType.PASSIVELY
-        )
+        simple = (pb.ClientType.SIMPLE_CONSUMER, pb.ClientType.LITE_SIMPLE_CONSUMER)
+        kind = ConsumeType.ACTIVELY if settings.client_type in simple else ConsumeType.PASSIVELY
         subscriptions = tuple(
             Subscription(
                 s.topic.name,

@@ -72,6 +72,8 @@ def test_push_consumers_sql_subscriptions_and_producers():
     push = registered("c2", "PYTHON", "5.1.2", _consumer(pb.ClientType.PUSH_CONSUMER, "a > 1",
                                                          pb.FilterType.SQL))  # fmt: skip
     assert push is not None and push.consume_type is ConsumeType.PASSIVELY
+    lite = registered("c5", "JAVA", "5.2.0", _consumer(pb.ClientType.LITE_SIMPLE_CONSUMER, "*"))
+    assert lite is not None and lite.consume_type is ConsumeType.ACTIVELY
     (sub,) = json.loads(push.heartbeat_body())["consumerDataSet"][0]["subscriptionDataSet"]
     assert sub["expressionType"] == "SQL92" and sub["tagsSet"] == []
     producer = registered(
