@@ -97,6 +97,7 @@ class BrokerProcessor:
             RequestCode.QUERY_CONSUMER_OFFSET: consume.query_consumer_offset,
             RequestCode.GET_MAX_OFFSET: consume.max_offset,
             RequestCode.GET_CONSUME_STATS: consume.consume_stats,
+            RequestCode.QUERY_CONSUME_TIME_SPAN: consume.consume_time_span,
             RequestCode.GET_MIN_OFFSET: consume.min_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.create_group,

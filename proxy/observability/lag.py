@@ -5,11 +5,14 @@ For every (group, topic) of a consumer registered on this proxy (``Registrations
 ``refresh_s`` the proxy asks each broker of the topic for the group's consume stats
 (GET_CONSUME_STATS, what ``mqadmin consumerProgress`` asks) and publishes the sum over the
 topic's queues of the broker's offset minus the group's: the messages not yet consumed,
-POP consumers included (the broker moves a POP group's offset as its acks come). That is
-``consumerProgress``'s "Diff Total" for the topic, read the same way.
+POP consumers included. That is ``consumerProgress``'s "Diff Total" for the topic, read
+the same way. Where a broker says the group is behind, it is also asked the age of the
+oldest message not consumed (QUERY_CONSUME_TIME_SPAN: per queue, now minus the store time
+of the message at the group's offset); the largest is published.
 
 What it costs the brokers: one GET_CONSUME_STATS per (group, topic, broker) per
-``refresh_s`` from each proxy with a consumer of the group; only pairs with a consumer on
+``refresh_s`` from each proxy with a consumer of the group, and one QUERY_CONSUME_TIME_SPAN
+more where the group is behind; only pairs with a consumer on
 the proxy are asked about, and a pair whose consumers all left is dropped from
 ``/metrics``.
 """
@@ -26,7 +29,7 @@ from proxy.background import start_background, stop_background
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.observability.log_every import LogEvery
 from proxy.observability.metrics import ProxyMetrics
-from proxy.remoting.answers import consume_lag
+from proxy.remoting.answers import consume_lag, oldest_unconsumed_ms
 from proxy.remoting.client import RemotingError
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class GroupLag:
         self.refresh_s = refresh_s
         self.timeout_s = timeout_s
         self.lag: dict[Pair, int] = {}
+        self.oldest_s: dict[Pair, float] = {}
         self.refreshes = 0
         self._task: asyncio.Task[None] | None = None
         self._failures = LogEvery(log, REFRESH_LOG_EVERY_S)
@@ -80,32 +84,38 @@ class GroupLag:
         wanted = self.pairs()
         for pair in sorted(wanted):
             with contextlib.suppress(_Unknown):
-                self.lag[pair] = await self._lag(*pair)
-                self.metrics.set_consumer_lag(*pair, self.lag[pair])
+                self.lag[pair], self.oldest_s[pair] = await self._lag(*pair)
+                self.metrics.set_consumer_lag(*pair, self.lag[pair], self.oldest_s[pair])
         for pair in set(self.lag) - wanted:
             del self.lag[pair]
+            self.oldest_s.pop(pair, None)
             self.metrics.forget_consumer_lag(*pair)
         self.refreshes += 1
 
-    async def _lag(self, group: str, topic: str) -> int:
+    async def _lag(self, group: str, topic: str) -> tuple[int, float]:
+        """Messages not consumed, and the oldest one's age in seconds (asked only of the
+        brokers where the group is behind)."""
         try:
             route = await self.pool.route(topic)
         except (TopicNotFound, RemotingError) as exc:
             raise _Unknown from exc
-        total = 0
+        total, oldest_ms = 0, 0
         for broker in route.brokers:
             client = self.pool.broker(broker.name)
             if client is None:
                 raise _Unknown
             try:
-                stats = await client.consume_stats(group, topic, self.timeout_s)
+                behind = consume_lag(await client.consume_stats(group, topic, self.timeout_s))
+                if behind > 0:
+                    spans = await client.consume_time_span(group, topic, self.timeout_s)
+                    oldest_ms = max(oldest_ms, oldest_unconsumed_ms(spans))
             except RemotingError as exc:
                 self._failures.warning(
                     "consumer lag of %s on %s from %s: %s", group, topic, broker.name, exc
                 )
                 raise _Unknown from exc
-            total += consume_lag(stats)
-        return total
+            total += behind
+        return total, oldest_ms / 1000
 
 
 class _Unknown(Exception):

@@ -139,6 +139,14 @@ class ProxyMetrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self._consumer_lag_age = Gauge(
+            "rocketmq_proxy_consumer_lag_oldest_seconds",
+            "Age of the oldest message of a topic a group has not consumed (0: none), for "
+            "groups with a consumer on this proxy.",
+            ["group", "topic"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self._mode_switches = Counter(
             "rocketmq_proxy_mode_switches",
             "Adaptive mode switches of a (group, topic).",
@@ -300,12 +308,14 @@ class ProxyMetrics:
 
     # -- the clients' own metrics ------------------------------------------------------------
 
-    def set_consumer_lag(self, group: str, topic: str, messages: int) -> None:
+    def set_consumer_lag(self, group: str, topic: str, messages: int, oldest_s: float) -> None:
         self._consumer_lag.labels(group, topic).set(messages)
+        self._consumer_lag_age.labels(group, topic).set(oldest_s)
 
     def forget_consumer_lag(self, group: str, topic: str) -> None:
-        with contextlib.suppress(KeyError):
-            self._consumer_lag.remove(group, topic)
+        for gauge in (self._consumer_lag, self._consumer_lag_age):
+            with contextlib.suppress(KeyError):
+                gauge.remove(group, topic)
 
     def front_connection(self, result: str) -> None:
         self._front.labels(result).inc()

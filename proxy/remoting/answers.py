@@ -229,3 +229,20 @@ def consume_lag(stats: dict[str, Any]) -> int:
     if not isinstance(table, dict):
         raise ValueError("offsetTable is not a map")
     return sum(int(w["brokerOffset"]) - int(w["consumerOffset"]) for w in table.values())
+
+
+# A delay this large is no message's age: the broker's store time of an offset it does
+# not have (-1) taken from the clock.
+_NO_AGE_MS = 10**12
+
+
+def oldest_unconsumed_ms(spans: dict[str, Any]) -> int:
+    """The age of the oldest message a group has not consumed, from a
+    QueryConsumeTimeSpanBody (fastjson-parsed): the largest ``delayTime`` of its queues,
+    which a broker sets to now minus the store time of the message at the group's offset
+    when the queue holds more (else 0)."""
+    entries = spans.get("consumeTimeSpanSet") or []
+    if not isinstance(entries, list):
+        raise ValueError("consumeTimeSpanSet is not a list")
+    delays = [int(e.get("delayTime", 0)) for e in entries]
+    return max((d for d in delays if 0 < d < _NO_AGE_MS), default=0)

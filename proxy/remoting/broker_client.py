@@ -41,6 +41,7 @@ from proxy.remoting.headers import (
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackHeader,
     ConsumeStatsHeader,
+    ConsumeTimeSpanHeader,
     EndTransactionHeader,
     GroupHeader,
     NotificationHeader,
@@ -583,6 +584,22 @@ class BrokerClient:
             if not isinstance(stats, dict):
                 raise ValueError("consume stats are not an object")
             return stats
+
+    async def consume_time_span(
+        self, group: str, topic: str, timeout: float = DEFAULT_TIMEOUT
+    ) -> dict[str, Any]:
+        """QUERY_CONSUME_TIME_SPAN: per queue of ``topic`` on this broker, the store times
+        around the group's offset (a QueryConsumeTimeSpanBody)."""
+        header = ConsumeTimeSpanHeader(topic, group)
+        response = self._check(
+            await self._call(RequestCode.QUERY_CONSUME_TIME_SPAN, header.encode(), timeout=timeout),
+            "consume time span",
+        )
+        with readable(self.name, "consume time span"):
+            spans = fastjson.loads(response.body)
+            if not isinstance(spans, dict):
+                raise ValueError("consume time spans are not an object")
+            return spans
 
     async def group_config(self, group: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """The group's SubscriptionGroupConfig (GET_SUBSCRIPTIONGROUP_CONFIG) as JSON."""

@@ -39,6 +39,7 @@ class RequestCode(IntEnum):
     GET_TOPIC_STATS_INFO = 202  # mqadmin topicStatus
     GET_CONSUME_STATS = 208  # mqadmin consumerProgress
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    QUERY_CONSUME_TIME_SPAN = 303  # mqadmin consumerProgress's times; the oldest's age
     GET_CONSUMER_RUNNING_INFO = 307  # broker -> client: mqadmin consumerStatus
     CONSUME_MESSAGE_DIRECTLY = 309  # broker -> client: mqadmin consumeMessage
     RECALL_MESSAGE = 370

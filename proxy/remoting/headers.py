@@ -409,6 +409,15 @@ class ConsumeStatsHeader(Header):
 
 
 @dataclass(slots=True)
+class ConsumeTimeSpanHeader(Header):
+    """QUERY_CONSUME_TIME_SPAN (303): per queue of a topic, the store times around a
+    group's offset (QueryConsumeTimeSpanRequestHeader)."""
+
+    topic: str = wire("topic")
+    group: str = wire("group")
+
+
+@dataclass(slots=True)
 class UnregisterClientHeader(Header):
     """UNREGISTER_CLIENT (35): the client leaves a producer or a consumer group."""
 

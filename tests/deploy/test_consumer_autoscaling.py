@@ -72,7 +72,7 @@ def test_the_autoscaler_asks_for_what_the_adapter_serves():
     gauge = next(m for m in ProxyMetrics(version="test").registry.collect() if m.name == series[1])
     assert gauge.type == "gauge"
     metrics = ProxyMetrics(version="test")
-    metrics.set_consumer_lag("G", "T", 1)
+    metrics.set_consumer_lag("G", "T", 1, 0.5)
     (sample,) = [s for m in metrics.registry.collect() if m.name == series[1] for s in m.samples]
     assert set(selector) <= set(sample.labels) == {"group", "topic"}
 

@@ -1,8 +1,12 @@
 """``rocketmq_proxy_consumer_lag_messages``: the messages of a topic a group with a consumer
-on this proxy has not consumed, from the brokers' consume stats, on broker stubs. (On real
+on this proxy has not consumed, from the brokers' consume stats, and
+``rocketmq_proxy_consumer_lag_oldest_seconds``, the oldest one's age, on broker stubs. (On real
 5.5.0 brokers, against ``mqadmin consumerProgress``: tests/interop/test_rocketmq_tools.py.)"""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 from proxy.api.v2 import definition_pb2 as pb
 from testkit.lean_client import SettingsClient
@@ -10,11 +14,11 @@ from testkit.metrics_text import samples
 from testkit.waits import wait_until
 
 
-def lag(app, group: str, topic: str) -> float | None:
+def lag(app, group: str, topic: str, name: str = "messages") -> float | None:
     body, _ = app.metrics.render()
     found = [
         value
-        for labels, value in samples(body, "rocketmq_proxy_consumer_lag_messages")
+        for labels, value in samples(body, f"rocketmq_proxy_consumer_lag_{name}")
         if labels == {"group": group, "topic": topic}
     ]
     return found[0] if found else None
@@ -29,11 +33,16 @@ async def test_the_lag_follows_a_backlog_and_its_consumption(start_proxy):
     try:
         await consumer.prepare("G", "T", 200)  # registered: its pair is refreshed
         await wait_until(lambda: ("G", "T") in app.registrations.consumed(), timeout=5)
+        first_sent = time.time()
         for i in range(7):
             sent = await producer.send("T", f"m{i}".encode())
             assert sent.status.code == pb.Code.OK, sent.status
+        await asyncio.sleep(0.3)  # the oldest message ages: what the second gauge reads
         await app.lag.refresh_once()
+        refreshed = time.time()
         assert lag(app, "G", "T") == 7
+        oldest = lag(app, "G", "T", "oldest_seconds")
+        assert oldest is not None and 0.3 <= oldest <= refreshed - first_sent + 0.01
         got = 0
         for _ in range(20):
             if got == 7:
@@ -45,10 +54,12 @@ async def test_the_lag_follows_a_backlog_and_its_consumption(start_proxy):
         assert got == 7
         await app.lag.refresh_once()
         assert lag(app, "G", "T") == 0
+        assert lag(app, "G", "T", "oldest_seconds") == 0
         await consumer.close()  # its last stream ends: the pair leaves /metrics
         await wait_until(lambda: not app.registrations.consumed(), timeout=5)
         await app.lag.refresh_once()
         assert lag(app, "G", "T") is None
+        assert lag(app, "G", "T", "oldest_seconds") is None
     finally:
         await producer.close()
         await consumer.close()

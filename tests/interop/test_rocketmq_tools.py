@@ -2,8 +2,9 @@
 consumers, each through another of two proxies on the session's real RocketMQ 5.5.0
 brokers, are listed by the real ``mqadmin consumerConnection`` (the 5.5.0 tools jar) with
 their languages and versions while they run; ``mqadmin consumerStatus`` shows a client's
-running info, answered by its proxy, and its thread stacks, asked of the client; a client of a proxy that drains, and clients that
-stop, leave the list at once."""
+running info, answered by its proxy, and its thread stacks, asked of the client; a
+producer is listed by ``producerConnection``; a client of a proxy that drains, and clients
+that stop, leave the list at once. The consumer lag metric equals ``consumerProgress``."""
 
 from __future__ import annotations
 
@@ -210,11 +211,15 @@ async def test_the_lag_metric_matches_consumer_progress(real_cluster, start_prox
                     return ours, theirs, out
                 await asyncio.sleep(2)
 
+        first_sent = time.time()
         for i in range(12):
             sent = await producer.send(topic, f"lag-{i}".encode())
             assert sent.status.code == pb.Code.OK, sent.status
         ours, theirs, out = await matches()
         assert ours == theirs == 12, (ours, theirs, out)
+        # The oldest of the 12 is as old as the time since the first was sent, at most.
+        oldest = app.lag.oldest_s[(group, topic)]
+        assert 0 < oldest <= time.time() - first_sent + 0.05, oldest
 
         got = 0
         deadline = time.monotonic() + 60
