@@ -134,7 +134,7 @@ async def main_async(args: argparse.Namespace) -> int:
         results.append(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        args.out.write_text(json.dumps({"fleets": results}, indent=1) + "\n")
     return 0
 
 

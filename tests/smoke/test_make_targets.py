@@ -320,7 +320,7 @@ def test_make_bench_registrations(tmp_path):
         tmp_path, "bench-registrations", f"RESULTS={tmp_path}",
         "BENCH_ARGS=--clients 6 --groups 2 --rounds 1", timeout=240,
     )  # fmt: skip
-    results = load_json(tmp_path / "bench-registrations.json", output)
+    results = load_json(tmp_path / "bench-registrations.json", output)["fleets"]
     assert [r["proxies"] for r in results] == [1, 3], results
     for r in results:
         assert r["heartbeats_per_round"] == r["clients"] * r["brokers"], r
