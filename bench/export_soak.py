@@ -35,19 +35,11 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.metrics.v1.metrics_pb2 import (
-    AggregationTemporality,
-    Histogram,
-    HistogramDataPoint,
-    Metric,
-    ResourceMetrics,
-    ScopeMetrics,
-)
 
 from proxy.loop import run_main
 from proxy.observability.metrics import CLIENT_HISTOGRAMS
 from testkit.metrics_text import samples, total
+from testkit.otlp import client_headers, export, point
 from testkit.processes import Process, _spawn, terminate
 
 CONNECTION_AGE_S = 1.0
@@ -99,22 +91,12 @@ class Exporter:
         return me
 
     def export(self) -> ExportMetricsServiceRequest:
-        now = time.time_ns()
-        metrics = []
-        for s in self.series:
-            point = HistogramDataPoint(
-                attributes=[KeyValue(key=k, value=AnyValue(string_value=v))
-                            for k, v in s.attributes.items()],
-                start_time_unix_nano=self.start_ns, time_unix_nano=now,
-                count=sum(s.counts), sum=s.total, bucket_counts=s.counts,
-                explicit_bounds=CLIENT_HISTOGRAMS[s.name][1],
-            )  # fmt: skip
-            cumulative = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
-            histogram = Histogram(data_points=[point], aggregation_temporality=cumulative)
-            metrics.append(Metric(name=s.name, histogram=histogram))
-        return ExportMetricsServiceRequest(
-            resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])]
-        )
+        age_s = (time.time_ns() - self.start_ns) / 1e9
+        return export(*(
+            (s.name, point(s.counts, s.total, name=s.name, start_ns=self.start_ns,
+                           age_s=age_s, **s.attributes))
+            for s in self.series
+        ))  # fmt: skip
 
 
 async def _export(exporter: Exporter, grpc_address: str, stats: Counter[str]) -> None:
@@ -123,8 +105,7 @@ async def _export(exporter: Exporter, grpc_address: str, stats: Counter[str]) ->
             grpc_address, options=[("grpc.use_local_subchannel_pool", 1)]
         )
     stub = otlp_grpc.MetricsServiceStub(exporter.channel)
-    metadata = (("x-mq-language", "JAVA"), ("x-mq-client-version", "5.2.0"),
-                ("x-mq-client-id", exporter.client_id))  # fmt: skip
+    metadata = client_headers(client_id=exporter.client_id)
     request = exporter.export()
     for attempt in range(BUSY_RETRIES):
         try:

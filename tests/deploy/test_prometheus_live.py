@@ -30,10 +30,9 @@ from grpc import aio as grpc_aio
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as otlp_grpc
 
 from proxy.api.v2 import definition_pb2 as pb
-from testkit import waits
+from testkit import otlp, waits
 from testkit.lean_client import LeanClient
 from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR
-from tests.support import otlp
 from tests.support.ports import free_port
 
 pytestmark = [

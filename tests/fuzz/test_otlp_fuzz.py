@@ -40,8 +40,8 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from proxy.config import ClientMetricsConfig, ClientMetricsMode
 from proxy.observability.metrics import CLIENT_HISTOGRAMS
+from testkit.otlp import EXPORT_METHOD, client_headers
 from tests.fuzz._proxy_thread import ProxyThread
-from tests.support.otlp import EXPORT_METHOD, client_headers
 
 TOPIC = "FuzzTopic"
 CALL_TIMEOUT = 8.0

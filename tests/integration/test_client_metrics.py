@@ -21,8 +21,8 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.app import ProxyApp
 from proxy.config import ClientMetricsConfig, ClientMetricsMode
 from testkit.lean_client import consumer_settings
+from testkit.otlp import DELTA, client_headers, export, point
 from testkit.waits import wait_until
-from tests.support.otlp import DELTA, client_headers, export, point
 
 COLLECTOR = "otel-collector.example:4317"
 EMPTY = [0] * 8

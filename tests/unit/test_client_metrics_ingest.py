@@ -11,7 +11,7 @@ from proxy.observability import client_totals as ct
 from proxy.observability.client_metrics import ClientMetricsIngest
 from proxy.observability.client_totals import ClientHistograms, ClientTotals, Limits
 from proxy.observability.metrics import ProxyMetrics
-from tests.support.otlp import export, point
+from testkit.otlp import export, point
 
 HEADERS = {"x-mq-language": "JAVA", "x-mq-client-version": "5.2.0"}
 NAME = "rocketmq_delivery_latency"

@@ -1,5 +1,6 @@
 """OTLP metric exports as the official RocketMQ clients send them, built from the
-``opentelemetry-proto`` messages: for tests of ``client_metrics.mode = proxy``."""
+``opentelemetry-proto`` messages: for the tests of ``client_metrics.mode = proxy`` and the
+exporters' soak (``bench/export_soak.py``)."""
 
 from __future__ import annotations
 
