@@ -53,7 +53,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import grpc
 
 from bench.scenarios import percentile
@@ -62,6 +61,7 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
 from testkit.lean_client import LeanClient, consumer_settings, millis
 from testkit.processes import Process, System, quiet_collector, scrape, terminate
+from testkit.processes import status as proxy_status
 
 TOPIC, GROUP = "HostileTopic", "HostileGroup"
 KINDS = ("hoard", "heartbeat", "telemetry")
@@ -518,11 +518,7 @@ async def proxy_health(proxy: Process) -> dict:
     from a proxy that reports it) and its open file descriptors."""
     status: dict = {}
     with contextlib.suppress(Exception):
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
-            http.get(f"http://{proxy.address['http']}/v1/status") as response,
-        ):
-            status = await response.json()
+        status = await proxy_status(proxy)
     try:
         fds: int | None = len(os.listdir(f"/proc/{proxy.pid}/fd"))
     except OSError:

@@ -24,24 +24,14 @@ import json
 import time
 from pathlib import Path
 
-import aiohttp
-
 from proxy.loop import run_main
 from proxy.processor.registrations import HEARTBEAT_S
 from rocketmq_local import admin
 from testkit.lean_client import SettingsClient
-from testkit.processes import Process, System, scrape
+from testkit.processes import Process, System, scrape, status
 from testkit.waits import wait_until
 
 TOPIC = "RegistrationCost"
-
-
-async def _status(proxy: Process) -> dict:
-    async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
-        http.get(f"http://{proxy.address['http']}/v1/status") as response,
-    ):
-        return dict(await response.json())
 
 
 async def one_fleet(proxies: int, clients: int, groups: int, brokers: int, rounds: int) -> dict:
@@ -62,7 +52,7 @@ async def one_fleet(proxies: int, clients: int, groups: int, brokers: int, round
             consumers.append(client)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            states = [(await _status(p))["registrations"] for p in fleet]
+            states = [(await status(p))["registrations"] for p in fleet]
             if sum(s["clients"] for s in states) == clients and all(
                 s["heartbeats_sent"] >= s["clients"] * brokers for s in states
             ):
@@ -75,7 +65,7 @@ async def one_fleet(proxies: int, clients: int, groups: int, brokers: int, round
             *(_per_round(p, "consumer_lag", "refreshes", "get_consume_stats", rounds)
               for p in fleet),
         )  # fmt: skip
-        states = [(await _status(p))["registrations"] for p in fleet]
+        states = [(await status(p))["registrations"] for p in fleet]
     finally:
         for client in consumers:
             await client.close()
@@ -104,7 +94,7 @@ async def _per_round(proxy: Process, part: str, counter: str, code: str, rounds:
     whole rounds: read just after a round ends, and just after the last one."""
 
     async def count() -> int:
-        return int((await _status(proxy))[part][counter])
+        return int((await status(proxy))[part][counter])
 
     async def next_round_after(seen: int) -> int:
         latest = seen

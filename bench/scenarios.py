@@ -13,8 +13,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import aiohttp
-
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.remoting.answers import BrokerError
 from proxy.remoting.codes import ResponseCode
@@ -27,6 +25,7 @@ from testkit.processes import (
     gc_pauses,
     scrape,
 )
+from testkit.processes import status as proxy_status
 
 # The consumers' client class; bench/peer.py puts in one that sends its settings over
 # Telemetry first, as the official clients do (the Apache proxy needs them).
@@ -452,11 +451,7 @@ async def busy(
 
 
 async def _in_flight(proxy) -> int:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"http://{proxy.address['http']}/v1/status") as response,
-    ):
-        status = await response.json()
+    status = await proxy_status(proxy)
     if "workers" in status:  # a supervisor: the sum over its workers
         return sum(sum(w["status"]["receive"]["in_flight"].values()) for w in status["workers"])
     return sum(status["receive"]["in_flight"].values())
@@ -565,11 +560,7 @@ def _coupled_share(before: dict | None, after: dict | None) -> float | None:
 
 async def _modes_now(proxy, group: str) -> dict[str, str]:
     """The adaptive switch's mode for each topic of ``group`` (empty for fixed modes)."""
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"http://{proxy.address['http']}/v1/status") as response,
-    ):
-        status = await response.json()
+    status = await proxy_status(proxy)
     return {e["topic"]: e["mode"] for e in status["receive"]["adaptive"] if e["group"] == group}
 
 

@@ -112,6 +112,27 @@ def java_binary() -> str:
     return found
 
 
+MQADMIN_TIMEOUT_S = 60.0
+
+
+def mqadmin(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run one command of the real ``mqadmin`` (the tools jar, a JVM of its own, bounded)
+    against the name server ``namesrv``. It exits 0 even when its command failed: callers
+    read a failure from the exception it prints on its error output."""
+    with tempfile.TemporaryDirectory(prefix="mqadmin-") as home:
+        argv = [
+            java_binary(), "-Xms64m", "-Xmx128m", "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1", *_JDK17_OPENS, f"-Duser.home={home}",
+            f"-Drocketmq.home.dir={home}", "-Djava.net.preferIPv4Stack=true",
+            "-cp", f"{lib_dir()}/*", "org.apache.rocketmq.tools.command.MQAdminStartup",
+            args[0], "-n", namesrv, *args[1:],
+        ]  # fmt: skip
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=MQADMIN_TIMEOUT_S,
+            env={**os.environ, "ROCKETMQ_HOME": home}, cwd=home,
+        )  # fmt: skip
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -323,6 +323,15 @@ class System:
             pops += int(response.fields.get("parkedPops", 0))
             notifications += int(response.fields.get("parkedNotifications", 0))
         return {"pops": pops, "notifications": notifications}
+
+
+async def status(proxy: Process) -> dict[str, Any]:
+    """The proxy's ``/v1/status``."""
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+        http.get(f"http://{proxy.address['http']}/v1/status") as response,
+    ):
+        return dict(await response.json())
 
 
 async def scrape(proxy: Process) -> dict[str, float]:

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from proxy.background import start_background, stop_background
 from proxy.brokers import BrokerPool, TopicNotFound
@@ -37,6 +38,14 @@ log = logging.getLogger(__name__)
 REFRESH_LOG_EVERY_S = 300.0
 
 Pair = tuple[str, str]  # (group, topic)
+
+
+@dataclass(frozen=True, slots=True)
+class Lag:
+    """How far a group is behind on a topic."""
+
+    messages: int  # not yet consumed
+    oldest_s: float  # the oldest of them: its age (0: none)
 
 
 class GroupLag:
@@ -56,8 +65,7 @@ class GroupLag:
         self.pairs = pairs
         self.refresh_s = refresh_s
         self.timeout_s = timeout_s
-        self.lag: dict[Pair, int] = {}
-        self.oldest_s: dict[Pair, float] = {}
+        self.lag: dict[Pair, Lag] = {}
         self.refreshes = 0
         self._task: asyncio.Task[None] | None = None
         self._failures = LogEvery(log, REFRESH_LOG_EVERY_S)
@@ -84,15 +92,14 @@ class GroupLag:
         wanted = self.pairs()
         for pair in sorted(wanted):
             with contextlib.suppress(_Unknown):
-                self.lag[pair], self.oldest_s[pair] = await self._lag(*pair)
-                self.metrics.set_consumer_lag(*pair, self.lag[pair], self.oldest_s[pair])
+                lag = self.lag[pair] = await self._lag(*pair)
+                self.metrics.set_consumer_lag(*pair, lag.messages, lag.oldest_s)
         for pair in set(self.lag) - wanted:
             del self.lag[pair]
-            self.oldest_s.pop(pair, None)
             self.metrics.forget_consumer_lag(*pair)
         self.refreshes += 1
 
-    async def _lag(self, group: str, topic: str) -> tuple[int, float]:
+    async def _lag(self, group: str, topic: str) -> Lag:
         """Messages not consumed, and the oldest one's age in seconds (asked only of the
         brokers where the group is behind)."""
         try:
@@ -115,7 +122,7 @@ class GroupLag:
                 )
                 raise _Unknown from exc
             total += behind
-        return total, oldest_ms / 1000
+        return Lag(total, oldest_ms / 1000)
 
 
 class _Unknown(Exception):

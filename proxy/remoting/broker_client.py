@@ -574,32 +574,28 @@ class BrokerClient:
     ) -> dict[str, Any]:
         """GET_CONSUME_STATS: the group's offsets on ``topic``'s queues of this broker
         (a ConsumeStats, whose offset table fastjson keys by MessageQueue objects)."""
-        header = ConsumeStatsHeader(group, topic)
-        response = self._check(
-            await self._call(RequestCode.GET_CONSUME_STATS, header.encode(), timeout=timeout),
-            "consume stats",
-        )
-        with readable(self.name, "consume stats"):
-            stats = fastjson.loads(response.body)
-            if not isinstance(stats, dict):
-                raise ValueError("consume stats are not an object")
-            return stats
+        header = ConsumeStatsHeader(group, topic).encode()
+        return await self._fastjson(RequestCode.GET_CONSUME_STATS, header, "consume stats", timeout)
 
     async def consume_time_span(
         self, group: str, topic: str, timeout: float = DEFAULT_TIMEOUT
     ) -> dict[str, Any]:
         """QUERY_CONSUME_TIME_SPAN: per queue of ``topic`` on this broker, the store times
         around the group's offset (a QueryConsumeTimeSpanBody)."""
-        header = ConsumeTimeSpanHeader(topic, group)
-        response = self._check(
-            await self._call(RequestCode.QUERY_CONSUME_TIME_SPAN, header.encode(), timeout=timeout),
-            "consume time span",
-        )
-        with readable(self.name, "consume time span"):
-            spans = fastjson.loads(response.body)
-            if not isinstance(spans, dict):
-                raise ValueError("consume time spans are not an object")
-            return spans
+        header = ConsumeTimeSpanHeader(topic, group).encode()
+        code = RequestCode.QUERY_CONSUME_TIME_SPAN
+        return await self._fastjson(code, header, "consume time span", timeout)
+
+    async def _fastjson(
+        self, code: int, fields: dict[str, str], what: str, timeout: float
+    ) -> dict[str, Any]:
+        """An admin request whose answer is an object as fastjson writes it."""
+        response = self._check(await self._call(code, fields, timeout=timeout), what)
+        with readable(self.name, what):
+            answer = fastjson.loads(response.body)
+            if not isinstance(answer, dict):
+                raise ValueError(f"{what}: not an object")
+            return answer
 
     async def group_config(self, group: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """The group's SubscriptionGroupConfig (GET_SUBSCRIPTIONGROUP_CONFIG) as JSON."""

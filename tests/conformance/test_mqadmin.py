@@ -13,44 +13,20 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from rocketmq_local.launcher import _JDK17_OPENS, java_binary, lib_dir
+from rocketmq_local.launcher import mqadmin as run_mqadmin
 
 REPO = Path(__file__).resolve().parents[2]
-MQADMIN_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 15.0
 
 
 def mqadmin(namesrv: str, *args: str) -> str:
     """Run one mqadmin command (bounded); its standard output. Fails on a non-zero exit."""
-    with tempfile.TemporaryDirectory(prefix="mqadmin-") as home:
-        argv = [
-            java_binary(),
-            "-Xms64m",
-            "-Xmx128m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            *_JDK17_OPENS,
-            f"-Duser.home={home}",
-            f"-Drocketmq.home.dir={home}",
-            "-Djava.net.preferIPv4Stack=true",
-            "-cp",
-            f"{lib_dir()}/*",
-            "org.apache.rocketmq.tools.command.MQAdminStartup",
-            args[0],
-            "-n",
-            namesrv,
-            *args[1:],
-        ]
-        env = {**os.environ, "ROCKETMQ_HOME": home}
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=MQADMIN_TIMEOUT_S, env=env, cwd=home
-        )
+    done = run_mqadmin(namesrv, *args)
     # mqadmin exits 0 even when its command failed: a failure shows as an exception.
     assert done.returncode == 0, f"mqadmin {args[0]} exited {done.returncode}:\n{done.stderr}"
     assert "Exception" not in done.stderr, f"mqadmin {args[0]} failed:\n{done.stderr}"

@@ -10,41 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import re
-import subprocess
-import tempfile
 import time
 
 import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
 from rocketmq_local import admin
-from rocketmq_local.launcher import _JDK17_OPENS, java_binary, lib_dir
+from rocketmq_local.launcher import mqadmin as run_mqadmin
 from testkit.lean_client import LeanClient, SettingsClient, producer_settings
 from testkit.official.harness import run_client
 
 pytestmark = [pytest.mark.real, pytest.mark.interop]
 
-MQADMIN_TIMEOUT_S = 60.0
 _ids = itertools.count()
 
 
+async def fresh_topic_and_group(cluster, name: str) -> tuple[str, str, str]:
+    """A unique suffix, and a topic and a group made with it on every broker of ``cluster``."""
+    brokers = {b.name: b.address for b in cluster.brokers}
+    suffix = f"{next(_ids)}x{int(time.time() * 1000) % 10**8}"
+    topic, group = f"T{name}{suffix}", f"G{name}{suffix}"
+    await asyncio.to_thread(admin.create_topic, cluster.namesrv_address, topic, brokers=brokers)
+    await asyncio.to_thread(admin.create_group, cluster.namesrv_address, group, brokers=brokers)
+    return suffix, topic, group
+
+
 def mqadmin(namesrv: str, *args: str) -> tuple[str, str]:
-    """One run of the real mqadmin (its own JVM, bounded): its standard output and error.
-    A command that failed exits 0 too and prints the exception on its error output."""
-    with tempfile.TemporaryDirectory(prefix="mqadmin-") as home:
-        argv = [
-            java_binary(), "-Xms64m", "-Xmx128m", "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1", *_JDK17_OPENS, f"-Duser.home={home}",
-            f"-Drocketmq.home.dir={home}", "-Djava.net.preferIPv4Stack=true",
-            "-cp", f"{lib_dir()}/*", "org.apache.rocketmq.tools.command.MQAdminStartup",
-            args[0], "-n", namesrv, *args[1:],
-        ]  # fmt: skip
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=MQADMIN_TIMEOUT_S,
-            env={**os.environ, "ROCKETMQ_HOME": home}, cwd=home,
-        )  # fmt: skip
+    """One run of the real mqadmin: its standard output and error. A command that failed
+    exits 0 too and prints the exception on its error output."""
+    done = run_mqadmin(namesrv, *args)
     return done.stdout, done.stderr
 
 
@@ -91,11 +86,7 @@ async def test_consumers_through_two_proxies_are_listed_by_mqadmin(
     real_cluster, start_proxy, tmp_path
 ):
     namesrv = real_cluster.namesrv_address
-    brokers = {b.name: b.address for b in real_cluster.brokers}
-    suffix = f"{next(_ids)}x{int(time.time() * 1000) % 10**8}"
-    topic, group = f"Ttools{suffix}", f"Gtools{suffix}"
-    await asyncio.to_thread(admin.create_topic, namesrv, topic, brokers=brokers)
-    await asyncio.to_thread(admin.create_group, namesrv, group, brokers=brokers)
+    suffix, topic, group = await fresh_topic_and_group(real_cluster, "tools")
     first = await start_proxy(mode="notify", namesrv=namesrv)
     second = await start_proxy(mode="notify", namesrv=namesrv)
     endpoints = {"python": f"127.0.0.1:{first.grpc_port}", "java": f"127.0.0.1:{second.grpc_port}"}
@@ -185,11 +176,7 @@ def progress_diff(namesrv: str, group: str, topic: str) -> tuple[int, str]:
 @pytest.mark.timeout(300)
 async def test_the_lag_metric_matches_consumer_progress(real_cluster, start_proxy):
     namesrv = real_cluster.namesrv_address
-    brokers = {b.name: b.address for b in real_cluster.brokers}
-    suffix = f"{next(_ids)}x{int(time.time() * 1000) % 10**8}"
-    topic, group = f"Tlag{suffix}", f"Glag{suffix}"
-    await asyncio.to_thread(admin.create_topic, namesrv, topic, brokers=brokers)
-    await asyncio.to_thread(admin.create_group, namesrv, group, brokers=brokers)
+    suffix, topic, group = await fresh_topic_and_group(real_cluster, "lag")
     app = await start_proxy(mode="notify", namesrv=namesrv)
     endpoint = f"127.0.0.1:{app.grpc_port}"
     consumer = SettingsClient(endpoint, f"lag-consumer-{suffix}")
@@ -205,7 +192,8 @@ async def test_the_lag_metric_matches_consumer_progress(real_cluster, start_prox
             deadline = time.monotonic() + 30
             while True:
                 await app.lag.refresh_once()
-                ours = app.lag.lag.get((group, topic))
+                lag = app.lag.lag.get((group, topic))
+                ours = None if lag is None else lag.messages
                 theirs, out = await asyncio.to_thread(progress_diff, namesrv, group, topic)
                 if ours == theirs or time.monotonic() > deadline:
                     return ours, theirs, out
@@ -218,7 +206,7 @@ async def test_the_lag_metric_matches_consumer_progress(real_cluster, start_prox
         ours, theirs, out = await matches()
         assert ours == theirs == 12, (ours, theirs, out)
         # The oldest of the 12 is as old as the time since the first was sent, at most.
-        oldest = app.lag.oldest_s[(group, topic)]
+        oldest = app.lag.lag[(group, topic)].oldest_s
         assert 0 < oldest <= time.time() - first_sent + 0.05, oldest
 
         got = 0
