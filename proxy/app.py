@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
@@ -64,6 +65,28 @@ class Step:
     start: Callable[[], Awaitable[None]]
     stop: Callable[[], Awaitable[None]]
     watched: bool = True
+
+
+class Background(Protocol):
+    """A part that owns a background task: ``start`` starts it, ``close`` stops it."""
+
+    def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def background_step(name: str, part: Background | None) -> Step:
+    """The step of a ``Background`` part; None: a part the configuration turns off."""
+
+    async def start() -> None:
+        if part is not None:
+            part.start()
+
+    async def stop() -> None:
+        if part is not None:
+            await part.close()
+
+    return Step(name, start, stop)
 
 
 # A part whose stop takes longer than this is logged once it ends (``ProxyApp._timed_stop``).
@@ -242,15 +265,6 @@ class ProxyApp:
         """The start, in order; ``stop`` undoes it backwards: the gRPC server drains first,
         the event log closes last. The ops server starts early and stops late, so that it
         answers "not ready" while the proxy starts and drains."""
-        events = self.events
-
-        async def start_events() -> None:
-            if events is not None:
-                events.start()
-
-        async def close_events() -> None:
-            if events is not None:
-                await events.close()
 
         async def start_security() -> None:
             await self.security.start()
@@ -264,43 +278,18 @@ class ProxyApp:
         async def start_lite() -> None:
             self.lite.start()
 
-        async def start_transactions() -> None:
-            self.transactions.start()
-
-        async def start_renewer() -> None:
-            self.renewer.start()
-
-        async def start_registrations() -> None:
-            if self.registrations is not None:
-                self.registrations.start()
-
-        async def close_registrations() -> None:
-            if self.registrations is not None:
-                await self.registrations.close()
-
-        async def start_lag() -> None:
-            if self.lag is not None:
-                self.lag.start()
-
-        async def close_lag() -> None:
-            if self.lag is not None:
-                await self.lag.close()
-
-        async def start_collections() -> None:
-            self.collections.start()
-
         return [
-            Step("garbage collector", start_collections, self.collections.close),
-            Step("event log", start_events, close_events),
+            background_step("garbage collector", self.collections),
+            background_step("event log", self.events),
             Step("security", start_security, self.security.close),
             Step("ops server", start_ops, self.ops.stop),
             Step("brokers", _nothing, self.pool.close),
             Step("consumer", _nothing, self.consumer.close),
-            Step("transactions", start_transactions, self.transactions.close),
-            Step("registrations", start_registrations, close_registrations),
-            Step("consumer lag", start_lag, close_lag),
+            background_step("transactions", self.transactions),
+            background_step("registrations", self.registrations),
+            background_step("consumer lag", self.lag),
             Step("lite", start_lite, _nothing),
-            Step("renewer", start_renewer, self.renewer.close),
+            background_step("renewer", self.renewer),
             Step("receive engine", self.engine.start, self.engine.close),
             Step("fleet links", self._start_fleet, self._stop_fleet),
             Step("client metrics", self.client_metrics.start, self.client_metrics.close),

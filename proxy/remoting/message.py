@@ -230,12 +230,7 @@ def _decode_one(view: memoryview, start: int) -> tuple[MessageExt, int]:
         pos += 16
         body = bytes(view[pos : pos + body_len])
         pos += body_len
-        if magic == MAGIC_V1:
-            topic_len = view[pos]
-            pos += 1
-        else:
-            (topic_len,) = _SHORT.unpack_from(view, pos)
-            pos += 2
+        topic_len, pos = _topic_length(view, pos, magic)
         topic = bytes(view[pos : pos + topic_len]).decode()
         pos += topic_len
         (props_len,) = _SHORT.unpack_from(view, pos)
@@ -280,16 +275,20 @@ def record_properties(record: bytes) -> dict[str, str]:
     pos += _host_size(sys_flag & SYSFLAG_STOREHOST_V6) + 12  # reconsume times, prepared
     (body_len,) = _INT.unpack_from(view, pos)
     pos += 4 + body_len
-    if magic == MAGIC_V1:
-        topic_len = view[pos]
-        pos += 1
-    else:
-        (topic_len,) = _SHORT.unpack_from(view, pos)
-        pos += 2
+    topic_len, pos = _topic_length(view, pos, magic)
     pos += topic_len
     (props_len,) = _SHORT.unpack_from(view, pos)
     pos += 2
     return decode_properties(bytes(view[pos : pos + props_len]).decode())
+
+
+def _topic_length(view: memoryview, pos: int, magic: int) -> tuple[int, int]:
+    """A record's topic length at ``pos``: one byte in a V1 record, two in a V2 one; and
+    where the topic starts."""
+    if magic == MAGIC_V1:
+        return view[pos], pos + 1
+    (length,) = _SHORT.unpack_from(view, pos)
+    return length, pos + 2
 
 
 def _host_size(v6: int) -> int:
