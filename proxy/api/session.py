@@ -201,13 +201,11 @@ class SessionActivity:
             self.streams_refused += 1
             yield api.TelemetryCommand(status=refused.status)
             return
-        self._streams[task] = DrainEnd.of(check.metadata_value(context, "x-mq-language"))
+        language = check.metadata_value(context, "x-mq-language")
+        self._streams[task] = DrainEnd.of(language)
         self._per_client[client_id] = held + 1
-        client = ClientOf(
-            client_id,
-            check.metadata_value(context, "x-mq-language") or "",
-            check.metadata_value(context, "x-mq-client-version") or "",
-        )
+        version = check.metadata_value(context, "x-mq-client-version")
+        client = ClientOf(client_id, language or "", version or "")
         try:
             async for out in self._serve(commands, client):
                 yield out
