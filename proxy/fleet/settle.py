@@ -181,7 +181,7 @@ class FleetSettles:
         if heir is None:
             return 0
         handed = 0
-        for renewal in self.renewer.hand_over():
+        for renewal in await self.renewer.hand_over():
             adopt = PeerMessage(
                 PeerKind.ADOPT, renewal.popped.group, renewal.popped.topic,
                 handle=_renewal_json(renewal),

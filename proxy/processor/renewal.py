@@ -115,6 +115,7 @@ class HandleRenewer:
         self._acked: OrderedDict[HandleKey, tuple[float, int]] = OrderedDict()
         self._last_seen: dict[str, float] = {}  # client id -> loop time
         self._task: asyncio.Task[None] | None = None
+        self._leaving = False  # handing over to an heir: no renewal starts
         # This proxy's fleet address, which the handles it delivers name ("" without a
         # fleet), and whether a client holds a Telemetry stream here: both set by the app.
         self.member = ""
@@ -165,12 +166,13 @@ class HandleRenewer:
         entry = self._handles.get(key)
         if entry is None:
             return None
+        # Counted before the wait, so that no hand-over gives the message away meanwhile.
+        entry.settling += 1
         if entry.renewing is not None:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(
                     asyncio.shield(entry.renewing), self.consumer.broker_timeout_s + 1
                 )
-        entry.settling += 1
         return entry
 
     def end_settle(self, entry: Renewal, settled: bool, *, by_ack: bool = False) -> None:
@@ -217,9 +219,15 @@ class HandleRenewer:
         while self._acked and next(iter(self._acked.values()))[0] < horizon:
             self._acked.popitem(last=False)
 
-    def hand_over(self) -> list[Renewal]:
-        """Every renewal not being renewed or settled right now, no longer renewed here:
-        this proxy is leaving, and an heir takes them (``adopt``, on that proxy)."""
+    async def hand_over(self) -> list[Renewal]:
+        """Every renewal not being settled right now, no longer renewed here: this proxy is
+        leaving, and an heir takes them (``adopt``, on that proxy). No renewal starts from
+        now on, and those in flight are waited for: the heir must get the checkpoint they
+        make, or the one they replace would be renewed and the new one come back."""
+        self._leaving = True
+        in_flight = [e.renewing for e in self._handles.values() if e.renewing is not None]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=self.consumer.broker_timeout_s + 1)
         leaving = [
             (k, e) for k, e in self._handles.items() if e.renewing is None and not e.settling
         ]
@@ -265,6 +273,8 @@ class HandleRenewer:
         for client_id in list(self._last_seen):
             if client_id not in live:
                 del self._last_seen[client_id]
+        if self._leaving:
+            return
         now_ms = self.clock_ms()
         due = [
             (k, e)
@@ -273,11 +283,17 @@ class HandleRenewer:
             and not e.settling
             and e.checkpoint.next_visible_time - now_ms <= self.ahead_ms
         ]
+        # Marked before the renewals run: a settle or a hand-over that comes in between
+        # must wait for them, not take the checkpoint they are about to replace.
+        for _, entry in due:
+            entry.renewing = asyncio.get_running_loop().create_future()
         if due:
             await asyncio.gather(*(self._renew(k, e, now_ms) for k, e in due))
 
     async def _renew(self, key: HandleKey, entry: Renewal, now_ms: int) -> None:
-        entry.renewing = asyncio.get_running_loop().create_future()
+        """Renew ``entry``, already marked ``renewing`` by the round."""
+        renewing = entry.renewing
+        assert renewing is not None
         popped = entry.popped
         try:
             if now_ms - entry.delivered_ms >= self.max_time_ms:
@@ -307,7 +323,7 @@ class HandleRenewer:
             if entry.failures >= self.max_failures and self._handles.get(key) is entry:
                 del self._handles[key]
         finally:
-            entry.renewing.set_result(None)
+            renewing.set_result(None)
             entry.renewing = None
 
     async def _change(self, popped: Popped, invisible_ms: int) -> str:

@@ -292,3 +292,47 @@ async def test_an_ack_cancelled_while_a_later_entry_is_looked_up_ends_the_earlie
     with contextlib.suppress(asyncio.CancelledError):
         await call
     assert next(iter(r._handles.values())).settling == 0
+
+
+class _SlowBroker(_Broker):
+    """A change of invisible time that is answered only once ``answer`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
+    async def change_invisible_time(self, *args, **kwargs):
+        await self.answer.wait()
+        return await super().change_invisible_time(*args, **kwargs)
+
+
+async def test_a_settle_or_hand_over_between_a_rounds_start_and_its_renewals_waits_for_them():
+    """A round picks its due messages and starts their renewals; a settle or a hand-over
+    that runs before those renewals begin must still wait for them. Taking the checkpoint
+    they are about to replace would settle (or hand the heir) a dead checkpoint, and the
+    renewal's new one would bring the message back: consumed twice."""
+    consumer = _Consumer()
+    consumer.client = _SlowBroker()
+    r = renewer(consumer)
+    NOW[0] = 1_000_000
+    r.add("c1", popped(4), 0)
+    NOW[0] = 1_000_000 + 51_000
+    # Scheduled in this order: the round picks the message and starts its renewal, and
+    # the settle and the hand-over run before that renewal has begun.
+    round_ = asyncio.ensure_future(r.renew_due())
+    ck = PopCheckpointInfo.parse(popped(4).checkpoint)
+    settling = asyncio.ensure_future(r.begin_settle("G", ck))
+    leaving = asyncio.ensure_future(r.hand_over())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not settling.done() and not leaving.done()  # both wait for the renewal
+    consumer.client.answer.set()
+    await round_
+    current = await settling
+    assert current is not None and current.checkpoint.pop_time == NOW[0]  # the renewed one
+    assert await leaving == []  # being settled: not handed over
+    r.end_settle(current, settled=False)
+    handed = await r.hand_over()
+    assert [e.checkpoint.pop_time for e in handed] == [NOW[0]]
+    await r.renew_due()  # left: renews nothing more
+    assert len(consumer.client.changes) == 1
