@@ -1,34 +1,45 @@
-"""Polling-analytics benchmark: records per second of ``rmq-polling-report``, on local[2]
-and on a standalone cluster, each beside a same-run reference.
+"""Polling-analytics benchmark: the event log's two formats (Parquet, JSON lines) side by
+side: bytes per event on disk, the proxy writer's CPU per event, and the records per second
+of ``rmq-polling-report`` on local[2] and on a standalone cluster, each beside a same-run
+reference.
 
     .venv/bin/python -m bench.bench_analytics [--records 10000000] [--runs 3] [--no-cluster]
-        [--profile ROUNDS] [--json results/bench-analytics.json]
+        [--profile ROUNDS] [--writer-slot-s 8] [--json results/bench-analytics.json]
 
-Generates an event log of ``--records`` lines in the proxies' layout
-(``proxy=<id>/date=<day>/part-*``) with Spark itself (fast, and no Python loop per record),
-once, into ``--data`` (reused while the parameters match). Then, for each place it runs:
+Generates an event log of ``--records`` records in the proxies' layout
+(``proxy=<id>/date=<day>/part-*``) with Spark itself (fast, and no Python loop per record)
+as JSON lines, and converts it, file by file, to Parquet with the proxy's own writer
+(``proxy.observability.eventlog_parquet``: its schema, encodings, compression and row
+groups), once, into ``--data`` (reused while the parameters match). Then:
 
-- **the job**: ``run_batch`` (read with the explicit schema, count malformed lines,
+- **the writer**: the busy scenario (``bench.scenarios.busy``: 64 consumers, 1,000 msg/s)
+  through one proxy writing its event log in each format in turn; the writer thread's CPU
+  per event, read from the proxy's own count (``/v1/status``), files completed every
+  ``--writer-age-s``;
+- for each place and each format, **the job**: ``run_batch`` (read, count malformed lines,
   aggregate, write Parquet, summarise);
-- **the reference**: Spark reading the same files as JSON with a trivial schema (``ts``
-  alone) and counting the lines that have one: the least any JSON job over them costs.
+- and **the reference**: the least any job over those files costs. JSON lines: Spark
+  reading them with a trivial schema (``ts`` alone) and counting the lines that have one.
+  Parquet: Spark reading the columns the job reads and counting each column's values.
 
-``--profile ROUNDS`` then times the job's steps on local[2], in the same warm JVM, each
-round in this order: the reference; the parse (``valid_events``, every required field
-converted, malformed lines counted); the parse and ``per_proxy``; the parse and the whole
-aggregation (``aggregate``), both into Spark's ``noop`` sink, which computes every column
-and stores nothing; the job. Medians, and each beside the reference's.
+``--profile ROUNDS`` then times the job's steps on local[2] over the JSON lines, in the same
+warm JVM, each round in this order: the reference; the parse (``valid_events``, every
+required field converted, malformed lines counted); the parse and ``per_proxy``; the parse
+and the whole aggregation (``aggregate``), both into Spark's ``noop`` sink, which computes
+every column and stores nothing; the job. Medians, and each beside the reference's.
 
 Job and reference alternate run by run, so the machine's load falls on both alike. The
 places: ``local[2]`` (one JVM, two cores), then a standalone cluster of a master and two
 workers of 1 core each (testkit/spark_cluster.py) with one executor on each. Not part of
-the test run. Goals: at least 500,000 records/s on local[2]; the job within 2x of the
+the test run. Goals (Parquet): at most a tenth of the JSON lines' bytes, a writer no
+costlier than the JSON one, at least 1,000,000 records/s on local[2], within 2x of its
 reference.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -41,13 +52,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from bench import scenarios
 from polling_report.aggregate import aggregate, per_proxy
 from polling_report.job import JobOptions, run_batch
+from polling_report.schema import REQUIRED_FIELDS
 from polling_report.session import REQUIRED_SQL_CONF, get_session
 from polling_report.source import read_events, valid_events
+from proxy.config import EventLogFormat
+from proxy.loop import run_main
+from proxy.observability.eventlog import ReceiveEvent
+from proxy.observability.eventlog_parquet import ParquetPart
+from testkit.processes import System, status
 
 PROXIES = 8
 GROUP_TOPICS = 20  # (group, topic) pairs
@@ -101,25 +120,58 @@ def generate(spark: SparkSession, records: int, out: Path) -> None:
     )
 
 
-def ensure_data(spark: SparkSession, records: int, data: Path) -> Path:
+def ensure_data(spark: SparkSession, records: int, data: Path) -> dict[EventLogFormat, Path]:
+    """The generated log in both formats: JSON lines (``events``) and Parquet
+    (``events-parquet``), the same records but the malformed lines, which Parquet cannot
+    hold."""
     marker = data / "_BENCH_PARAMS.json"
-    params = {"records": records, "proxies": PROXIES, "pairs": GROUP_TOPICS, "span_s": SPAN_S}
+    params = {"records": records, "proxies": PROXIES, "pairs": GROUP_TOPICS, "span_s": SPAN_S,
+              "formats": ["jsonl", "parquet"]}  # fmt: skip
+    paths = {EventLogFormat.JSONL: data / "events", EventLogFormat.PARQUET: data / "events-parquet"}
     if marker.exists() and json.loads(marker.read_text()) == params:
-        return data / "events"
+        return paths
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     started = time.perf_counter()
-    generate(spark, records, data / "events")
-    marker.write_text(json.dumps(params))
+    generate(spark, records, paths[EventLogFormat.JSONL])
+    for text in paths[EventLogFormat.JSONL].rglob("part-*.txt"):
+        text.rename(text.with_suffix(".jsonl"))  # the proxy's suffix, which the job reads
     print(f"generated {records:,} records in {time.perf_counter() - started:.1f} s")
-    return data / "events"
+    started = time.perf_counter()
+    to_parquet(paths[EventLogFormat.JSONL], paths[EventLogFormat.PARQUET])
+    print(f"converted them to Parquet in {time.perf_counter() - started:.1f} s")
+    marker.write_text(json.dumps(params))
+    return paths
+
+
+def to_parquet(jsonl: Path, out: Path) -> None:
+    """Each JSON-lines file as a Parquet file of the same name and partition, written as
+    the proxy writes one (``ParquetPart``); lines that do not parse are left out."""
+    for source in sorted(jsonl.rglob("part-*.jsonl")):
+        target = out / source.relative_to(jsonl).with_suffix(".parquet")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("xb") as fh:
+            part = ParquetPart(fh)
+            with source.open("rb") as lines:
+                for line in lines:
+                    try:
+                        part.add(ReceiveEvent(**orjson.loads(line)))
+                    except orjson.JSONDecodeError:
+                        continue
+            part.finish()
+
+
+def disk_bytes(root: Path, suffix: str) -> int:
+    return sum(f.stat().st_size for f in root.rglob(f"part-*{suffix}"))
 
 
 @dataclass
 class Place:
-    """Where the job ran, and its runs: (records, job seconds, reference seconds)."""
+    """Where the job ran, over which format, and its runs: (records, job seconds, reference
+    seconds)."""
 
     name: str
+    log_format: EventLogFormat
     runs: list[tuple[int, float, float]] = field(default_factory=list)
 
     def best(self) -> tuple[float, float]:
@@ -128,10 +180,15 @@ class Place:
         return records / min(r[1] for r in self.runs), records / min(r[2] for r in self.runs)
 
 
-def reference(spark: SparkSession, events: Path) -> tuple[int, float]:
-    """The same files read as JSON with one field, the lines that have it counted."""
+def reference(spark: SparkSession, events: Path, log_format: EventLogFormat) -> tuple[int, float]:
+    """The least a job over ``events`` costs (module docstring): the records it counted,
+    and the seconds."""
     started = time.perf_counter()
-    n = spark.read.schema("ts LONG").json(str(events)).where(F.col("ts").isNotNull()).count()
+    if log_format is EventLogFormat.JSONL:
+        n = spark.read.schema("ts LONG").json(str(events)).where(F.col("ts").isNotNull()).count()
+    else:
+        counts = spark.read.parquet(str(events)).agg(*(F.count(c) for c in REQUIRED_FIELDS))
+        n = min(counts.first() or [0])
     return n, time.perf_counter() - started
 
 
@@ -142,16 +199,66 @@ def measure(spark: SparkSession, place: Place, events: Path, data: Path, runs: i
         started = time.perf_counter()
         summary = run_batch(spark, JobOptions(events=str(events), out=str(out)))
         seconds = time.perf_counter() - started
-        counted, ref_seconds = reference(spark, events)
+        counted, ref_seconds = reference(spark, events, place.log_format)
         assert counted == summary.records, (counted, summary.records)
         place.runs.append((summary.lines, seconds, ref_seconds))
         print(
-            f"{place.name} run {run}: {summary.lines:,} lines ({summary.malformed:,} malformed):"
-            f" job {seconds:.1f} s = {summary.lines / seconds:,.0f} records/s; reference"
-            f" {ref_seconds:.1f} s = {summary.lines / ref_seconds:,.0f} records/s;"
-            f" ratio {seconds / ref_seconds:.2f}",
+            f"{place.name}, {place.log_format}, run {run}: {summary.lines:,} records"
+            f" ({summary.malformed:,} malformed): job {seconds:.1f} s ="
+            f" {summary.lines / seconds:,.0f} records/s; reference {ref_seconds:.1f} s ="
+            f" {summary.lines / ref_seconds:,.0f} records/s; ratio {seconds / ref_seconds:.2f}",
             flush=True,
         )
+
+
+def measure_both(
+    spark: SparkSession, name: str, paths: dict[EventLogFormat, Path], data: Path, runs: int
+) -> list[Place]:
+    places = [Place(name, log_format) for log_format in paths]
+    for place in places:
+        measure(spark, place, paths[place.log_format], data, runs)
+    return places
+
+
+async def writer_cost(
+    log_format: EventLogFormat, root: Path, slot_s: float, rounds: int, age_s: float
+) -> dict:
+    """The busy scenario through one notify proxy whose event log is in ``log_format``:
+    the writer thread's CPU per event, once the files of the scenario's events are all
+    complete (each completion, Parquet's row groups and footer, counted)."""
+    config = root / f"proxy-{log_format}.toml"
+    config.write_text(
+        f'event_log_dir = "{root / log_format.value}"\nevent_log_format = "{log_format}"\n'
+        f"event_log_max_age_s = {age_s}\n"
+    )
+    system = System(brokers=2, modes=("notify",), proxy_args={"notify": ["--config", config]})
+    await system.start()
+    try:
+        proxy = system.proxies["notify"]
+        started = time.perf_counter()
+        await scenarios.busy(system, rounds=rounds, slot_s=slot_s, rate=1000)
+        seconds = time.perf_counter() - started
+        before = (await status(proxy))["event_log"]
+        deadline = time.monotonic() + age_s + 30
+        while True:  # the last file completes within its age
+            log = (await status(proxy))["event_log"]
+            if log["files_completed"] > before["files_completed"] and log["pending"] == 0:
+                break
+            assert time.monotonic() < deadline, f"no file completed: {log}"
+            await asyncio.sleep(0.5)
+    finally:
+        await system.stop()
+    written = log["written"]
+    return {
+        "format": str(log_format),
+        "events": written,
+        "events_per_s": round(written / seconds),
+        "writer_cpu_ms": log["cpu_ms"],
+        "cpu_us_per_event": round(log["cpu_ms"] * 1000 / max(1, written), 2),
+        "files": log["files_completed"],
+        "bytes_per_event": round(disk_bytes(root / log_format.value, log_format.suffix)
+                                 / max(1, written), 1),
+    }  # fmt: skip
 
 
 def profile(spark: SparkSession, events: Path, data: Path, rounds: int) -> list[dict]:
@@ -167,7 +274,7 @@ def profile(spark: SparkSession, events: Path, data: Path, rounds: int) -> list[
         run_batch(spark, JobOptions(events=path, out=str(out)))
 
     steps = {
-        "reference: ts alone, counted": lambda: reference(spark, events),
+        "reference: ts alone, counted": lambda: reference(spark, events, EventLogFormat.JSONL),
         "parse: required fields, malformed counted": lambda: parsed().count(),
         "parse + per_proxy (noop sink)": lambda: _noop(per_proxy(parsed(), 60)),
         "parse + aggregate (noop sink)": lambda: _noop(aggregate(parsed(), 60)),
@@ -258,56 +365,84 @@ def main() -> None:
         metavar="ROUNDS",
         help="then time the job's steps on local[2], this many rounds",
     )
+    p.add_argument("--writer-slot-s", type=float, default=8.0, help="busy scenario slot")
+    p.add_argument("--writer-rounds", type=int, default=3, help="busy scenario rounds")
+    p.add_argument("--writer-age-s", type=float, default=30.0, help="event-log file age")
     p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "rmq-bench-analytics"))
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+    writers = []
+    with tempfile.TemporaryDirectory(prefix="rmq-bench-writer-") as root:
+        for log_format in EventLogFormat:
+            cost = run_main(writer_cost(log_format, Path(root), args.writer_slot_s,
+                                        args.writer_rounds, args.writer_age_s))  # fmt: skip
+            print(f"writer, {log_format}: {cost}", flush=True)
+            writers.append(cost)
+
     session = get_session(args.master)
     data = Path(args.data)
-    events = ensure_data(session.spark, args.records, data / f"n{args.records}")
-    size_mb = sum(f.stat().st_size for f in events.rglob("*") if f.is_file()) / 1e6
-    places = [Place(args.master)]
-    measure(session.spark, places[0], events, data, args.runs)
+    paths = ensure_data(session.spark, args.records, data / f"n{args.records}")
+    sizes = {
+        str(f): {"mb": round(disk_bytes(path, f.suffix) / 1e6, 1),
+                 "bytes_per_record": round(disk_bytes(path, f.suffix) / args.records, 1)}
+        for f, path in paths.items()
+    }  # fmt: skip
+    places = measure_both(session.spark, args.master, paths, data, args.runs)
+    events = paths[EventLogFormat.JSONL]
     steps = profile(session.spark, events, data, args.profile) if args.profile else []
     session.spark.stop()
     if not args.no_cluster:
         from testkit.spark_cluster import standalone_cluster
 
-        root = Path(tempfile.mkdtemp(prefix="rmq-bench-cluster-"))
+        root_dir = Path(tempfile.mkdtemp(prefix="rmq-bench-cluster-"))
         try:
-            with standalone_cluster(root, workers=2, worker_memory=CLUSTER_WORKER_MEMORY) as c:
+            with standalone_cluster(root_dir, workers=2, worker_memory=CLUSTER_WORKER_MEMORY) as c:
                 spark = cluster_session(c.url)
-                places.append(Place("standalone, 2 workers x 1 core"))
                 try:
-                    measure(spark, places[-1], events, data, args.runs)
+                    places += measure_both(
+                        spark, "standalone, 2 workers x 1 core", paths, data, args.runs
+                    )
                 finally:
                     spark.stop()
         finally:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(root_dir, ignore_errors=True)
 
     print()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     )
-    print(f"input: {args.records:,} records, {size_mb:,.0f} MB of JSON lines")
-    print("| where | run | job s | job records/s | reference s | reference records/s | ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"input: {args.records:,} records")
+    print("| format | MB on disk | bytes per record |")
+    print("|---|---|---|")
+    for name, size in sizes.items():
+        print(f"| {name} | {size['mb']:,.1f} | {size['bytes_per_record']:.1f} |")
+    print("| the proxy's writer | events | events/s | CPU µs per event | bytes per event |")
+    print("|---|---|---|---|---|")
+    for w in writers:
+        print(f"| {w['format']} | {w['events']:,} | {w['events_per_s']:,} |"
+              f" {w['cpu_us_per_event']:.2f} | {w['bytes_per_event']:.1f} |")  # fmt: skip
+    print("| where | format | run | job s | job records/s | reference s | reference records/s"
+          " | ratio |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for place in places:
         for run, (lines, seconds, ref) in enumerate(place.runs, 1):
             print(
-                f"| {place.name} | {run} | {seconds:.1f} | {lines / seconds:,.0f} | {ref:.1f} |"
-                f" {lines / ref:,.0f} | {seconds / ref:.2f} |"
+                f"| {place.name} | {place.log_format} | {run} | {seconds:.1f} |"
+                f" {lines / seconds:,.0f} | {ref:.1f} | {lines / ref:,.0f} | {seconds / ref:.2f} |"
             )
     for place in places:
         job, ref = place.best()
         print(
-            f"{place.name}: best job {job:,.0f} records/s, best reference {ref:,.0f} records/s,"
-            f" ratio {ref / job:.2f} (goals: 500,000 records/s on local[2], ratio <= 2)"
+            f"{place.name}, {place.log_format}: best job {job:,.0f} records/s, best reference"
+            f" {ref:,.0f} records/s, ratio {ref / job:.2f}"
         )
+    print("goals (Parquet): a tenth of the bytes, a writer no costlier, 1,000,000 records/s"
+          " on local[2], ratio <= 2")  # fmt: skip
     if steps:
-        print(f"| {places[0].name}: step | median s | / reference | runs s |")
+        print(f"| {places[0].name}, jsonl: step | median s | / reference | runs s |")
         print("|---|---|---|---|")
         for step in steps:
             runs = ", ".join(f"{x:.1f}" for x in step["runs_s"])
@@ -318,10 +453,12 @@ def main() -> None:
         results = {
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "records": args.records,
-            "input_mb": round(size_mb, 1),
+            "sizes": sizes,
+            "writers": writers,
             "places": [
                 {
                     "name": place.name,
+                    "format": str(place.log_format),
                     "runs": [
                         {"job_s": round(job_s, 2), "reference_s": round(ref_s, 2)}
                         for _, job_s, ref_s in place.runs

@@ -139,6 +139,7 @@ class ProxyApp:
             EventLog(
                 config.event_log_dir,
                 config.proxy_id,
+                log_format=config.event_log_format,
                 max_bytes=config.event_log_max_bytes,
                 max_age_seconds=config.event_log_max_age_s,
             )

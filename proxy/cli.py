@@ -20,7 +20,13 @@ import sys
 
 from proxy.app import ProxyApp
 from proxy.collector import settle_heap
-from proxy.config import MAX_DEFAULT_WORKERS, ProxyConfig, ReceiveMode, load
+from proxy.config import (
+    MAX_DEFAULT_WORKERS,
+    EventLogFormat,
+    ProxyConfig,
+    ReceiveMode,
+    load,
+)
 from proxy.embedded import StubMissing, fronting, start_embedded_brokers
 from proxy.loop import raise_open_files_limit, run_main
 from proxy.remoting.client import split_address_list
@@ -94,6 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-in-flight", type=int, help="maximum long polls in flight")
     p.add_argument("--event-log-dir", help="write the polling event log here")
     p.add_argument(
+        "--event-log-format", choices=[f.value for f in EventLogFormat],
+        help="the event log's files (default parquet)",
+    )  # fmt: skip
+    p.add_argument(
         "--workers",
         type=int,
         help="worker processes serving the gRPC port together (SO_REUSEPORT) under a "
@@ -125,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
             embedded_brokers=args.embedded_brokers,
             topics=args.topic,
             event_log_dir=args.event_log_dir,
+            event_log_format=args.event_log_format,
             receive_mode=args.mode,
             receive_max_in_flight=args.max_in_flight,
             workers=args.workers,

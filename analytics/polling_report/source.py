@@ -1,5 +1,9 @@
 """Reading the event log, in batch or as a stream, and separating malformed lines.
 
+The proxies write Parquet (the default) or JSON lines (``event_log_format``); the job reads
+both, side by side in one directory if a fleet mixes them. A Parquet file holds typed,
+whole records; a JSON line may be torn or mistyped, and counts as malformed then.
+
 Spark's partition discovery turns ``proxy=<id>/date=<day>`` into columns; a filter on
 ``date`` prunes whole directories, so a run over one day reads only that day's files.
 Hidden files (the writer's ``.part-*.inprogress``) are skipped by Spark's file listing.
@@ -7,15 +11,18 @@ Hidden files (the writer's ``.part-*.inprogress``) are skipped by Spark's file l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameReader, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from polling_report.schema import EVENT_SCHEMA, PARTITION_DATE, REQUIRED_FIELDS
 
 INPUT_METRICS = "input"  # name of the observed input counters (lines, malformed)
+# The proxy's two formats (event_log_format), told apart by their files' suffixes.
+PARQUET_SUFFIX, JSONL_SUFFIX = ".parquet", ".jsonl"
 _BAD = "_malformed"
 
 
@@ -26,9 +33,9 @@ def _json_options() -> dict[str, str]:
 
 
 def read_events(spark: SparkSession, path: str, dates: Sequence[str] = ()) -> DataFrame:
-    """Every line under ``path`` (any Hadoop-compatible URI), pruned to ``dates`` if given."""
-    df = spark.read.schema(EVENT_SCHEMA).options(**_json_options()).json(path)
-    return _prune(df, dates)
+    """Every record under ``path`` (any Hadoop-compatible URI), in either format, pruned
+    to ``dates`` if given."""
+    return _prune(_both(lambda: spark.read, path), dates)
 
 
 def read_event_stream(
@@ -37,11 +44,23 @@ def read_event_stream(
     dates: Sequence[str] = (),
     max_files_per_trigger: int | None = None,
 ) -> DataFrame:
-    """The same lines as a file stream: each new (renamed, complete) file is read once."""
-    reader = spark.readStream.schema(EVENT_SCHEMA).options(**_json_options())
-    if max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
-    return _prune(reader.json(path), dates)
+    """The same records as a file stream: each new (renamed, complete) file is read once."""
+
+    def reader() -> DataStreamReader:
+        stream = spark.readStream
+        if max_files_per_trigger:
+            stream = stream.option("maxFilesPerTrigger", str(max_files_per_trigger))
+        return stream
+
+    return _prune(_both(reader, path), dates)
+
+
+def _both(reader: Callable[[], DataFrameReader | DataStreamReader], path: str) -> DataFrame:
+    """The Parquet files and the JSON-lines files under ``path``, as one frame: a fleet may
+    write both (the format is each proxy's setting), and a directory may hold either."""
+    parquet = reader().schema(EVENT_SCHEMA).option("pathGlobFilter", f"*{PARQUET_SUFFIX}")
+    jsonl = reader().schema(EVENT_SCHEMA).option("pathGlobFilter", f"*{JSONL_SUFFIX}")
+    return parquet.parquet(path).unionByName(jsonl.options(**_json_options()).json(path))
 
 
 def _prune(df: DataFrame, dates: Sequence[str]) -> DataFrame:

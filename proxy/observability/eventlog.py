@@ -1,18 +1,19 @@
-"""The receive event log: one JSON line per client ReceiveMessage, the Spark job's input.
+"""The receive event log: one record per client ReceiveMessage, the Spark job's input.
 
 Layout (docs/design.md, "The event log")::
 
-    <dir>/proxy=<proxy_id>/date=<YYYY-MM-DD>/part-<yyyymmddTHHMMSS>-<seq>.jsonl
+    <dir>/proxy=<proxy_id>/date=<YYYY-MM-DD>/part-<yyyymmddTHHMMSS>-<seq>.<parquet|jsonl>
 
 The date is the UTC date of the event's ``ts``; the file stamp is the UTC time the file was
 opened. A file is written under a hidden name in the same directory
-(``.part-....jsonl.inprogress``, which Spark and Hadoop readers skip because of the leading
-dot) and renamed to its final name once complete, so a reader only ever sees whole files.
+(``.part-....parquet.inprogress``, which Spark and Hadoop readers skip because of the
+leading dot) and renamed to its final name once complete, so a reader only ever sees whole
+files. The formats, and what a crash costs in each: ``eventlog_parts``.
 
 Threading: the event loop only puts events on a bounded queue (``write`` never blocks and
-never touches a file). One writer thread serialises, writes, flushes, rotates and renames.
-When the queue is full the event is dropped and counted: losing analytics lines is better
-than stalling client answers.
+never touches a file). One writer thread encodes, writes, flushes, rotates and renames.
+When the queue is full the event is dropped and counted: losing analytics records is
+better than stalling client answers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 import orjson
+
+from proxy.config import EventLogFormat
+from proxy.observability.eventlog_parts import PartWriter, open_part, salvage
 
 log = logging.getLogger(__name__)
 
@@ -75,28 +79,30 @@ class _OpenFile:
     date: str
     directory: Path
     stem: str  # "part-<stamp>-<seq>"
+    suffix: str  # ".parquet" or ".jsonl"
     fh: BinaryIO
+    part: PartWriter
     opened: float  # monotonic, like the other times
     last_write: float
-    size: int = 0
     dirty_since: float | None = None  # first write not yet flushed
 
     @property
     def tmp_path(self) -> Path:
-        return self.directory / f"{TMP_PREFIX}{self.stem}.jsonl{TMP_SUFFIX}"
+        return self.directory / f"{TMP_PREFIX}{self.stem}{self.suffix}{TMP_SUFFIX}"
 
 
 _STOP = object()
 
 
 class EventLog:
-    """Writes ``ReceiveEvent`` lines to rotated JSON-lines files from one background thread."""
+    """Writes ``ReceiveEvent`` records to rotated part files from one background thread."""
 
     def __init__(
         self,
         directory: str,
         proxy_id: str,
         *,
+        log_format: EventLogFormat = EventLogFormat.PARQUET,
         max_bytes: int = 64 * 1024 * 1024,
         max_age_seconds: float = 300.0,
         queue_size: int = 10_000,
@@ -109,6 +115,7 @@ class EventLog:
         closing at the first new-day event would cut a tiny file per interleaving."""
         self.root = Path(directory) / f"proxy={proxy_id}"
         self.proxy_id = proxy_id
+        self.format = EventLogFormat(log_format)
         self.max_bytes = max_bytes
         self.max_age_seconds = max_age_seconds
         self.flush_interval = flush_interval
@@ -123,7 +130,9 @@ class EventLog:
         self.dropped = 0
         self.files_completed = 0
         self.files_recovered = 0
+        self.files_discarded = 0  # left by a crash with nothing readable
         self.failed = 0  # events lost to I/O errors
+        self.cpu_s = 0.0  # the writer thread's CPU time
         # Writer-thread state.
         self._files: dict[str, _OpenFile] = {}  # by date
         self._newest_date = ""
@@ -191,7 +200,9 @@ class EventLog:
             "pending": self.pending,
             "files_completed": self.files_completed,
             "files_recovered": self.files_recovered,
+            "files_discarded": self.files_discarded,
             "failed": self.failed,
+            "cpu_ms": round(self.cpu_s * 1000),
         }
 
     # -- writer thread -----------------------------------------------------------------------
@@ -221,8 +232,10 @@ class EventLog:
                 except queue.Empty:
                     item = None
             self._housekeeping(time.monotonic())
+            self.cpu_s = time.thread_time()
         for f in list(self._files.values()):
             self._complete(f)
+        self.cpu_s = time.thread_time()
 
     def _next_wakeup(self) -> float:
         """Seconds until the next flush, age rotation or late-day close is due."""
@@ -248,23 +261,21 @@ class EventLog:
 
     def _append(self, event: ReceiveEvent) -> None:
         try:
-            line = event.to_json() + b"\n"
             date = self._date_of(event.ts)
             f = self._files.get(date)
-            if f is not None and f.size and f.size + len(line) > self.max_bytes:
+            if f is not None and f.part.size >= self.max_bytes:
                 self._complete(f)
                 f = None
             if f is None:
                 f = self._open(date)
-            f.fh.write(line)
-        except Exception:  # I/O or a malformed event: lose the line, never the thread
+            f.part.add(event)
+        except Exception:  # I/O or a malformed event: lose the record, never the thread
             self.failed += 1
             # A full disk fails every event: log the first and then a sample, not each.
             if self.failed == 1 or self.failed % 10_000 == 0:
                 log.exception("event log: writing an event failed (%d so far)", self.failed)
             return
         now = time.monotonic()
-        f.size += len(line)
         f.last_write = now
         if f.dirty_since is None:
             f.dirty_since = now
@@ -282,7 +293,7 @@ class EventLog:
                 elif f.dirty_since is not None and now - f.dirty_since >= self.flush_interval:
                     # Batch writes in the buffer, but push them to the OS within a flush
                     # interval, so a crash of the process loses at most that much.
-                    f.fh.flush()
+                    f.part.flush()
                     f.dirty_since = None
             except OSError:
                 log.exception("event log: flushing %s failed", f.tmp_path)
@@ -291,33 +302,40 @@ class EventLog:
         directory = self.root / f"date={date}"
         directory.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        suffix = self.format.suffix
         while True:
             self._seq += 1
             stem = f"part-{stamp}-{self._seq:05d}"
-            tmp = directory / f"{TMP_PREFIX}{stem}.jsonl{TMP_SUFFIX}"
-            if (directory / f"{stem}.jsonl").exists():
+            tmp = directory / f"{TMP_PREFIX}{stem}{suffix}{TMP_SUFFIX}"
+            if (directory / f"{stem}{suffix}").exists():
                 continue  # left by an earlier run in the same second
             try:
                 fh = open(tmp, "xb", buffering=_BUFFER_BYTES)  # noqa: SIM115 (kept open)
             except FileExistsError:
                 continue
+            try:
+                part = open_part(self.format, fh)
+            except Exception:
+                fh.close()
+                tmp.unlink()
+                raise
             now = time.monotonic()
-            f = _OpenFile(date, directory, stem, fh, opened=now, last_write=now)
+            f = _OpenFile(date, directory, stem, suffix, fh, part, opened=now, last_write=now)
             self._files[date] = f
             return f
 
     def _complete(self, f: _OpenFile) -> None:
-        """Flush, fsync and rename ``f`` to its final, visible name."""
+        """Finish, fsync and rename ``f`` to its final, visible name."""
         if self._files.get(f.date) is f:
             del self._files[f.date]
         try:
-            f.fh.flush()
+            f.part.finish()
             # fsync before the rename: a file that is visible must be whole, even after
             # a power loss.
             os.fsync(f.fh.fileno())
             f.fh.close()
-            self._publish(f.tmp_path, f.directory, f.stem)
-        except OSError:
+            self._publish(f.tmp_path, f.directory, f.stem, f.suffix)
+        except Exception:  # I/O, or an encoding error: lose this file, never the thread
             log.exception("event log: completing %s failed", f.tmp_path)
             with contextlib.suppress(OSError):
                 f.fh.close()
@@ -325,32 +343,33 @@ class EventLog:
         self.files_completed += 1
 
     @staticmethod
-    def _publish(tmp: Path, directory: Path, stem: str) -> None:
-        final = directory / f"{stem}.jsonl"
+    def _publish(tmp: Path, directory: Path, stem: str, suffix: str) -> None:
+        final = directory / f"{stem}{suffix}"
         n = 0
         while final.exists():  # never overwrite a finished file
             n += 1
-            final = directory / f"{stem}-{n}.jsonl"
+            final = directory / f"{stem}-{n}{suffix}"
         os.rename(tmp, final)
 
     def _recover(self) -> None:
-        """Publish part files a crashed earlier run of this proxy id left hidden.
-
-        Their lines up to the last flush are good; a torn last line is cut off so that
-        every published line is valid JSON. Assumes one live process per proxy id.
-        """
+        """Publish what part files a crashed earlier run of this proxy id left hidden, in
+        either format, can keep (``eventlog_parts.salvage``); remove the rest. Assumes one
+        live process per proxy id."""
         if not self.root.is_dir():
             return
-        for tmp in sorted(self.root.glob(f"date=*/{TMP_PREFIX}part-*.jsonl{TMP_SUFFIX}")):
-            data = tmp.read_bytes()
-            keep = data.rfind(b"\n") + 1
-            if keep == 0:
-                tmp.unlink()
-                continue
-            if keep < len(data):
-                with open(tmp, "r+b") as fh:
-                    fh.truncate(keep)
-            stem = tmp.name[len(TMP_PREFIX) : -len(".jsonl" + TMP_SUFFIX)]
-            self._publish(tmp, tmp.parent, stem)
-            self.files_recovered += 1
-            log.warning("event log: recovered %s", tmp)
+        for log_format in EventLogFormat:
+            suffix = log_format.suffix
+            pattern = f"date=*/{TMP_PREFIX}part-*{suffix}{TMP_SUFFIX}"
+            for tmp in sorted(self.root.glob(pattern)):
+                size = tmp.stat().st_size
+                if not salvage(log_format, tmp):
+                    tmp.unlink()
+                    if size:
+                        self.files_discarded += 1
+                        log.warning("event log: %s left by a crash is not readable (%d bytes):"
+                                    " removed", tmp, size)  # fmt: skip
+                    continue
+                stem = tmp.name[len(TMP_PREFIX) : -len(suffix + TMP_SUFFIX)]
+                self._publish(tmp, tmp.parent, stem, suffix)
+                self.files_recovered += 1
+                log.warning("event log: recovered %s", tmp)

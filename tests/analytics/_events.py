@@ -1,4 +1,5 @@
-"""Writing crafted event logs in the proxy's layout (<dir>/proxy=<id>/date=<day>/*.jsonl)."""
+"""Writing crafted event logs in the proxy's layout (<dir>/proxy=<id>/date=<day>/part-*), in
+either of its formats."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from proxy.config import EventLogFormat
 from proxy.observability.eventlog import ReceiveEvent
+from proxy.observability.eventlog_parquet import parquet_writer, record_batch
 
 
 def ms(text: str) -> int:
@@ -35,15 +38,29 @@ def event(ts: str, proxy: str = "p1", group: str = "g", topic: str = "t", **fiel
     return asdict(ReceiveEvent(ts=ms(ts), proxy=proxy, group=group, topic=topic, **defaults))
 
 
-def write_log(root: Path, name: str, events: list[dict], extra_lines: Sequence[str] = ()) -> Path:
-    """Write ``events`` (all of one proxy and UTC date) as one part file, then raw lines."""
+def write_log(
+    root: Path, name: str, events: list[dict], extra_lines: Sequence[str] = (),
+    fmt: EventLogFormat = EventLogFormat.JSONL,
+) -> Path:  # fmt: skip
+    """Write ``events`` (all of one proxy and UTC date) as one part file in ``fmt``, then
+    raw lines. A Parquet file cannot hold a malformed line: the raw lines go to a JSON-lines
+    file beside it (``<name>-raw.jsonl``), as in a fleet that writes both formats."""
     first = events[0] if events else None
     proxy = first["proxy"] if first else "p1"
     day = datetime.fromtimestamp(first["ts"] / 1000, UTC).date().isoformat() if first else None
     assert all(e["proxy"] == proxy for e in events)
     directory = root / f"proxy={proxy}" / f"date={day}"
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.jsonl"
-    lines = [json.dumps(e) for e in events] + list(extra_lines)
-    path.write_text("".join(line + "\n" for line in lines))
+    path = directory / f"{name}{fmt.suffix}"
+    if fmt is EventLogFormat.JSONL:
+        lines = [json.dumps(e) for e in events] + list(extra_lines)
+        path.write_text("".join(line + "\n" for line in lines))
+        return path
+    with path.open("xb") as fh:
+        writer = parquet_writer(fh)
+        writer.write_batch(record_batch([ReceiveEvent(**e) for e in events]))
+        writer.close()
+    if extra_lines:
+        raw = directory / f"{name}-raw.jsonl"
+        raw.write_text("".join(line + "\n" for line in extra_lines))
     return path

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from polling_report.job import JobOptions, run_batch
+from proxy.config import EventLogFormat
 from tests.analytics._events import event, ms, write_log
 
 pytestmark = pytest.mark.slow
@@ -28,9 +29,10 @@ MALFORMED = [
 ]
 
 
-def crafted_log(root, next_day: bool = True):
+def crafted_log(root, next_day: bool = True, fmt: EventLogFormat = EventLogFormat.JSONL):
     """Eight good records over two windows, two proxies, two group/topics, three modes;
-    four malformed lines; with ``next_day`` one more record on the next day."""
+    four malformed lines; with ``next_day`` one more record on the next day. The records
+    in ``fmt``; the malformed lines are JSON lines either way."""
     found = dict(result="found", broker="broker-a")
     write_log(
         root,
@@ -51,6 +53,7 @@ def crafted_log(root, next_day: bool = True):
                   wait_ms=900, messages=4, pops=2, notifications=2, **found),
         ],
         MALFORMED,
+        fmt,
     )  # fmt: skip
     write_log(
         root,
@@ -61,9 +64,11 @@ def crafted_log(root, next_day: bool = True):
             event(f"{DAY}T10:01:59.999", proxy="p2", group="g2", topic="t2", mode="slicing",
                   wait_ms=50, pops=0, result="TOO_MANY_REQUESTS"),
         ],
+        fmt=fmt,
     )  # fmt: skip
     if next_day:
-        write_log(root, "part-2", [event("2024-05-02T00:00:30", proxy="p1", wait_ms=8)])
+        write_log(root, "part-2", [event("2024-05-02T00:00:30", proxy="p1", wait_ms=8)],
+                  fmt=fmt)  # fmt: skip
 
 
 def row(window, proxy, group, topic, mode, requests, long_polls, hits, found, messages, pops,
@@ -118,8 +123,10 @@ def comparable(rows):
         r[k] for k in keys])  # fmt: skip
 
 
-def test_aggregates_match_hand_computed_and_malformed_lines_are_counted(spark, tmp_path):
-    crafted_log(tmp_path / "events")
+@pytest.mark.parametrize("fmt", list(EventLogFormat))
+def test_aggregates_match_hand_computed_and_malformed_lines_are_counted(spark, tmp_path, fmt):
+    """The same numbers whether the records are Parquet or JSON lines."""
+    crafted_log(tmp_path / "events", fmt=fmt)
     out = str(tmp_path / "out")
     summary = run_batch(spark, JobOptions(events=str(tmp_path / "events"), out=out))
 

@@ -3,9 +3,11 @@ standalone cluster, the advice goes back to the proxies and changes how they pol
 
 Three proxies front one stub cluster (two brokers), each writing its own event log into one
 shared directory with short rotation (many files each), all watching one thresholds file.
-Two in this process; the third, ``fleet-c``, an ``rmq-proxy`` process that is SIGKILLed
-mid-run and started again under the same id: the file it was writing is left hidden with a
-torn last line, and the restart publishes its whole lines. Consumers (the lean gRPC client)
+Two in this process, writing JSON lines; the third, ``fleet-c``, an ``rmq-proxy`` process
+writing Parquet (the default), so the job reads a directory of both formats. fleet-c is
+SIGKILLed mid-run and started again under the same id: the Parquet file it was writing is
+left hidden without its footer (and a torn end), and the restart removes it, so no file
+breaks the job's run. Consumers (the lean gRPC client)
 drive two groups through every proxy:
 
 - ``busy``: a receive every 125 ms per proxy (5-8 a second) from topics full of messages: every
@@ -37,6 +39,7 @@ import pytest
 from broker_stub import BrokerConfig, StubCluster
 from proxy.receive.thresholds import parse
 from proxy.remoting.broker_client import BrokerClient
+from testkit.event_log import record_count
 from testkit.spark_cluster import running, submit
 from testkit.waits import wait_until
 from tests.support.ports import free_port
@@ -82,11 +85,13 @@ class ProxyProcess:
                 assert time.monotonic() < deadline, "rmq-proxy not ready in 30 s"
                 await asyncio.sleep(0.2)
 
-    async def adaptive(self) -> list[dict]:
+    async def status(self) -> dict:
         url = f"http://127.0.0.1:{self.http_port}/v1/status"
         async with aiohttp.ClientSession() as http, http.get(url) as r:
-            status = await r.json()
-        return status["receive"]["adaptive"]
+            return await r.json()
+
+    async def adaptive(self) -> list[dict]:
+        return (await self.status())["receive"]["adaptive"]
 
     async def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -137,13 +142,13 @@ async def killed_mid_file(remote: ProxyProcess, events: Path) -> Path:
     raise AssertionError("fleet-c was never killed with a file open, in 5 kills")
 
 
-def published_lines(events: Path) -> dict[str, int]:
-    """Whole lines in the visible files, per proxy; hidden (in-progress) files skipped."""
-    lines: dict[str, int] = {}
-    for path in events.glob("proxy=*/date=*/*.jsonl"):
+def published_records(events: Path) -> dict[str, int]:
+    """Records in the visible files of either format, per proxy; hidden files skipped."""
+    records: dict[str, int] = {}
+    for path in events.glob("proxy=*/date=*/part-*"):
         proxy = path.parts[-3].removeprefix("proxy=")
-        lines[proxy] = lines.get(proxy, 0) + path.read_bytes().count(b"\n")
-    return lines
+        records[proxy] = records.get(proxy, 0) + record_count(path)
+    return records
 
 
 async def test_a_fleet_of_proxies_takes_the_advice_of_the_job_on_the_cluster(
@@ -153,7 +158,8 @@ async def test_a_fleet_of_proxies_takes_the_advice_of_the_job_on_the_cluster(
     async with StubCluster(2, template=BrokerConfig(topics=["Busy", "Quiet"])) as stubs:
         options = dict(
             namesrv=stubs.namesrv_address, mode="adaptive", event_log_dir=str(events),
-            adaptive_thresholds_file=str(thresholds), proxy_options=EVENT_LOG, **RECEIVE,
+            adaptive_thresholds_file=str(thresholds),
+            proxy_options={**EVENT_LOG, "event_log_format": "jsonl"}, **RECEIVE,
         )  # fmt: skip
         local = [await start_proxy(**options) for _ in range(2)]
         config = tmp_path / "fleet-c.toml"
@@ -213,26 +219,36 @@ async def run_the_loop(
     await asyncio.sleep(10)
     for modes in await current_modes(local, remote):
         assert modes[BUSY] == modes[QUIET] == "notify", modes
-    # fleet-c dies mid-run; the file it was writing stays hidden, and its last line torn.
+    # fleet-c dies mid-run; the Parquet file it was writing stays hidden, without its
+    # footer, and a torn end.
     hidden = await killed_mid_file(remote, events)
+    assert hidden.name.endswith(".parquet.inprogress"), hidden
     with hidden.open("ab") as f:
         f.write(TORN)
-    await remote.start()  # same id: publishes the hidden file's whole lines
+    await remote.start()  # same id: its writer removes the unreadable file, and counts it
+
+    async def discarded() -> bool:
+        return (await remote.status())["event_log"]["files_discarded"] == 1
+
+    await wait_until(discarded, timeout=10, step=0.2, what="the file left not discarded")
+    assert not hidden.exists()
     await phase_one
     await asyncio.sleep(EVENT_LOG["event_log_max_age_s"] + 2)  # every file completed
 
-    lines = published_lines(events)
-    assert set(lines) == {"test-proxy-0", "test-proxy-1", "fleet-c"}
-    for proxy in lines:
-        files = list(events.glob(f"proxy={proxy}/date=*/*.jsonl"))
+    records = published_records(events)
+    assert set(records) == {"test-proxy-0", "test-proxy-1", "fleet-c"}
+    for proxy, suffix in (("test-proxy-0", "jsonl"), ("test-proxy-1", "jsonl"),
+                          ("fleet-c", "parquet")):  # fmt: skip
+        files = list(events.glob(f"proxy={proxy}/date=*/part-*"))
         assert len(files) >= 3, (proxy, files)  # rotated
-    assert not any(TORN in p.read_bytes() for p in events.glob("proxy=*/date=*/*.jsonl"))
+        assert {f.suffix for f in files} == {f".{suffix}"}, files
+    assert not any(TORN in p.read_bytes() for p in events.glob("proxy=*/date=*/part-*"))
 
     # The job, on the standalone cluster, over the shared directory.
     args = [str(events), str(tmp_path / "out"), "--window", "10s", "--min-requests", "20",
             "--thresholds-out", str(thresholds)]  # fmt: skip
     report = await asyncio.to_thread(run_job, cluster, driver_python, args, tmp_path)
-    total = sum(lines.values())
+    total = sum(records.values())
     assert f"rmq-polling-report: {total:,} records, 0 malformed lines" in report, report[:400]
     advice = parse(thresholds.read_bytes())
     busy_rate = 1 / 0.125

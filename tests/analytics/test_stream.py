@@ -8,6 +8,7 @@ import os
 import pytest
 
 from polling_report.job import JobOptions, run_batch, run_stream
+from proxy.config import EventLogFormat
 from tests.analytics._events import event, write_log
 from tests.analytics.test_batch import DAY, MALFORMED, crafted_log, stored_rows
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 def order_files(root):
     """Give the part files increasing modification times in name order of their days: the
     file source reads the oldest first, and the next day's file must come last here."""
-    files = sorted(root.rglob("*.jsonl"), key=lambda p: (p.parent.name, p.parent.parent.name))
+    files = sorted(root.rglob("part-*"), key=lambda p: (p.parent.name, p.parent.parent.name))
     for i, path in enumerate(files):
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
 
@@ -26,9 +27,10 @@ def by_key(rows):
     return {(r["window_start"], r["proxy"], r["group"], r["topic"], r["mode"]): r for r in rows}
 
 
-def test_stream_and_batch_agree_then_a_rerun_reads_only_new_files(spark, tmp_path):
+@pytest.mark.parametrize("fmt", list(EventLogFormat))
+def test_stream_and_batch_agree_then_a_rerun_reads_only_new_files(spark, tmp_path, fmt):
     events = tmp_path / "events"
-    crafted_log(events)
+    crafted_log(events, fmt=fmt)
     order_files(events)
     batch = run_batch(spark, JobOptions(events=str(events), out=str(tmp_path / "batch")))
 
@@ -55,8 +57,9 @@ def test_stream_and_batch_agree_then_a_rerun_reads_only_new_files(spark, tmp_pat
         events,
         "part-4",
         [event(f"{DAY}T10:00:30", proxy="p3", wait_ms=1)],
+        fmt=fmt,
     )
-    write_log(events, "part-5", [event("2024-05-02T00:00:40", proxy="p1", wait_ms=9)])
+    write_log(events, "part-5", [event("2024-05-02T00:00:40", proxy="p1", wait_ms=9)], fmt=fmt)
     again = run_stream(spark, opts)
 
     assert (again.lines, again.malformed) == (2, 0)  # the checkpoint skips the old files

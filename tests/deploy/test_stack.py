@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.event_log import part_files, read_records
 from testkit.lean_client import LeanClient
 from testkit.waits import wait_for, wait_until
 
@@ -170,11 +171,7 @@ async def test_stack_serves_then_stops_cleanly_on_sigint(stack):
         assert f"{e['name']:<12} stopped" in out
     # Each proxy wrote the receives it served to its event log under the run dir.
     for name, group in (("proxy-1", "stack-g2"), ("proxy-2", "stack-g1")):
-        lines = [
-            json.loads(line)
-            for f in (run / "events" / f"proxy={name}").rglob("*.jsonl")
-            for line in f.read_text().splitlines()
-        ]
+        lines = read_records(part_files(run / "events" / f"proxy={name}"))
         assert any(r["group"] == group and r["messages"] == 1 for r in lines), lines
 
 

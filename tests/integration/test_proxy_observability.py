@@ -4,12 +4,12 @@ happened."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import aiohttp
 
 from proxy.api.v2 import definition_pb2 as pb
+from testkit.event_log import part_files, read_records
 from testkit.metrics_text import total
 from testkit.waits import wait_until
 from tests.support.brokers import send_to
@@ -18,9 +18,9 @@ T, G = "T", "G"
 
 
 def read_events(directory) -> list[dict]:
-    files = sorted(Path(directory).glob("proxy=test-proxy-0/date=*/*.jsonl"))
+    files = part_files(Path(directory) / "proxy=test-proxy-0")
     assert files, list(Path(directory).rglob("*"))
-    return [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    return read_records(files)
 
 
 def value(app, name: str, **labels) -> float:

@@ -242,7 +242,7 @@ async def test_sigterm_drains_every_worker_and_exits_0(tmp_path: Path) -> None:
         streams = sorted(p.name for p in events.iterdir())
         assert streams == ["proxy=p-w0", "proxy=p-w1"]
         for stream in streams:
-            assert list((events / stream).glob("date=*/part-*.jsonl")), stream
+            assert list((events / stream).glob("date=*/part-*.parquet")), stream
     finally:
         await asyncio.gather(*(c.close() for c in clients))
         await stop(g)

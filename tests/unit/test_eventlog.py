@@ -11,9 +11,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+import pyarrow.parquet as pq
+import pytest
 
+from proxy.config import EventLogFormat
 from proxy.observability.eventlog import WRITER_THREAD_NAME, EventLog, ReceiveEvent
+from proxy.observability.eventlog_parquet import parquet_writer, record_batch
+from testkit.event_log import part_files, read_records
 from testkit.waits import wait_until
+
+JSONL, PARQUET = EventLogFormat.JSONL, EventLogFormat.PARQUET
 
 FIELDS = [
     "ts", "proxy", "group", "topic", "mode", "is_long_polling", "is_short_polling_hit",
@@ -51,18 +58,12 @@ def all_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
-def visible_parts(root: Path) -> list[Path]:
-    # Sorted by name: the stamp and sequence number give the write order.
-    return sorted(root.rglob("part-*.jsonl"), key=lambda p: (p.parent.name, p.name))
+visible_parts, read_lines = part_files, read_records
 
 
-def read_lines(files: list[Path]) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
-    for f in files:
-        data = f.read_bytes()
-        assert data.endswith(b"\n")  # whole lines only
-        out.extend(orjson.loads(line) for line in data.splitlines())
-    return out
+@pytest.fixture(params=list(EventLogFormat))
+def fmt(request) -> EventLogFormat:
+    return request.param
 
 
 def test_to_json_is_one_line_with_the_contract_fields():
@@ -77,8 +78,10 @@ def test_to_json_is_one_line_with_the_contract_fields():
     assert orjson.loads(event(0).to_json())["broker"] is None
 
 
-async def test_all_events_written_in_order_with_final_names_only(tmp_path: Path):
-    log = EventLog(str(tmp_path), "p1")
+async def test_all_events_written_in_order_with_final_names_only(
+    tmp_path: Path, fmt: EventLogFormat
+):
+    log = EventLog(str(tmp_path), "p1", log_format=fmt)
     log.start()
     events = [event(i) for i in range(500)]
     assert all(log.write(e) for e in events)
@@ -87,8 +90,8 @@ async def test_all_events_written_in_order_with_final_names_only(tmp_path: Path)
     assert len(files) == 1
     f = files[0]
     assert f.parent == tmp_path / "proxy=p1" / "date=2024-02-28"
-    assert f.name.startswith("part-") and f.name.endswith(".jsonl")
-    stamp, seq = f.name[len("part-") : -len(".jsonl")].split("-")
+    assert f.name.startswith("part-") and f.name.endswith(fmt.suffix)
+    stamp, seq = f.name[len("part-") : -len(fmt.suffix)].split("-")
     datetime.strptime(stamp, "%Y%m%dT%H%M%S")  # UTC stamp, well formed
     assert seq.isdigit()
     lines = read_lines(files)
@@ -100,9 +103,10 @@ async def test_all_events_written_in_order_with_final_names_only(tmp_path: Path)
 
 
 async def test_rotation_by_size_makes_several_whole_files(tmp_path: Path):
-    line_len = len(event(0).to_json()) + 1
+    """JSON lines: a file completes once it reaches ``max_bytes``, one line over at most."""
+    line_len = max(len(event(i).to_json()) + 1 for i in range(100))
     max_bytes = line_len * 10
-    log = EventLog(str(tmp_path), "p1", max_bytes=max_bytes)
+    log = EventLog(str(tmp_path), "p1", log_format=JSONL, max_bytes=max_bytes)
     log.start()
     events = [event(i) for i in range(100)]
     for e in events:
@@ -111,13 +115,46 @@ async def test_rotation_by_size_makes_several_whole_files(tmp_path: Path):
     files = all_files(tmp_path)
     assert files == visible_parts(tmp_path)  # nothing hidden left behind
     assert len(files) >= 9
-    assert all(f.stat().st_size <= max_bytes for f in files)
+    assert all(f.stat().st_size < max_bytes + line_len for f in files)
     assert read_lines(files) == [as_dict(e) for e in events]
     assert log.files_completed == len(files)
 
 
-async def test_date_partition_from_ts(tmp_path: Path):
-    log = EventLog(str(tmp_path), "p1")
+async def test_parquet_rotates_by_its_rows_bytes_and_writes_row_groups(tmp_path: Path, monkeypatch):
+    """Parquet: rows are written a row group at a time, and a file completes once its row
+    groups and the rows it holds reach ``max_bytes`` (as its last row group came out)."""
+    monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 50)
+    log = EventLog(str(tmp_path), "p1", log_format=PARQUET, max_bytes=4_000)
+    log.start()
+    events = [event(i) for i in range(1_000)]
+    for e in events:
+        log.write(e)
+    await log.close()
+    files = visible_parts(tmp_path)
+    assert files == all_files(tmp_path)
+    assert 2 <= len(files) < 1_000 // 50
+    groups = [pq.ParquetFile(f).metadata.num_row_groups for f in files]
+    assert sum(groups) >= 1_000 // 50 and max(groups) > 1  # several row groups a file
+    assert read_lines(files) == [as_dict(e) for e in events]
+
+
+async def test_parquet_counts_the_rows_it_holds_towards_rotation(tmp_path: Path, monkeypatch):
+    """Rows not yet in a row group count too: a file rotates before its first row group
+    is due when they alone reach ``max_bytes``."""
+    monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 400)
+    log = EventLog(str(tmp_path), "p1", log_format=PARQUET, max_bytes=1_000)
+    log.start()
+    events = [event(i) for i in range(1_000)]
+    for e in events:
+        log.write(e)
+    await log.close()
+    files = visible_parts(tmp_path)
+    assert len(files) >= 10  # not 3 files of 400, 400 and 200 rows
+    assert read_lines(files) == [as_dict(e) for e in events]
+
+
+async def test_date_partition_from_ts(tmp_path: Path, fmt: EventLogFormat):
+    log = EventLog(str(tmp_path), "p1", log_format=fmt)
     log.start()
     # TS + 999 is the last ms of Feb 28; TS + 1000 is midnight Feb 29 (UTC).
     for e in [event(0), event(999), event(1000), event(5000)]:
@@ -132,8 +169,8 @@ async def test_date_partition_from_ts(tmp_path: Path):
     ]
 
 
-async def test_old_date_file_completes_after_the_late_grace(tmp_path: Path):
-    log = EventLog(str(tmp_path), "p1", late_grace_seconds=0.1)
+async def test_old_date_file_completes_after_the_late_grace(tmp_path: Path, fmt: EventLogFormat):
+    log = EventLog(str(tmp_path), "p1", log_format=fmt, late_grace_seconds=0.1)
     log.start()
     log.write(event(0))
     log.write(event(2000))  # next day
@@ -147,7 +184,7 @@ async def test_old_date_file_completes_after_the_late_grace(tmp_path: Path):
 
 
 async def test_rotation_by_age_and_flush_while_open(tmp_path: Path):
-    log = EventLog(str(tmp_path), "p1", max_age_seconds=1.0, flush_interval=0.05)
+    log = EventLog(str(tmp_path), "p1", log_format=JSONL, max_age_seconds=1.0, flush_interval=0.05)
     log.start()
     log.write(event(0))
     hidden: list[Path] = []
@@ -169,8 +206,10 @@ async def test_rotation_by_age_and_flush_while_open(tmp_path: Path):
     assert [d["wait_ms"] for d in read_lines(files)] == [0, 1]
 
 
-async def test_full_queue_drops_and_counts(tmp_path: Path):
-    log = EventLog(str(tmp_path), "p1", queue_size=3)  # not started: nothing drains yet
+async def test_full_queue_drops_and_counts(tmp_path: Path, fmt: EventLogFormat):
+    log = EventLog(
+        str(tmp_path), "p1", log_format=fmt, queue_size=3
+    )  # not started: nothing drains yet
     results = [log.write(event(i)) for i in range(5)]
     assert results == [True, True, True, False, False]
     assert log.dropped == 2
@@ -206,7 +245,7 @@ def _audit(name: str, args: tuple) -> None:
         _watch.seen.append((name, threading.current_thread().name))
 
 
-async def test_file_io_happens_on_the_writer_thread(tmp_path: Path):
+async def test_file_io_happens_on_the_writer_thread(tmp_path: Path, fmt: EventLogFormat):
     global _hook_installed
     if not _hook_installed:
         sys.addaudithook(_audit)
@@ -214,7 +253,7 @@ async def test_file_io_happens_on_the_writer_thread(tmp_path: Path):
     seen: list[tuple[str, str]] = []
     _watch.root, _watch.seen = str(tmp_path), seen
     try:
-        log = EventLog(str(tmp_path), "p1", max_bytes=len(event(0).to_json()) * 3)
+        log = EventLog(str(tmp_path), "p1", log_format=fmt, max_bytes=len(event(0).to_json()) * 3)
         log.start()
         for i in range(20):
             assert log.write(event(i))
@@ -234,11 +273,11 @@ async def test_crashed_run_leftovers_are_recovered_whole(tmp_path: Path):
     good = event(0).to_json() + b"\n" + event(1).to_json() + b"\n"
     (day / ".part-20240228T235959-00001.jsonl.inprogress").write_bytes(good + b'{"ts":17')
     (day / ".part-20240228T235959-00002.jsonl.inprogress").write_bytes(b'{"ts":1')  # no line
-    log = EventLog(str(tmp_path), "p1")
+    log = EventLog(str(tmp_path), "p1", log_format=JSONL)
     log.start()
     log.write(event(2))
     await log.close()
-    assert log.files_recovered == 1
+    assert (log.files_recovered, log.files_discarded) == (1, 1)
     files = all_files(tmp_path)
     assert files == visible_parts(tmp_path)
     assert files[0].name == "part-20240228T235959-00001.jsonl"
@@ -246,8 +285,37 @@ async def test_crashed_run_leftovers_are_recovered_whole(tmp_path: Path):
     assert [d["wait_ms"] for d in read_lines(files)] == [0, 1, 2]
 
 
-async def test_concurrent_closes_all_wait_for_the_files(tmp_path: Path):
-    log = EventLog(str(tmp_path), "p1")
+async def test_a_crashed_runs_parquet_is_kept_whole_or_removed(tmp_path: Path):
+    """A Parquet file is readable only with its footer: one a crash left complete (between
+    its footer and its rename) is published; one cut off before is removed, counted, and
+    breaks no reader. Either format's leftovers are found, whatever this run writes."""
+    day = tmp_path / "proxy=p1" / "date=2024-02-28"
+    day.mkdir(parents=True)
+    whole = day / ".part-20240228T235959-00001.parquet.inprogress"
+    with whole.open("xb") as fh:
+        writer = parquet_writer(fh)
+        writer.write_batch(record_batch([event(0), event(1)]))
+        writer.close()
+    footless = day / ".part-20240228T235959-00002.parquet.inprogress"
+    footless.write_bytes(whole.read_bytes()[:-20])
+    torn = day / ".part-20240228T235959-00003.jsonl.inprogress"
+    torn.write_bytes(event(2).to_json() + b"\n" + b'{"ts":1')
+    log = EventLog(str(tmp_path), "p1", log_format=PARQUET)
+    log.start()
+    log.write(event(3))
+    await log.close()
+    assert (log.files_recovered, log.files_discarded) == (2, 1)
+    files = all_files(tmp_path)
+    assert files == visible_parts(tmp_path)  # nothing hidden left
+    assert [f.name for f in files[:2]] == [
+        "part-20240228T235959-00001.parquet",
+        "part-20240228T235959-00003.jsonl",
+    ]
+    assert sorted(d["wait_ms"] for d in read_lines(files)) == [0, 1, 2, 3]
+
+
+async def test_concurrent_closes_all_wait_for_the_files(tmp_path: Path, fmt: EventLogFormat):
+    log = EventLog(str(tmp_path), "p1", log_format=fmt)
     log.start()
     for i in range(100):
         log.write(event(i))
