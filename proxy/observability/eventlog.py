@@ -33,7 +33,7 @@ from typing import BinaryIO
 import orjson
 
 from proxy.config import EventLogFormat
-from proxy.observability.eventlog_parts import PartWriter, open_part, salvage
+from proxy.observability.eventlog_parts import PartWriter, open_part, prepare, salvage
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,7 @@ class EventLog:
         self.root = Path(directory) / f"proxy={proxy_id}"
         self.proxy_id = proxy_id
         self.format = EventLogFormat(log_format)
+        prepare(self.format)
         self.max_bytes = max_bytes
         self.max_age_seconds = max_age_seconds
         self.flush_interval = flush_interval
@@ -198,6 +199,7 @@ class EventLog:
             "written": self.written,
             "dropped": self.dropped,
             "pending": self.pending,
+            "open_files": len(self._files),
             "files_completed": self.files_completed,
             "files_recovered": self.files_recovered,
             "files_discarded": self.files_discarded,

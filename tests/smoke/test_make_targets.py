@@ -385,17 +385,25 @@ def test_make_bench_calibrate(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_make_bench_analytics(tmp_path):
-    # The Spark job and its reference on 2,000 records generated into the temporary folder,
-    # on local[2] only: the standalone cluster the command goes on to start is the one
-    # tests/analytics/test_cluster.py runs (about a minute more here).
+    # The proxy's writer in both formats under a short busy scenario, then the Spark job
+    # and its reference on 2,000 records generated into the temporary folder, in both
+    # formats, on local[2] only: the standalone cluster the command goes on to start is the
+    # one tests/analytics/test_cluster.py runs (about a minute more here).
     output = make(
         tmp_path, "bench-analytics", f"RESULTS={tmp_path}",
-        f"BENCH_ARGS=--records 2000 --runs 1 --no-cluster --profile 1 --data {tmp_path / 'data'}",
+        "BENCH_ARGS=--records 2000 --runs 1 --no-cluster --profile 1"
+        " --writer-slot-s 2 --writer-rounds 1 --writer-age-s 2"
+        f" --data {tmp_path / 'data'}",
         timeout=540,  # a cold Spark plans the one-pass job in minutes on a loaded machine
     )  # fmt: skip
     results = load_json(tmp_path / "bench-analytics.json", output)
     assert results["records"] == 2000, results
-    assert [p["name"] for p in results["places"]] == ["local[2]"], results["places"]
+    assert set(results["sizes"]) == {"parquet", "jsonl"}, results["sizes"]
+    for writer in results["writers"]:
+        assert writer["events"] > 0 and writer["cpu_us_per_event"] > 0, writer
+    assert {w["format"] for w in results["writers"]} == {"parquet", "jsonl"}, results["writers"]
+    where = [(p["name"], p["format"]) for p in results["places"]]
+    assert where == [("local[2]", "parquet"), ("local[2]", "jsonl")], where
     for place in results["places"]:
         assert len(place["runs"]) == 1 and place["best_job_records_per_s"] > 0, place
     steps = results["profile"]  # --profile 1: each step of the job timed once
