@@ -22,11 +22,12 @@ groups), once, into ``--data`` (reused while the parameters match). Then:
   reading them with a trivial schema (``ts`` alone) and counting the lines that have one.
   Parquet: Spark reading the columns the job reads and counting each column's values.
 
-``--profile ROUNDS`` then times the job's steps on local[2] over the JSON lines, in the same
-warm JVM, each round in this order: the reference; the parse (``valid_events``, every
-required field converted, malformed lines counted); the parse and ``per_proxy``; the parse
-and the whole aggregation (``aggregate``), both into Spark's ``noop`` sink, which computes
-every column and stores nothing; the job. Medians, and each beside the reference's.
+``--profile ROUNDS`` then times the job's steps on local[2] over one format
+(``--profile-format``, default parquet), in the same warm JVM, each round in this order:
+the reference; the read (``valid_events``, every required field read, malformed lines
+counted); the read and ``per_proxy``; the read and the whole aggregation (``aggregate``),
+both into Spark's ``noop`` sink, which computes every column and stores nothing; the job.
+Medians, and each beside the reference's.
 
 Job and reference alternate run by run, so the machine's load falls on both alike. The
 places: ``local[2]`` (one JVM, two cores), then a standalone cluster of a master and two
@@ -263,8 +264,11 @@ async def writer_cost(
     }  # fmt: skip
 
 
-def profile(spark: SparkSession, events: Path, data: Path, rounds: int) -> list[dict]:
-    """The job's steps, each round in turn (module docstring); median seconds of each."""
+def profile(
+    spark: SparkSession, events: Path, log_format: EventLogFormat, data: Path, rounds: int
+) -> list[dict]:
+    """The job's steps over ``events`` (in ``log_format``), each round in turn (module
+    docstring); median seconds of each."""
     path = str(events)
 
     def parsed() -> DataFrame:
@@ -276,10 +280,10 @@ def profile(spark: SparkSession, events: Path, data: Path, rounds: int) -> list[
         run_batch(spark, JobOptions(events=path, out=str(out)))
 
     steps = {
-        "reference: ts alone, counted": lambda: reference(spark, events, EventLogFormat.JSONL),
-        "parse: required fields, malformed counted": lambda: parsed().count(),
-        "parse + per_proxy (noop sink)": lambda: _noop(per_proxy(parsed(), 60)),
-        "parse + aggregate (noop sink)": lambda: _noop(aggregate(parsed(), 60)),
+        "reference": lambda: reference(spark, events, log_format),
+        "read: required fields, malformed counted": lambda: parsed().count(),
+        "read + per_proxy (noop sink)": lambda: _noop(per_proxy(parsed(), 60)),
+        "read + aggregate (noop sink)": lambda: _noop(aggregate(parsed(), 60)),
         "the job: aggregate, Parquet, summary": job,
     }
     times: dict[str, list[float]] = {name: [] for name in steps}
@@ -367,8 +371,11 @@ def main() -> None:
         metavar="ROUNDS",
         help="then time the job's steps on local[2], this many rounds",
     )
+    p.add_argument("--profile-format", default="parquet", choices=[f.value for f in EventLogFormat])
     p.add_argument("--writer-slot-s", type=float, default=8.0, help="busy scenario slot")
-    p.add_argument("--writer-rounds", type=int, default=3, help="busy scenario rounds")
+    p.add_argument(
+        "--writer-rounds", type=int, default=3, help="busy scenario rounds (0: no writer runs)"
+    )
     p.add_argument("--writer-age-s", type=float, default=60.0, help="event-log file age")
     p.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "rmq-bench-analytics"))
     p.add_argument("--json", help="also write the results to this file")
@@ -378,7 +385,7 @@ def main() -> None:
 
     writers = []
     with tempfile.TemporaryDirectory(prefix="rmq-bench-writer-") as root:
-        for log_format in EventLogFormat:
+        for log_format in EventLogFormat if args.writer_rounds else ():
             cost = run_main(writer_cost(log_format, Path(root), args.writer_slot_s,
                                         args.writer_rounds, args.writer_age_s))  # fmt: skip
             print(f"writer, {log_format}: {cost}", flush=True)
@@ -393,8 +400,10 @@ def main() -> None:
         for f, path in paths.items()
     }  # fmt: skip
     places = measure_both(session.spark, args.master, paths, data, args.runs)
-    events = paths[EventLogFormat.JSONL]
-    steps = profile(session.spark, events, data, args.profile) if args.profile else []
+    steps = []
+    if args.profile:
+        fmt = EventLogFormat(args.profile_format)
+        steps = profile(session.spark, paths[fmt], fmt, data, args.profile)
     session.spark.stop()
     if not args.no_cluster:
         from testkit.spark_cluster import standalone_cluster
@@ -444,7 +453,8 @@ def main() -> None:
     print("goals (Parquet): a tenth of the bytes, a writer no costlier, 1,000,000 records/s"
           " on local[2], ratio <= 2")  # fmt: skip
     if steps:
-        print(f"| {places[0].name}, jsonl: step | median s | / reference | runs s |")
+        print(f"| {places[0].name}, {args.profile_format}: step | median s | / reference"
+              " | runs s |")  # fmt: skip
         print("|---|---|---|---|")
         for step in steps:
             runs = ", ".join(f"{x:.1f}" for x in step["runs_s"])

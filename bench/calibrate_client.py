@@ -387,7 +387,11 @@ async def calibrate(args: argparse.Namespace) -> dict:
         system = System(
             brokers=4,
             modes=("notify",),
-            proxy_args={"notify": ["--event-log-dir", str(event_dir)]},
+            # JSON lines: read back while the proxy still writes them (read_events), which
+            # a Parquet file without its footer cannot be.
+            proxy_args={
+                "notify": ["--event-log-dir", str(event_dir), "--event-log-format", "jsonl"]
+            },
         )
         runs: dict[str, Run] = {}
         try:
