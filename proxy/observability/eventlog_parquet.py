@@ -62,6 +62,8 @@ def parquet_writer(sink: BinaryIO | str) -> pq.ParquetWriter:
 
 
 class ParquetPart:
+    """One Parquet part file: rows held until a row group is full, the footer at the end."""
+
     def __init__(self, fh: BinaryIO, row_group_rows: int | None = None) -> None:
         self._fh = fh
         self._writer = parquet_writer(fh)
@@ -89,13 +91,13 @@ class ParquetPart:
         self._fh.flush()
 
     def _write_row_group(self) -> None:
-        if not self._rows:
+        rows, self._rows = self._rows, []  # dropped if they cannot be written: not retried
+        if not rows:
             return
-        self._writer.write_batch(record_batch(self._rows), row_group_size=len(self._rows))
+        self._writer.write_batch(record_batch(rows), row_group_size=len(rows))
         written = self._fh.tell()
-        self._row_bytes = max(1.0, (written - self._written) / len(self._rows))
+        self._row_bytes = max(1.0, (written - self._written) / len(rows))
         self._written = written
-        self._rows = []
 
 
 def readable(path: Path) -> bool:

@@ -44,6 +44,8 @@ class PartWriter(Protocol):
 
 
 class JsonLinesPart:
+    """One JSON-lines part file: each event a line, buffered until a flush."""
+
     def __init__(self, fh: BinaryIO) -> None:
         self._fh = fh
         self.size = 0

@@ -138,6 +138,21 @@ async def test_parquet_rotates_by_its_rows_bytes_and_writes_row_groups(tmp_path:
     assert read_lines(files) == [as_dict(e) for e in events]
 
 
+async def test_a_row_group_that_cannot_be_written_costs_only_its_rows(tmp_path: Path, monkeypatch):
+    """A row group that fails to encode (here an event of the wrong type) is dropped and
+    counted; the rows after it are written, and the file is whole."""
+    monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 2)
+    log = EventLog(str(tmp_path), "p1", log_format=PARQUET)
+    log.start()
+    bad = event(1)
+    bad.wait_ms = "slow"  # type: ignore[assignment]
+    for e in [event(0), bad, event(2), event(3), event(4)]:
+        log.write(e)
+    await log.close()
+    assert log.failed == 1
+    assert [d["wait_ms"] for d in read_lines(visible_parts(tmp_path))] == [2, 3, 4]
+
+
 async def test_parquet_counts_the_rows_it_holds_towards_rotation(tmp_path: Path, monkeypatch):
     """Rows not yet in a row group count too: a file rotates before its first row group
     is due when they alone reach ``max_bytes``."""
