@@ -12,17 +12,18 @@ as JSON lines, and converts it, file by file, to Parquet with the proxy's own wr
 (``proxy.observability.eventlog_parquet``: its schema, encodings, compression and row
 groups), once, into ``--data`` (reused while the parameters match). Then:
 
-- **the writer**: the busy scenario (``bench.scenarios.busy``: 64 consumers, 1,000 msg/s)
-  through one proxy writing its event log in each format in turn; the writer thread's CPU
-  per event, read from the proxy's own count (``/v1/status``), files completed every
-  ``--writer-age-s`` (60 s; the proxy's default is 300 s);
 - for each place and each format, **the job**: ``run_batch`` (read, count malformed lines,
   aggregate, write Parquet, summarise);
 - and **the reference**: the least any job over those files costs. JSON lines: Spark
   reading them with a trivial schema (``ts`` alone) and counting the lines that have one.
-  Parquet: Spark reading the columns the job reads and counting each column's values.
+  Parquet: Spark reading the columns the job reads and counting each column's values;
+- last, once Spark's JVMs are gone, **the writer**: the busy scenario
+  (``bench.scenarios.busy``: 64 consumers, 1,000 msg/s) through one proxy writing its event
+  log in each format in turn; the writer thread's CPU per event, read from the proxy's own
+  count (``/v1/status``), files completed every ``--writer-age-s`` (60 s; the proxy's
+  default is 300 s).
 
-``--profile ROUNDS`` then times the job's steps on local[2] over one format
+``--profile ROUNDS`` times the job's steps on local[2] over one format
 (``--profile-format``, default parquet), in the same warm JVM, each round in this order:
 the reference; the read (``valid_events``, every required field read, malformed lines
 counted); the read and ``per_proxy``; the read and the whole aggregation (``aggregate``),
@@ -383,14 +384,6 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    writers = []
-    with tempfile.TemporaryDirectory(prefix="rmq-bench-writer-") as root:
-        for log_format in EventLogFormat if args.writer_rounds else ():
-            cost = run_main(writer_cost(log_format, Path(root), args.writer_slot_s,
-                                        args.writer_rounds, args.writer_age_s))  # fmt: skip
-            print(f"writer, {log_format}: {cost}", flush=True)
-            writers.append(cost)
-
     session = get_session(args.master)
     data = Path(args.data)
     paths = ensure_data(session.spark, args.records, data / f"n{args.records}")
@@ -420,6 +413,17 @@ def main() -> None:
                     spark.stop()
         finally:
             shutil.rmtree(root_dir, ignore_errors=True)
+
+    # Last, with Spark's JVMs gone: the gRPC clients of the scenario leave threads behind
+    # that make a later fork (a JVM's launch) fail at random.
+    stop_spark_jvm()
+    writers = []
+    with tempfile.TemporaryDirectory(prefix="rmq-bench-writer-") as root:
+        for log_format in EventLogFormat if args.writer_rounds else ():
+            cost = run_main(writer_cost(log_format, Path(root), args.writer_slot_s,
+                                        args.writer_rounds, args.writer_age_s))  # fmt: skip
+            print(f"writer, {log_format}: {cost}", flush=True)
+            writers.append(cost)
 
     print()
     print(

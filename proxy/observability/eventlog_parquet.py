@@ -64,6 +64,8 @@ def parquet_writer(sink: BinaryIO | str) -> pq.ParquetWriter:
 class ParquetPart:
     """One Parquet part file: rows held until a row group is full, the footer at the end."""
 
+    flushes = False
+
     def __init__(self, fh: BinaryIO, row_group_rows: int | None = None) -> None:
         self._fh = fh
         self._writer = parquet_writer(fh)

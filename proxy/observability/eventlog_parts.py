@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 class PartWriter(Protocol):
     """The content of one open part file, in one format."""
 
+    # Whether ``flush`` does anything: the writer wakes within a flush interval of a write
+    # only for a format that does.
+    flushes: bool
+
     @property
     def size(self) -> int:
         """Bytes the file has, or will have for rows not written yet: rotation's measure."""
@@ -45,6 +49,8 @@ class PartWriter(Protocol):
 
 class JsonLinesPart:
     """One JSON-lines part file: each event a line, buffered until a flush."""
+
+    flushes = True
 
     def __init__(self, fh: BinaryIO) -> None:
         self._fh = fh

@@ -221,6 +221,21 @@ async def test_rotation_by_age_and_flush_while_open(tmp_path: Path):
     assert [d["wait_ms"] for d in read_lines(files)] == [0, 1]
 
 
+async def test_the_writer_wakes_only_when_something_is_due(tmp_path: Path):
+    """Idle, the writer waits for the next event. With a JSON-lines file open it wakes
+    for the flush; with a Parquet file, which has nothing to flush, only for its rotation."""
+    for fmt, due in ((JSONL, 1.0), (PARQUET, 100.0)):
+        log = EventLog(str(tmp_path / fmt), "p1", log_format=fmt, max_age_seconds=100.0)
+        assert log._next_wakeup() is None
+        log._append(event(0))  # as the writer thread would: it is not started here
+        wake = log._next_wakeup()
+        assert wake is not None and due - 0.5 < wake <= due, (fmt, wake)
+        for f in list(log._files.values()):  # the writer thread's work, on this one
+            log._complete(f)
+        await log.close()
+        assert [d["wait_ms"] for d in read_lines(visible_parts(tmp_path / fmt))] == [0]
+
+
 async def test_full_queue_drops_and_counts(tmp_path: Path, fmt: EventLogFormat):
     log = EventLog(
         str(tmp_path), "p1", log_format=fmt, queue_size=3
