@@ -66,8 +66,8 @@ from polling_report.session import REQUIRED_SQL_CONF, get_session
 from polling_report.source import read_events, valid_events
 from proxy.config import EventLogFormat
 from proxy.loop import run_main
-from proxy.observability.eventlog import ReceiveEvent
 from proxy.observability.eventlog_parquet import ParquetPart
+from proxy.observability.receive_event import ReceiveEvent
 from testkit.processes import System, status
 
 PROXIES = 8

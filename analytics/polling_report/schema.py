@@ -1,12 +1,13 @@
 """The event-log record as Spark reads it, and the columns of the aggregates it writes.
 
-The record's fields are docs/design.md's ("The event log") and proxy/observability/eventlog.py's
-``ReceiveEvent``, in order. An explicit schema skips inference (a full extra pass over the
-input) and never silently changes a column's type: a line that does not parse reads as
-nulls, a value that does not fit its field as a null in that field, and either way a
-required field is missing, so the line counts as malformed. (Spark's corrupt-record column
-would say the same at the price of every line's text: a third more than a plain read of
-the log, measured on the benchmark's records.)
+The record's fields are docs/design.md's ("The event log") and
+proxy/observability/receive_event.py's ``ReceiveEvent``, in order; tests/analytics/
+test_schema.py holds them to the proxy's Parquet columns too. An explicit schema skips
+inference (a full extra pass over the input) and never silently changes a column's type:
+a line that does not parse reads as nulls, a value that does not fit its field as a null
+in that field, and either way a required field is missing, so the line counts as
+malformed. (Spark's corrupt-record column would say the same at the price of every line's
+text: a third more than a plain read of the log, measured on the benchmark's records.)
 """
 
 from __future__ import annotations

@@ -30,10 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-import orjson
-
 from proxy.config import EventLogFormat
 from proxy.observability.eventlog_parts import PartWriter, open_part, prepare, salvage
+from proxy.observability.receive_event import ReceiveEvent
 
 log = logging.getLogger(__name__)
 
@@ -49,31 +48,6 @@ _BATCH = 1000
 # (and one taking of the GIL from the event loop) for a batch, not for each event. At the
 # queue's default 10,000 places this drops nothing below 200,000 events a second.
 _LINGER_S = 0.05
-
-
-@dataclass(slots=True)
-class ReceiveEvent:
-    """One client ReceiveMessage, with exactly the contract's fields, in its order."""
-
-    ts: int  # epoch ms, when the request arrived
-    proxy: str
-    group: str
-    topic: str
-    mode: str  # notify / coupled / slicing / lite
-    is_long_polling: bool
-    is_short_polling_hit: bool
-    polling_ms: int  # long-polling time granted
-    wait_ms: int  # arrival to answer
-    messages: int
-    result: str  # found / empty / error code name
-    pops: int
-    notifications: int
-    broker: str | None  # broker that delivered, None when nothing was
-
-    def to_json(self) -> bytes:
-        """One JSON object, one line, no trailing newline."""
-        # orjson serialises (slotted) dataclasses natively, in field order.
-        return orjson.dumps(self)
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
-    from proxy.observability.eventlog import ReceiveEvent
+    from proxy.observability.receive_event import ReceiveEvent
 
 # The record's columns, in ``ReceiveEvent``'s order, with their Parquet types: the schema the
 # Spark job (polling_report.schema) and docs/design.md share. Every field but ``broker``

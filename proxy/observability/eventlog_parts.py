@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 from proxy.config import EventLogFormat
 
 if TYPE_CHECKING:
-    from proxy.observability.eventlog import ReceiveEvent
+    from proxy.observability.receive_event import ReceiveEvent
 
 
 class PartWriter(Protocol):

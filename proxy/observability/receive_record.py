@@ -11,8 +11,9 @@ import enum
 from dataclasses import dataclass
 
 from proxy.config import PollMode
-from proxy.observability.eventlog import EventLog, ReceiveEvent
+from proxy.observability.eventlog import EventLog
 from proxy.observability.metrics import ProxyMetrics
+from proxy.observability.receive_event import ReceiveEvent
 
 
 class Outcome(enum.StrEnum):

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy.config import EventLogFormat
-from proxy.observability.eventlog import ReceiveEvent
 from proxy.observability.eventlog_parquet import parquet_writer, record_batch
+from proxy.observability.receive_event import ReceiveEvent
 
 
 def ms(text: str) -> int:

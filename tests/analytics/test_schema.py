@@ -9,8 +9,8 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from polling_report.schema import EVENT_FIELDS
-from proxy.observability.eventlog import ReceiveEvent
 from proxy.observability.eventlog_parquet import EVENT_SCHEMA
+from proxy.observability.receive_event import ReceiveEvent
 
 SPARK_TYPE = {pa.int64(): T.LongType(), pa.string(): T.StringType(), pa.bool_(): T.BooleanType()}
 

@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from proxy.config import EventLogFormat
-from proxy.observability.eventlog import WRITER_THREAD_NAME, EventLog, ReceiveEvent
+from proxy.observability.eventlog import WRITER_THREAD_NAME, EventLog
 from proxy.observability.eventlog_parquet import parquet_writer, record_batch
+from proxy.observability.receive_event import ReceiveEvent
 from testkit.event_log import part_files, read_records
 from testkit.waits import wait_until
 
