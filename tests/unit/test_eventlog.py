@@ -62,6 +62,16 @@ def all_files(root: Path) -> list[Path]:
 visible_parts, read_lines = part_files, read_records
 
 
+async def written(tmp_path: Path, events: list[ReceiveEvent], **options) -> EventLog:
+    """An event log under ``tmp_path`` that wrote ``events`` and closed."""
+    log = EventLog(str(tmp_path), "p1", **options)
+    log.start()
+    for e in events:
+        log.write(e)
+    await log.close()
+    return log
+
+
 @pytest.fixture(params=list(EventLogFormat))
 def fmt(request) -> EventLogFormat:
     return request.param
@@ -107,12 +117,8 @@ async def test_rotation_by_size_makes_several_whole_files(tmp_path: Path):
     """JSON lines: a file completes once it reaches ``max_bytes``, one line over at most."""
     line_len = max(len(event(i).to_json()) + 1 for i in range(100))
     max_bytes = line_len * 10
-    log = EventLog(str(tmp_path), "p1", log_format=JSONL, max_bytes=max_bytes)
-    log.start()
     events = [event(i) for i in range(100)]
-    for e in events:
-        log.write(e)
-    await log.close()
+    log = await written(tmp_path, events, log_format=JSONL, max_bytes=max_bytes)
     files = all_files(tmp_path)
     assert files == visible_parts(tmp_path)  # nothing hidden left behind
     assert len(files) >= 9
@@ -125,12 +131,8 @@ async def test_parquet_rotates_by_its_rows_bytes_and_writes_row_groups(tmp_path:
     """Parquet: rows are written a row group at a time, and a file completes once its row
     groups and the rows it holds reach ``max_bytes`` (as its last row group came out)."""
     monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 50)
-    log = EventLog(str(tmp_path), "p1", log_format=PARQUET, max_bytes=4_000)
-    log.start()
     events = [event(i) for i in range(1_000)]
-    for e in events:
-        log.write(e)
-    await log.close()
+    await written(tmp_path, events, log_format=PARQUET, max_bytes=4_000)
     files = visible_parts(tmp_path)
     assert files == all_files(tmp_path)
     assert 2 <= len(files) < 1_000 // 50
@@ -143,13 +145,10 @@ async def test_a_row_group_that_cannot_be_written_costs_only_its_rows(tmp_path: 
     """A row group that fails to encode (here an event of the wrong type) is dropped and
     counted; the rows after it are written, and the file is whole."""
     monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 2)
-    log = EventLog(str(tmp_path), "p1", log_format=PARQUET)
-    log.start()
     bad = event(1)
     bad.wait_ms = "slow"  # type: ignore[assignment]
-    for e in [event(0), bad, event(2), event(3), event(4)]:
-        log.write(e)
-    await log.close()
+    events = [event(0), bad, event(2), event(3), event(4)]
+    log = await written(tmp_path, events, log_format=PARQUET)
     assert log.failed == 1
     assert [d["wait_ms"] for d in read_lines(visible_parts(tmp_path))] == [2, 3, 4]
 
@@ -158,12 +157,8 @@ async def test_parquet_counts_the_rows_it_holds_towards_rotation(tmp_path: Path,
     """Rows not yet in a row group count too: a file rotates before its first row group
     is due when they alone reach ``max_bytes``."""
     monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 400)
-    log = EventLog(str(tmp_path), "p1", log_format=PARQUET, max_bytes=1_000)
-    log.start()
     events = [event(i) for i in range(1_000)]
-    for e in events:
-        log.write(e)
-    await log.close()
+    await written(tmp_path, events, log_format=PARQUET, max_bytes=1_000)
     files = visible_parts(tmp_path)
     assert len(files) >= 10  # not 3 files of 400, 400 and 200 rows
     assert read_lines(files) == [as_dict(e) for e in events]
