@@ -275,7 +275,23 @@ $(JAVA_CLIENT_STAMP): $(JAVA_CLIENT_DIR)/pom.xml $(wildcard $(JAVA_CLIENT_DIR)/s
 .PHONY: rocketmq-java-client
 rocketmq-java-client: $(JAVA_CLIENT_STAMP)
 
-rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP)
+# The official Java client's remoting API (rocketmq-client 5.5.0, the 4.x API) as a driver
+# of the remoting-port tests (rocketmq_local/java-remoting-client), built the same way.
+REMOTING_CLIENT_DIR := rocketmq_local/java-remoting-client
+REMOTING_CLIENT_OUT := $(RMQ_CACHE)/java-remoting-client
+REMOTING_CLIENT_STAMP := $(REMOTING_CLIENT_OUT)/.built
+
+$(REMOTING_CLIENT_STAMP): $(REMOTING_CLIENT_DIR)/pom.xml $(wildcard $(REMOTING_CLIENT_DIR)/src/main/java/*/*.java)
+	@command -v $(MVN) >/dev/null || { echo "rocketmq-java-remoting-client: Maven ($(MVN)) is required" >&2; exit 1; }
+	rm -rf $(REMOTING_CLIENT_OUT)
+	$(MVN) -q -B -f $(REMOTING_CLIENT_DIR)/pom.xml package -Dremoting.client.out=$(abspath $(REMOTING_CLIENT_OUT)) \
+		|| { echo "rocketmq-java-remoting-client: could not build the remoting client driver (see above)" >&2; exit 1; }
+	touch $@
+
+.PHONY: rocketmq-java-remoting-client
+rocketmq-java-remoting-client: $(REMOTING_CLIENT_STAMP)
+
+rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP) $(REMOTING_CLIENT_STAMP)
 
 # --- Interop harness: the official RocketMQ 5 clients as separate processes (tests/interop) ---
 # The Python client gets its own virtualenv: it bundles generated apache.rocketmq.v2

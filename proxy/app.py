@@ -47,6 +47,7 @@ from proxy.processor.registrations import Registrations
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
+from proxy.remoting_port.port import RemotingPort
 from proxy.security.config import TlsMode
 from proxy.security.front import TlsFront, Transport
 from proxy.security.runtime import SecurityRuntime
@@ -258,6 +259,13 @@ class ProxyApp:
             status=self.status,
             ready=lambda: self.ready,
         )
+        # The remoting port for the clients of RocketMQ's own protocol (off unless set).
+        self.remoting = (
+            RemotingPort(self.pool, advertise=config.remoting_advertise_address or "")
+            if config.remoting_port is not None
+            else None
+        )
+        self.remoting_port = config.remoting_port
         self.grpc_server: grpc.aio.Server | None = None
         # The client port's front: TLS and plaintext clients on one port (not enforcing).
         self.front: TlsFront | None = None
@@ -295,6 +303,7 @@ class ProxyApp:
             Step("fleet links", self._start_fleet, self._stop_fleet),
             Step("client metrics", self.client_metrics.start, self.client_metrics.close),
             Step("grpc server", self._start_grpc, self._stop_grpc, watched=False),
+            Step("remoting port", self._start_remoting, self._stop_remoting),
         ]
 
     async def start(self) -> None:
@@ -422,6 +431,19 @@ class ProxyApp:
         advertise = f"{config.grpc_host}:{self.grpc_port}"
         self.route.advertise = config.advertise_address or advertise
         self.grpc_server = server
+
+    async def _start_remoting(self) -> None:
+        if self.remoting is None:
+            return
+        host, port = self.config.grpc_host, self.config.remoting_port or 0
+        try:
+            self.remoting_port = await self.remoting.start(host, port, reuse_port=self.reuse_port)
+        except OSError as exc:
+            raise RuntimeError(f"remoting port: {exc}") from exc
+
+    async def _stop_remoting(self) -> None:
+        if self.remoting is not None:
+            await self.remoting.close()
 
     def _refusals(self) -> dict[Transport, str]:
         """Why the front closes a client it does not take, as its log line says."""

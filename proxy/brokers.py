@@ -235,6 +235,12 @@ class BrokerPool:
         self._routes[topic] = (time.monotonic(), route)
         return route
 
+    async def ask_name_server(self, request: RemotingCommand) -> RemotingCommand:
+        """A name server's answer to ``request`` (a copy is sent, signed as the pool's are);
+        the name servers are asked in turn. Raises RemotingError."""
+        client = self._namesrvs[next(self._namesrv_turn)]
+        return await client.invoke(replace(request, ext_fields=dict(request.fields)), self._timeout)
+
     def _with_unregistered(self, route: TopicRoute) -> TopicRoute:
         """``route`` with the brokers the name server listed for the topic within TTL +
         grace and lists no more, while our connection to each is up. A restarted name server

@@ -56,8 +56,11 @@ async def serve_single(config: ProxyConfig) -> None:
             await app.start()
             settle_heap()
             namesrv = ",".join(config.namesrv_addrs)
+            remoting = (
+                "" if app.remoting is None else f"remoting={config.grpc_host}:{app.remoting_port} "
+            )
             print(
-                f"rmq-proxy ready grpc={config.grpc_host}:{app.grpc_port} "
+                f"rmq-proxy ready grpc={config.grpc_host}:{app.grpc_port} {remoting}"
                 f"http={config.http_host}:{app.http_port} namesrv={namesrv}",
                 flush=True,
             )
@@ -84,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--proxy-id", help="name in metrics and event logs (default host-pid)")
     p.add_argument("--grpc-host")
     p.add_argument("--grpc-port", type=int, help="client port (default 8081; 0 = free port)")
+    p.add_argument(
+        "--remoting-port", type=int,
+        help="serve RocketMQ's remoting protocol (4.x clients) on this port (0 = free port)",
+    )  # fmt: skip
     p.add_argument("--http-host")
     p.add_argument("--http-port", type=int, help="ops port (default 8082; 0 = free port)")
     p.add_argument("--advertise-address", help="host:port clients reach this proxy at")
@@ -128,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
             proxy_id=args.proxy_id,
             grpc_host=args.grpc_host,
             grpc_port=args.grpc_port,
+            remoting_port=args.remoting_port,
             http_host=args.http_host,
             http_port=args.http_port,
             advertise_address=args.advertise_address,

@@ -284,6 +284,13 @@ class ProxyConfig:
     grpc_port: int = 8081  # the client (gRPC) port; 0 = a free one
     # host:port clients should use to reach this proxy (QueryRoute answers it).
     advertise_address: str | None = None
+    # The remoting port: RocketMQ's own protocol, for the clients of the 4.x API and the
+    # others that speak it (the Apache proxy's remotingListenPort, 8080 there). Off unless
+    # set (0 = a free one): a gRPC-only deployment opens no second port it does not use.
+    remoting_port: int | None = None
+    # host:port the remoting clients reach this proxy at: every broker's address in the
+    # routes the remoting port answers. Default grpc_host and the bound remoting port.
+    remoting_advertise_address: str | None = None
     http_host: str = "127.0.0.1"  # the ops port's host: /metrics, /readyz, /v1/status
     http_port: int = 8082  # the ops port; 0 = a free one
     # The brokers' name servers (host:port each).
@@ -375,6 +382,12 @@ class ProxyConfig:
             raise ValueError("lag_refresh_s must not be negative (0 = off)")
         if self.max_registered_clients < 0:
             raise ValueError("max_registered_clients must not be negative (0 = none)")
+        if self.remoting_port is not None and not 0 <= self.remoting_port <= 65535:
+            raise ValueError("remoting_port must be a port number (0 = a free one)")
+        if self.remoting_advertise_address is not None:
+            host, _, port = self.remoting_advertise_address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError("remoting_advertise_address must be host:port")
         try:
             self.event_log_format = EventLogFormat(self.event_log_format)
         except ValueError:
@@ -482,7 +495,7 @@ def _parse(raw: str, kind: Any) -> Any:
     kind = str(kind)
     if kind.startswith("list"):
         return [item.strip() for item in raw.replace(";", ",").split(",") if item.strip()]
-    if kind == "int":
+    if kind in ("int", "int | None"):
         return int(raw)
     if kind == "float":
         return float(raw)

@@ -138,6 +138,7 @@ class Supervisor:
             await asyncio.to_thread(_clear_metrics_dir, self._metrics_dir)
         cluster: EmbeddedBrokers | None = None
         reservation: socket.socket | None = None
+        reservations: list[socket.socket] = []  # the remoting port's, when it is on
         self_signed: SelfSigned | None = None
         ops: OpsServer | None = None
         try:
@@ -153,6 +154,15 @@ class Supervisor:
             config = self.config = replace(
                 fronting(config, cluster), grpc_port=reservation.getsockname()[1]
             )
+            if config.remoting_port is not None:
+                try:
+                    remoting = reserve_port(config.grpc_host, config.remoting_port)
+                except OSError as exc:
+                    log.error("rmq-proxy did not start: remoting port %s:%s: %s",
+                              config.grpc_host, config.remoting_port, exc)  # fmt: skip
+                    return 1
+                reservations.append(remoting)
+                config = self.config = replace(config, remoting_port=remoting.getsockname()[1])
             # One self-signed certificate for every worker, so that a client told to trust
             # it is served by whichever worker the kernel hands its connection to.
             security = config.security
@@ -180,8 +190,12 @@ class Supervisor:
             if not await self._wait_first_ready():
                 return 1
             self.serving = True
+            remoting_field = (
+                "" if config.remoting_port is None
+                else f"remoting={config.grpc_host}:{config.remoting_port} "
+            )  # fmt: skip
             print(
-                f"rmq-proxy ready grpc={config.grpc_host}:{config.grpc_port} "
+                f"rmq-proxy ready grpc={config.grpc_host}:{config.grpc_port} {remoting_field}"
                 f"http={config.http_host}:{self.http_port} "
                 f"namesrv={','.join(config.namesrv_addrs)}",
                 flush=True,
@@ -198,6 +212,8 @@ class Supervisor:
                 await self._http.close()
             if reservation is not None:
                 reservation.close()
+            for other in reservations:
+                other.close()
             if cluster is not None:
                 await cluster.stop()
             if own_dir:

@@ -20,13 +20,16 @@ class RequestCode(IntEnum):
     GET_ALL_TOPIC_CONFIG = 21
     UPDATE_BROKER_CONFIG = 25
     GET_BROKER_RUNTIME_INFO = 28  # mqadmin clusterList
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
     END_TRANSACTION = 37
     CHECK_TRANSACTION_STATE = 39
+    NOTIFY_CONSUMER_IDS_CHANGED = 40  # broker -> client: rebalance now
     GET_CONSUMER_LIST_BY_GROUP = 38
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
@@ -44,6 +47,7 @@ class RequestCode(IntEnum):
     CONSUME_MESSAGE_DIRECTLY = 309  # broker -> client: mqadmin consumeMessage
     RECALL_MESSAGE = 370
     SEND_MESSAGE_V2 = 310
+    LITE_PULL_MESSAGE = 361
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     GET_TOPIC_CONFIG = 351
@@ -77,6 +81,7 @@ class ResponseCode(IntEnum):
     REQUEST_CODE_NOT_SUPPORTED = 3
     MESSAGE_ILLEGAL = 13
     SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
     NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
     PULL_NOT_FOUND = 19
@@ -90,6 +95,7 @@ class ResponseCode(IntEnum):
     POLLING_TIMEOUT = 210
     LMQ_QUOTA_EXCEEDED = 2017  # a send would create more lite queues than the broker allows
     LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018  # LITE_SUBSCRIPTION_CTL over the broker's limit
+    GO_AWAY = 1500  # a server that is going away: a 5.x remoting client reconnects, retries
 
 
 class LanguageCode(IntEnum):

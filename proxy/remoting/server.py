@@ -4,12 +4,17 @@ A *processor* answers each request. It may return the response at once (the fast
 task is created), or an awaitable that resolves to it later (a parked long poll), or None
 for no answer. Whatever is still pending when its connection closes is cancelled, so a
 parked request of a departed client leaves nothing behind.
+
+The server may also send requests of its own to a connected client (``request``): a
+broker's transaction check relayed to the producer that can answer it. Their responses are
+matched by ``opaque`` and fail at once when the connection closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Union
@@ -23,24 +28,46 @@ log = logging.getLogger(__name__)
 Reply = Union[RemotingCommand, Awaitable[RemotingCommand | None], None]  # noqa: UP007
 Processor = Callable[[RemotingCommand, RemotingConnection], Reply]
 
+_opaques = itertools.count(1)
+
+
+class ConnectionClosedError(Exception):
+    """A request of the server's own met a closed connection (or its closing)."""
+
 
 class RemotingServer:
     """Serves one processor on one TCP port."""
 
-    def __init__(self, processor: Processor, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self,
+        processor: Processor,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        on_closed: Callable[[RemotingConnection], None] | None = None,
+    ) -> None:
+        """``on_closed`` is told of each connection that closes, after its pending
+        requests were cancelled."""
         self._processor = processor
+        self._on_closed = on_closed
         self._max_frame = max_frame
         self._server: asyncio.Server | None = None
         self._pending: dict[RemotingConnection, set[asyncio.Future[RemotingCommand | None]]] = {}
         # Every open connection: stop closes them all, as a process that exits does (the
         # asyncio server's close leaves accepted connections open).
         self._connections: set[RemotingConnection] = set()
+        # Responses awaited to the server's own requests, by connection and opaque.
+        self._asked: dict[RemotingConnection, dict[int, asyncio.Future[RemotingCommand]]] = {}
         self.port = 0
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        """Listen; returns the bound port (pass 0 for a free one)."""
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False
+    ) -> int:
+        """Listen; returns the bound port (pass 0 for a free one). ``reuse_port``: share
+        the port with other processes (SO_REUSEPORT), as a proxy's workers do."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, host, port)
+        self._server = await loop.create_server(
+            self._accept, host, port, reuse_port=reuse_port or None
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -63,9 +90,34 @@ class RemotingServer:
         await self._server.wait_closed()
         self._server = None
 
+    async def request(
+        self, conn: RemotingConnection, cmd: RemotingCommand, timeout: float
+    ) -> RemotingCommand:
+        """Send a request of our own to the client on ``conn`` and wait at most ``timeout``
+        seconds for its response (TimeoutError past it, ConnectionClosedError when the
+        connection goes). ``cmd`` gets an opaque of this server's."""
+        opaque = cmd.opaque = next(_opaques)
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        asked = self._asked.setdefault(conn, {})
+        asked[opaque] = future
+        try:
+            if not conn.send(cmd):
+                raise ConnectionClosedError(f"connection with {conn.peer} is closed")
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            asked.pop(opaque, None)
+
+    def send_oneway(self, conn: RemotingConnection, cmd: RemotingCommand) -> bool:
+        """Send a one-way request of our own; False when the connection is gone."""
+        cmd.opaque = next(_opaques)
+        return conn.send(cmd)
+
     def _on_command(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         if cmd.is_response:
-            return  # we send no requests of our own
+            waiter = self._asked.get(conn, {}).get(cmd.opaque)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(cmd)
+            return  # a response nobody awaits any more (late) is dropped
         try:
             reply = self._processor(cmd, conn)
         except Exception as exc:
@@ -117,3 +169,13 @@ class RemotingServer:
         self._connections.discard(conn)
         for future in self._pending.pop(conn, ()):
             future.cancel()
+        for waiter in self._asked.pop(conn, {}).values():
+            if not waiter.done():
+                waiter.set_exception(ConnectionClosedError(f"connection with {conn.peer} lost"))
+        if self._on_closed is not None:
+            self._on_closed(conn)
+
+    @property
+    def connections(self) -> list[RemotingConnection]:
+        """The connections open now."""
+        return list(self._connections)

@@ -39,7 +39,9 @@ JAVA_CLIENT_OPTS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAt
 LANGS = ("python", "node", "java")
 
 # The one line `rmq-proxy` prints on stdout once it serves.
-READY_LINE = re.compile(r"^rmq-proxy ready grpc=(\S+) http=(\S+) namesrv=(\S+)\s*$")
+READY_LINE = re.compile(
+    r"^rmq-proxy ready grpc=(\S+) (?:remoting=(\S+) )?http=(\S+) namesrv=(\S+)\s*$"
+)
 READY_TIMEOUT = 30.0
 RENEW_SLICE_MS = 10_000
 STOP_TIMEOUT = 10.0
@@ -87,6 +89,7 @@ class ProxyProcess:
     stderr_log: Path
     proc: subprocess.Popen = field(repr=False)
     _reader: threading.Thread = field(repr=False)
+    remoting: str | None = None  # the remoting port's host:port, when it is on
 
     def logs(self) -> str:
         return (
@@ -173,8 +176,10 @@ def start_proxy(
             f"(exit code {proc.returncode}); command: {' '.join(cmd)}\n"
             f"--- stdout ---\n{tail(stdout_log)}\n--- stderr ---\n{tail(stderr_log)}"
         )
-    grpc, http, namesrv = found[0].groups()
-    return ProxyProcess(grpc, http, namesrv, proc.pid, stdout_log, stderr_log, proc, reader)
+    grpc, remoting, http, namesrv = found[0].groups()
+    return ProxyProcess(
+        grpc, http, namesrv, proc.pid, stdout_log, stderr_log, proc, reader, remoting=remoting
+    )
 
 
 def driver_command(lang: str, home: Path) -> list[str]:

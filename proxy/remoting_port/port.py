@@ -1,0 +1,269 @@
+"""The remoting port: RocketMQ's own protocol for the clients that speak it (the 4.x API of
+the Java client, the C++ based clients, Go's v2 client), as the Apache proxy serves it on
+its ``remotingListenPort``.
+
+A client points its name server address at the port. Route queries are answered from the
+name servers with the proxy's address in place of every broker's, so everything the client
+sends comes here; each request names its broker (``routing``) and goes to it on the
+client's own connection to that broker (``session``), and the broker's answer comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.message_types import accepts, message_type_of
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.connection import RemotingConnection
+from proxy.remoting.server import RemotingServer, Reply
+from proxy.remoting_port.routing import (
+    Destination,
+    broker_named,
+    cluster_brokers,
+    destination,
+    queue_set_empty,
+    rewrite_route,
+    route_brokers,
+    sent_message,
+)
+from proxy.remoting_port.session import ClientSession
+
+log = logging.getLogger(__name__)
+
+# A forwarded request's deadline beyond the long poll it asks for (pull, pop, notification).
+POLL_MARGIN_S = 10.0
+# A forwarded request that asks for no long poll: the Apache proxy's deadline.
+REQUEST_TIMEOUT_S = 3.0
+# A heartbeat identical to one sent to a broker this recently is not sent again: a client
+# that sees every broker at the proxy's address sends its heartbeat once per broker.
+HEARTBEAT_REPEAT_S = 5.0
+# The first version of the Java client that understands GO_AWAY (after V5_3_1): it opens a
+# new connection and sends the request again there.
+GO_AWAY_MIN_VERSION = 476
+# A draining port waits this long at most for the sends in flight before it closes.
+DRAIN_S = REQUEST_TIMEOUT_S
+# The header fields that hold a long poll's length, in milliseconds.
+_POLL_FIELDS = ("suspendTimeoutMillis", "pollTime")
+
+
+def long_poll_s(cmd: RemotingCommand) -> float | None:
+    """The long poll ``cmd`` asks for, in seconds, or None."""
+    for name in _POLL_FIELDS:
+        raw = cmd.fields.get(name)
+        if raw is not None and raw.lstrip("-").isdigit():
+            return max(int(raw), 0) / 1000
+    return None
+
+
+def forward_timeout(cmd: RemotingCommand) -> float:
+    """How long the proxy waits for a broker's answer to ``cmd``."""
+    poll = long_poll_s(cmd)
+    return REQUEST_TIMEOUT_S if poll is None else poll + POLL_MARGIN_S
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    body: bytes
+    sent_at: float
+
+
+class RemotingPort:
+    """Serves the remoting port of one proxy."""
+
+    def __init__(self, pool: BrokerPool, *, advertise: str = "") -> None:
+        """``advertise``: the address routes name for every broker (the port's own, as
+        clients reach it); when empty, the bound host and port."""
+        self.pool = pool
+        self.advertise = advertise
+        self._server = RemotingServer(self._process, on_closed=self._closed)
+        self._sessions: dict[RemotingConnection, ClientSession] = {}
+        # Each broker's master address, from the routes answered and the cluster's list.
+        self._addresses: dict[str, str] = {}
+        self._heartbeats: dict[tuple[str, int], Heartbeat] = {}  # (broker, session) -> last
+        self._closing: set[asyncio.Task[None]] = set()
+        self._sends = 0  # forwarded requests in flight that are no long poll
+        self._no_sends = asyncio.Event()
+        self.draining = False
+        self.port = 0
+
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        self.port = await self._server.start(host, port, reuse_port=reuse_port)
+        if not self.advertise:
+            self.advertise = f"{host}:{self.port}"
+        return self.port
+
+    async def close(self) -> None:
+        """Drain, then close every connection. While draining, a request of a client that
+        understands it is answered GO_AWAY: the client opens a new connection (through its
+        balancer, to another proxy) and sends the request there. The sends in flight get
+        ``DRAIN_S`` to end; long polls are cut: a 4.x consumer pulls again from where it
+        was, so nothing is lost."""
+        self.draining = True
+        if self._sends:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._no_sends.wait(), DRAIN_S)
+        await self._server.stop()
+        sessions, self._sessions = self._sessions, {}
+        await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
+
+    @property
+    def clients(self) -> int:
+        return len(self._sessions)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _process(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
+        where = destination(cmd)
+        if where is Destination.NOT_SERVED:
+            return cmd.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f" request type {cmd.code} not supported",
+            )
+        if self.draining and cmd.version >= GO_AWAY_MIN_VERSION:
+            return cmd.make_response(ResponseCode.GO_AWAY, remark="please go away")
+        if where is Destination.NAME_SERVER:
+            return self._route(cmd)
+        session = self._session(conn)
+        if where is Destination.EVERY_BROKER:
+            return self._every_broker(session, cmd)
+        if queue_set_empty(cmd):
+            return cmd.make_response(ResponseCode.SUCCESS, body=b'{"lockOKMQSet":[]}')
+        return self._forward(session, cmd, where)
+
+    def _session(self, conn: RemotingConnection) -> ClientSession:
+        session = self._sessions.get(conn)
+        if session is None:
+            session = ClientSession(conn, self._server.request, self._server.send_oneway)
+            self._sessions[conn] = session
+        return session
+
+    async def _forward(
+        self, session: ClientSession, cmd: RemotingCommand, where: Destination
+    ) -> RemotingCommand | None:
+        broker = broker_named(cmd)
+        if broker is None and where is Destination.ANY_BROKER:
+            known = await self._brokers()
+            broker = next(iter(session.brokers or sorted(known)), None)
+        if broker is None:
+            return cmd.make_response(
+                ResponseCode.VERSION_NOT_SUPPORTED, remark="Request doesn't have field bname"
+            )
+        address = self._address(broker)
+        if address is None:
+            await self._brokers(refresh=True)
+            address = self._address(broker)
+        if address is None:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, remark=f"broker {broker} is not known to the proxy"
+            )
+        refusal = await self._type_refusal(cmd)
+        if refusal is not None:
+            return refusal
+        poll = long_poll_s(cmd)
+        if poll is not None:
+            return await session.forward(broker, address, cmd, poll + POLL_MARGIN_S)
+        self._sends += 1
+        self._no_sends.clear()
+        try:
+            return await session.forward(broker, address, cmd, REQUEST_TIMEOUT_S)
+        finally:
+            self._sends -= 1
+            if not self._sends:
+                self._no_sends.set()
+
+    async def _type_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """A send its topic's ``message.type`` does not take, refused as the Apache proxy
+        refuses it on either port (the broker stores any type); None for the rest."""
+        sent = sent_message(cmd)
+        if sent is None or sent.topic.startswith("%"):  # a retry or system topic: untyped
+            return None
+        try:
+            route = await self.pool.route(sent.topic)
+        except (TopicNotFound, RemotingError):
+            return None  # the broker answers for a topic the proxy cannot see
+        message_type = message_type_of(sent.properties)
+        if accepts(route.message_type, message_type):
+            return None
+        expected = route.message_type.value or "NORMAL"
+        return cmd.make_response(
+            ResponseCode.MESSAGE_ILLEGAL,
+            remark=f"TopicMessageType validate failed, the expected type is {expected}, "
+            f"but actual type is {message_type.value}",
+        )
+
+    def _address(self, broker: str) -> str | None:
+        client = self.pool.broker(broker)
+        return self._addresses.get(broker) or (client.address if client else None)
+
+    async def _brokers(self, refresh: bool = False) -> dict[str, str]:
+        """Every broker known, by name: learned from the routes answered, or else (and on
+        ``refresh``) from the name server's list of the cluster."""
+        if self._addresses and not refresh:
+            return self._addresses
+        request = RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO)
+        try:
+            answer = await self.pool.ask_name_server(request)
+        except RemotingError as exc:
+            log.warning("remoting port: the cluster's brokers are not known: %s", exc)
+            return self._addresses
+        if answer.code == ResponseCode.SUCCESS and answer.body:
+            self._addresses.update(cluster_brokers(answer.body))
+        return self._addresses
+
+    async def _route(self, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            answer = await self.pool.ask_name_server(cmd)
+        except RemotingError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=f"name server: {exc}")
+        if answer.code != ResponseCode.SUCCESS or not answer.body:
+            return answer
+        self._addresses.update(route_brokers(answer.body))
+        answer.body = rewrite_route(answer.body, self.advertise)
+        return answer
+
+    async def _every_broker(self, session: ClientSession, cmd: RemotingCommand) -> RemotingCommand:
+        """A heartbeat or an unregistration: to every broker, each on the client's own
+        connection, so each lists the client as it would without the proxy. The client
+        gets the first success (a failure only if every broker failed)."""
+        brokers = await self._brokers()
+        now = time.monotonic()
+        todo = []
+        for broker, address in sorted(brokers.items()):
+            last = self._heartbeats.get((broker, id(session)))
+            repeated = (
+                cmd.code == RequestCode.HEART_BEAT
+                and last is not None
+                and last.body == cmd.body
+                and now - last.sent_at < HEARTBEAT_REPEAT_S
+            )
+            if not repeated:
+                todo.append((broker, address))
+        if not todo:
+            return cmd.make_response(ResponseCode.SUCCESS)
+        answers = await asyncio.gather(
+            *(session.forward(b, a, cmd, REQUEST_TIMEOUT_S) for b, a in todo)
+        )
+        for (broker, _), answer in zip(todo, answers, strict=True):
+            if cmd.code == RequestCode.HEART_BEAT and answer and answer.code == 0:
+                self._heartbeats[(broker, id(session))] = Heartbeat(cmd.body, now)
+        given = [a for a in answers if a is not None]
+        good = [a for a in given if a.code == ResponseCode.SUCCESS]
+        return (good or given or [cmd.make_response(ResponseCode.SUCCESS)])[0]
+
+    def _closed(self, conn: RemotingConnection) -> None:
+        session = self._sessions.pop(conn, None)
+        if session is None:
+            return
+        for pair in [p for p in self._heartbeats if p[1] == id(session)]:
+            del self._heartbeats[pair]
+        task = asyncio.get_running_loop().create_task(session.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
