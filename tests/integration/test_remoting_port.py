@@ -1,0 +1,166 @@
+"""The remoting port on broker stubs, driven by our own remoting client as a 4.x client
+would drive it: routes, where requests go, errors, what brokers ask of a client, and the
+drain. The official Java client runs through it in tests/interop/test_remoting_clients.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from proxy.remoting.client import RemotingClient
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import SendMessageHeader
+from proxy.remoting.message import Prop, encode_properties
+from proxy.remoting_port.port import GO_AWAY_MIN_VERSION
+
+TIMEOUT_S = 5.0
+
+
+@pytest.fixture
+async def port(start_proxy):
+    """A proxy on two broker stubs, its remoting port on; a client of the port."""
+    proxy = await start_proxy(brokers=2, topics=("T",), proxy_options={"remoting_port": 0})
+    clients: list[RemotingClient] = []
+
+    def connect(**options) -> RemotingClient:
+        client = RemotingClient(f"127.0.0.1:{proxy.remoting_port}", **options)
+        clients.append(client)
+        return client
+
+    yield proxy, connect
+    for client in clients:
+        await client.close()
+
+
+def send_v2(topic: str, broker: str | None, body: bytes, **properties: str) -> RemotingCommand:
+    header = SendMessageHeader(
+        producer_group="PG", topic=topic, queue_id=0,
+        properties=encode_properties({Prop.UNIQ_KEY: body.hex(), **properties}),
+    )  # fmt: skip
+    fields = header.encode_v2()
+    if broker is not None:
+        fields["n"] = broker
+    else:
+        fields.pop("n", None)
+    return RemotingCommand(RequestCode.SEND_MESSAGE_V2, fields, body)
+
+
+def stored_port(answer: RemotingCommand) -> int:
+    """The broker port in a send answer's offset message id (ip, port, offset)."""
+    return int(answer.fields["msgId"][8:16], 16)
+
+
+async def test_a_route_names_the_port_for_every_broker(port):
+    proxy, connect = port
+    client = connect()
+    answer = await client.invoke(
+        RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}), TIMEOUT_S
+    )
+    assert answer.code == ResponseCode.SUCCESS
+    route = orjson.loads(answer.body)  # standard JSON, whatever the name server wrote
+    names = sorted(b.name for b in proxy.cluster.brokers)
+    assert sorted(b["brokerName"] for b in route["brokerDatas"]) == names
+    for broker in route["brokerDatas"]:
+        assert broker["brokerAddrs"] == {"0": f"127.0.0.1:{proxy.remoting_port}"}
+    assert sorted(q["brokerName"] for q in route["queueDatas"]) == names
+
+
+async def test_a_send_goes_to_the_broker_it_names(port):
+    proxy, connect = port
+    client = connect()
+    for broker in proxy.cluster.brokers:
+        answer = await client.invoke(send_v2("T", broker.name, b"hello"), TIMEOUT_S)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        assert stored_port(answer) == int(broker.address.rpartition(":")[2])
+
+
+async def test_requests_the_port_cannot_route_get_the_apache_proxys_errors(port):
+    _, connect = port
+    client = connect()
+    unnamed = await client.invoke(send_v2("T", None, b"x"), TIMEOUT_S)
+    assert (unnamed.code, unnamed.remark) == (
+        ResponseCode.VERSION_NOT_SUPPORTED,
+        "Request doesn't have field bname",
+    )
+    unknown = await client.invoke(RemotingCommand(12345, {"bname": "broker-0"}), TIMEOUT_S)
+    assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert unknown.remark == " request type 12345 not supported"
+    # An admin request is not relayed either, whatever broker it names.
+    admin = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X", "bname": "b"})
+    refused = await client.invoke(admin, TIMEOUT_S)
+    assert refused.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    gone = await client.invoke(send_v2("T", "no-such-broker", b"x"), TIMEOUT_S)
+    assert gone.code == ResponseCode.SYSTEM_ERROR and "no-such-broker" in (gone.remark or "")
+
+
+async def test_a_heartbeat_reaches_every_broker_on_the_clients_own_connection(port):
+    proxy, connect = port
+    producers = [connect(), connect()]
+    for n, producer in enumerate(producers):
+        heartbeat = {"clientID": f"p-{n}", "producerDataSet": [{"groupName": "PG"}]}
+        answer = await producer.invoke(
+            RemotingCommand(RequestCode.HEART_BEAT, {}, orjson.dumps(heartbeat)), TIMEOUT_S
+        )
+        assert answer.code == ResponseCode.SUCCESS
+    # Each broker knows the group on two connections: one per client, as without a proxy
+    # (a broker's transaction check goes to one connection of the group).
+    for broker in proxy.cluster.brokers:
+        connections = broker.transactions.producers["PG"]
+        assert len([c for c in connections if not c.closed]) == 2, broker.name
+
+
+async def test_a_brokers_transaction_check_reaches_the_producers_connection(port):
+    proxy, connect = port
+    checks: asyncio.Queue[RemotingCommand] = asyncio.Queue(maxsize=16)
+
+    def on_request(cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            checks.put_nowait(cmd)
+
+    producer = connect(server_handler=on_request)
+    heartbeat = {"clientID": "p-1", "producerDataSet": [{"groupName": "PG"}]}
+    await producer.invoke(
+        RemotingCommand(RequestCode.HEART_BEAT, {}, orjson.dumps(heartbeat)), TIMEOUT_S
+    )
+    broker = proxy.cluster.brokers[1]
+    half = send_v2("T", broker.name, b"open", **{Prop.TRANSACTION_PREPARED: "true", "PGROUP": "PG"})
+    half.fields["f"] = "4"  # TRANSACTION_PREPARED_TYPE
+    answer = await producer.invoke(half, TIMEOUT_S)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    # Left open past the stub's transaction timeout (3 s): the broker checks with the
+    # producer, on the connection the proxy opened for this client.
+    check = await asyncio.wait_for(checks.get(), 15)
+    assert check.body  # the half message itself
+    assert check.fields["msgId"] == b"open".hex()  # its unique key
+
+
+async def test_a_draining_port_tells_new_clients_to_go_away(port):
+    proxy, connect = port
+    client = connect()
+    ok = await client.invoke(send_v2("T", proxy.cluster.brokers[0].name, b"a"), TIMEOUT_S)
+    assert ok.code == ResponseCode.SUCCESS
+    proxy.remoting.draining = True  # what the stop's first step sets
+    late = send_v2("T", proxy.cluster.brokers[0].name, b"b")
+    late.version = GO_AWAY_MIN_VERSION
+    away = await client.invoke(late, TIMEOUT_S)
+    assert (away.code, away.remark) == (ResponseCode.GO_AWAY, "please go away")
+    # A client too old to understand GO_AWAY is still served until the port closes.
+    old = send_v2("T", proxy.cluster.brokers[0].name, b"c")
+    old.version = GO_AWAY_MIN_VERSION - 1
+    served = await client.invoke(old, TIMEOUT_S)
+    assert served.code == ResponseCode.SUCCESS
+
+
+async def test_a_torn_frame_closes_its_connection_only(port):
+    proxy, connect = port
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.remoting_port)
+    writer.write((2**31 - 1).to_bytes(4, "big") + b"\x00\x00\x00\x10{")  # a huge length
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), TIMEOUT_S) == b""  # closed by the port
+    writer.close()
+    client = connect()
+    answer = await client.invoke(send_v2("T", proxy.cluster.brokers[0].name, b"ok"), TIMEOUT_S)
+    assert answer.code == ResponseCode.SUCCESS
