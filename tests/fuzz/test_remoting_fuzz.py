@@ -206,6 +206,93 @@ def test_broker_stub_survives_any_bytes_on_a_connection(stubs, data):
     _healthy_send(stubs, address)
 
 
+# -- into the proxy's remoting port --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def remoting_port():
+    thread = ProxyThread(brokers=1, topics=(TOPIC,), options={"remoting_port": 0}).start()
+    yield thread
+    thread.stop()
+
+
+def _port_address(thread: ProxyThread) -> str:
+    return f"127.0.0.1:{thread.app.remoting_port}"
+
+
+def _healthy_port_send(thread: ProxyThread) -> None:
+    """A send through the port still lands on the broker."""
+
+    async def send() -> None:
+        client = RemotingClient(_port_address(thread))
+        try:
+            fields = {"a": "PG", "b": TOPIC, "c": "TBW102", "d": "4", "e": "0", "f": "0",
+                      "g": str(now_ms()), "h": "0", "i": "", "j": "0", "k": "false",
+                      "m": "false", "n": thread.cluster.brokers[0].name}  # fmt: skip
+            request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, fields, b"still serving")
+            answer = await client.invoke(request, 5)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+        finally:
+            await client.close()
+
+    thread.run(send(), timeout=10)
+
+
+@given(data=_STREAMS)
+def test_the_remoting_port_survives_any_bytes_on_a_connection(remoting_port, data):
+    with socket.create_connection(_host_port(_port_address(remoting_port)), timeout=5) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # answers or a close, never silence forever
+            try:
+                if not sock.recv(65536):
+                    break
+            except (ConnectionResetError, TimeoutError):
+                break
+        else:
+            raise AssertionError("the port neither answered nor closed")
+    _healthy_port_send(remoting_port)
+
+
+_PORT_CODES = st.one_of(
+    st.sampled_from([int(c) for c in RequestCode]), st.integers(-(2**15), 2**31 - 1)
+)
+_FIELD_TEXT = st.text(max_size=12)
+
+
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(
+    code=_PORT_CODES,
+    fields=st.dictionaries(
+        st.sampled_from(["bname", "n", "topic", "b", "i", "properties", "suspendTimeoutMillis",
+                         "pollTime", "consumerGroup", "queueId"]) | _FIELD_TEXT,
+        _FIELD_TEXT | st.sampled_from(["broker-a", "-1", "99999999999", "0"]),
+        max_size=6,
+    ),
+    body=st.binary(max_size=80) | st.sampled_from([b'{"mqSet":[]}', b'{"mqSet":[{}]}', b"{}"]),
+)  # fmt: skip
+def test_any_request_on_the_remoting_port_is_answered_in_time(remoting_port, code, fields, body):
+    """A request of any code, with any fields and body, gets an answer (a broker's, or
+    the port's error) within its deadline, and the port serves on."""
+    # A long poll the request asks for is bounded to keep the example short.
+    for name in ("suspendTimeoutMillis", "pollTime"):
+        if name in fields:
+            fields[name] = "100"
+
+    async def ask() -> RemotingCommand:
+        client = RemotingClient(_port_address(remoting_port))
+        try:
+            return await client.invoke(RemotingCommand(code, fields, body), 15)
+        finally:
+            await client.close()
+
+    answer = remoting_port.run(ask(), timeout=20)
+    assert answer.is_response
+    _healthy_port_send(remoting_port)
+
+
 # -- out of a hostile broker --------------------------------------------------------------
 
 MISCHIEF = (
