@@ -9,14 +9,23 @@ starts (the first offset, so that what was sent before the consumer started coun
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import threading
 import uuid
 from collections import defaultdict
 
+import orjson
 import pytest
 
+from proxy.remoting.codes import RequestCode
+from proxy.remoting.command import RemotingCommand
 from rocketmq_local import admin
+from testkit.balancer import Balancer
 from testkit.official import remoting_java
 from testkit.official.harness import ProxyProcess, start_proxy
+from testkit.waits import wait_for
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.real, pytest.mark.interop]
 
@@ -337,3 +346,162 @@ def test_a_message_its_topic_does_not_take_is_refused(real_cluster, via, homes):
     )
     [error] = sent["errors"]
     assert "CODE: 13" in error and "TopicMessageType validate failed" in error
+
+
+class BalancerThread:
+    """testkit's TCP balancer (readiness-following, as a Kubernetes Service) on an event
+    loop of its own thread, for this synchronous test."""
+
+    def __init__(self, targets: list[tuple[str, str]]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.balancer = Balancer(targets)
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def start(self) -> str:
+        self.thread.start()
+        return self.call(self.balancer.start())
+
+    def is_ready(self, address: str) -> bool:
+        return address in (self.balancer.ready or ())
+
+    def stop(self) -> None:
+        try:
+            self.call(self.balancer.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+@pytest.mark.timeout(400)
+def test_a_rolling_restart_of_two_proxies_loses_nothing(real_cluster, tmp_path, homes):
+    """Two proxies behind a balancer; each restarted in turn (out of the balancer, SIGTERM,
+    started again on its ports) while a producer sends and a push consumer consumes. Every
+    message sent is consumed and no send fails: a send the restart cuts (answered GO_AWAY,
+    or its connection closed) is sent again by the client on a new connection, which the
+    balancer opens to the other proxy."""
+    ports = [(free_port(), free_port(), free_port()) for _ in range(2)]  # grpc, remoting, http
+    front = BalancerThread([(f"127.0.0.1:{r}", f"127.0.0.1:{h}") for _, r, h in ports])
+    address = front.start()
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'remoting_advertise_address = "{address}"\n')
+
+    def start(n: int) -> ProxyProcess:
+        grpc, remoting, http = ports[n]
+        args = ("--config", str(config), "--grpc-port", str(grpc), "--remoting-port",
+                str(remoting), "--http-port", str(http))  # fmt: skip
+        return start_proxy(tmp_path / f"proxy-{n}", (), namesrv=real_cluster.namesrv_address,
+                           extra_args=args)  # fmt: skip
+
+    proxies = [start(0), start(1)]
+    try:
+        topic, producer, consumer = fresh(real_cluster, "rm-roll")
+        count = 60
+        push = remoting_java.start(
+            homes("push"),
+            "push",
+            "--namesrv",
+            address,
+            "--group",
+            consumer,
+            "--topic",
+            topic,
+            "--expect",
+            count,
+            "--seconds",
+            120,
+        )
+        sending = remoting_java.start(
+            homes("produce"),
+            "produce",
+            "--namesrv",
+            address,
+            "--group",
+            producer,
+            "--topic",
+            topic,
+            "--count",
+            count,
+            "--interval-ms",
+            250,
+        )
+        for n in range(2):
+            remoting = f"127.0.0.1:{ports[n][1]}"
+            front.balancer.terminating(remoting)
+            complaint = proxies[n].stop()
+            assert complaint is None, f"{complaint}\n{proxies[n].logs()}"
+            proxies[n] = start(n)
+            front.balancer.started(remoting)
+            # As a rolling update waits for its new pod to be ready before the next one.
+            wait_for(
+                functools.partial(front.is_ready, remoting),
+                timeout=10,
+                what=f"the balancer to see {remoting} ready again",
+            )
+        assert sending.proc.poll() is None, "the producer ended before the restarts did"
+        sent = sending.result(RESULT_TIMEOUT_S)
+        got = push.result(150)
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        front.stop()
+    assert sent["errors"] == []
+    assert len(sent["sent"]) == count
+    assert set(bodies(got)) == {f"m-{i}" for i in range(count)}
+    assert got["errors"] == []
+
+
+def listed_at(address: str, group: str) -> list[str]:
+    """The client ids ``address`` (a broker, or a proxy's remoting port) lists in ``group``:
+    what a consumer's rebalance and mqadmin consumerConnection read."""
+    ask = RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    answer = admin.admin_call(address, ask)
+    return orjson.loads(answer.body).get("consumerIdList", []) if answer.body else []
+
+
+@pytest.mark.parametrize("port_of", VIAS)
+def test_a_remoting_consumer_is_listed_by_the_brokers_through_ours_only(
+    real_cluster, port_of, request, homes
+):
+    """Ours relays the consumer's heartbeats to every broker; the Apache proxy keeps them
+    to itself (docs/api.md, "The remoting port"). Either port lists the consumer to its
+    clients."""
+    if port_of == "ours":
+        address = request.getfixturevalue("remoting_proxy").remoting
+    else:
+        address = f"127.0.0.1:{request.getfixturevalue('apache_proxy').remoting_port}"
+    topic, producer, consumer = fresh(real_cluster, "rm-listed")
+    brokers = admin.masters(real_cluster.namesrv_address).values()
+    push = remoting_java.start(
+        homes("push"),
+        "push",
+        "--namesrv",
+        address,
+        "--group",
+        consumer,
+        "--topic",
+        topic,
+        "--expect",
+        1,
+    )
+    try:
+        wait_for(lambda: len(listed_at(address, consumer)) == 1, timeout=20, step=0.2)
+        on_brokers = [listed_at(broker, consumer) for broker in brokers]
+        assert on_brokers == ([listed_at(address, consumer)] * 2 if port_of == "ours" else [[], []])
+    finally:
+        remoting_java.run(
+            homes("produce"),
+            "produce",
+            "--namesrv",
+            address,
+            "--group",
+            producer,
+            "--topic",
+            topic,
+            "--count",
+            1,
+        )
+        push.result(RESULT_TIMEOUT_S)

@@ -10,8 +10,8 @@
  *
  *   produce --namesrv H:P --group PG --topic T --count N [--kind normal|orderly|delay|transaction]
  *           [--order-keys K] [--delay-level L] [--body-prefix P] [--check-seconds S]
- *           [--expect-checked C]
- *       message i has the body "<P>-<i>" (P default "m"). orderly: key "k<i mod K>" (K default 4),
+ *           [--expect-checked C] [--interval-ms W]
+ *       message i has the body "<P>-<i>" (P default "m"), one every W ms (default at once). orderly: key "k<i mod K>" (K default 4),
  *       sent to the queue the key hashes to (a MessageQueueSelector). delay: delay level L
  *       (default 1: one second). transaction: a TransactionMQProducer whose local transaction
  *       commits i mod 3 == 0, rolls back i mod 3 == 1 and leaves i mod 3 == 2 unknown; its checker
@@ -153,7 +153,11 @@ public final class RemotingClient {
         producer.start();
         ready();
         StringBuilder sent = new StringBuilder();
+        long intervalMs = Long.parseLong(opt("interval-ms", "0"));
         for (int i = 0; i < count; i++) {
+            if (intervalMs > 0 && i > 0) {
+                Thread.sleep(intervalMs);
+            }
             String body = prefix + "-" + i;
             Message msg = new Message(topic, "t", body.getBytes());
             try {
