@@ -1,7 +1,7 @@
 """Head to head with the Apache RocketMQ proxy (issue 12), in one run.
 
     .venv/bin/python -m bench.peer
-        [--scenarios reported,lite,priority,sparse,busy,fanin,overhead,stub]
+        [--scenarios reported,lite,priority,sparse,busy,fanin,remoting,overhead,stub]
         [--rounds 2] [--out results/bench-peer]        # make bench-peer
 
 One real cluster (Apache RocketMQ 5.5.0 from ``make rocketmq``: a name server and 2 brokers,
@@ -26,6 +26,9 @@ Scenarios:
 - ``priority``: priority messages (RocketMQ 5.4+): a backlog of priority-0 messages on a
   PRIORITY topic, then a few priority-3 ones; one consumer receiving through each proxy:
   the time until every high one is in, and how many low ones came first.
+- ``remoting``: the remoting port (``bench/remoting_peer.py``): the official Java client
+  5.5.0's DefaultMQProducer and DefaultMQPushConsumer (the 4.x API) through ours and the
+  Apache proxy's remoting port: sends and deliveries per second, latency p50 / p99.
 - ``fanin``: idle long polls on each proxy in turn: RSS per poll (slope from half to all of
   the polls) of each proxy process, and pops parked on the brokers (POLLING_INFO). The
   clients share a connection; ``--fanin-own-connections`` gives each its own, as separate
@@ -1141,6 +1144,20 @@ async def run(args: argparse.Namespace, results: dict) -> dict:
                          ["polls_held", "client_connections", "kb_per_poll",
                           "kb_per_poll_from_zero",
                           "rss_mb_with_polls", "broker_parked_pops", "wakeup_ms_p50"])  # fmt: skip
+            if "remoting" in wanted:
+                from bench import remoting_peer
+
+                assert system.cluster is not None and system.namesrv is not None  # real
+                apache = system.cluster.proxy
+                results["remoting"] = await remoting_peer.remoting(
+                    system.namesrv.address["remoting"],
+                    f"127.0.0.1:{apache.remoting_port}" if apache is not None else None,
+                    messages=args.remoting_messages, home=Path(args.out) / "remoting-home",
+                )  # fmt: skip
+                show(f"Remoting port: the Java client 5.5.0's DefaultMQProducer sends "
+                     f"{args.remoting_messages} messages one at a time to a "
+                     f"DefaultMQPushConsumer; load {load_average()}", results["remoting"],
+                     remoting_peer.COLUMNS)  # fmt: skip
             if "overhead" in wanted:
                 results["overhead"] = await overhead(
                     system, rounds=args.rounds, messages=args.overhead_messages
@@ -1216,7 +1233,9 @@ def charts(results: dict, out: Path) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--scenarios", default="reported,lite,priority,sparse,busy,fanin,overhead,stub")
+    p.add_argument(
+        "--scenarios", default="reported,lite,priority,sparse,busy,fanin,remoting,overhead,stub"
+    )
     p.add_argument("--brokers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=OURS,
@@ -1249,6 +1268,12 @@ def main() -> None:
                    help="each fan-in client on a connection of its own (default: one "
                    "shared)")  # fmt: skip
     p.add_argument("--overhead-messages", type=int, default=20_000)
+    p.add_argument(
+        "--remoting-messages",
+        type=int,
+        default=5_000,
+        help="messages of the remoting scenario, per proxy",
+    )
     p.add_argument("--client-tls", action="store_true",
                    help="the lean clients connect over TLS, trusting each proxy's "
                    "certificate")  # fmt: skip

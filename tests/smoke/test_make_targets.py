@@ -269,6 +269,10 @@ def test_make_bench_modes(tmp_path):
     for kind, rows in results["filtered"].items():
         assert all(row["delivered"] > 0 for row in rows.values()), (kind, rows)
     assert results["summary"], results.keys()
+    remoting = results["remoting"]
+    assert set(remoting) == {"apache", "ours"}, remoting.keys()
+    for label, row in remoting.items():
+        assert row["sent"] == row["delivered"] == 200 and row["send_errors"] == 0, (label, row)
     for chart in results["charts"]:
         assert (tmp_path / "bench" / chart).stat().st_size > 0, chart
     assert "latency_by_mode.png" in results["charts"]  # matplotlib: the bench extra
@@ -454,8 +458,9 @@ def test_make_bench_peer(tmp_path):
     # 10 minutes).
     output = make(
         tmp_path, "bench-peer", f"RESULTS={tmp_path}",
-        "BENCH_ARGS=--peers apache,ours --scenarios reported --modes notify --brokers 1 "
-        "--rounds 1 --reported-slot-s 3 --reported-await-s 4",
+        "BENCH_ARGS=--peers apache,ours --scenarios reported,remoting --modes notify "
+        "--brokers 1 --rounds 1 --reported-slot-s 3 --reported-await-s 4 "
+        "--remoting-messages 200",
         timeout=700,
     )  # fmt: skip
     results = load_json(tmp_path / "bench-peer" / "results.json", output)
