@@ -5,6 +5,7 @@ configuration list; ``proxy.cli`` composes embedded broker stubs in front of it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -261,7 +262,11 @@ class ProxyApp:
         )
         # The remoting port for the clients of RocketMQ's own protocol (off unless set).
         self.remoting = (
-            RemotingPort(self.pool, advertise=config.remoting_advertise_address or "")
+            RemotingPort(
+                self.pool,
+                advertise=config.remoting_advertise_address or "",
+                observe=functools.partial(self.metrics.rpc, "remoting_port"),
+            )
             if config.remoting_port is not None
             else None
         )

@@ -111,7 +111,7 @@ class ProxyMetrics:
         )
         self._rpc_latency = Histogram(
             "rocketmq_proxy_rpc_latency_seconds",
-            "Latency of every RPC in (gRPC) and out (remoting).",
+            "Latency of every RPC in (gRPC, remoting_port) and out (remoting).",
             ["protocol_type", "request_code", "response_code", "broker", "is_long_polling"],
             buckets=RPC_LATENCY_BUCKETS,
             registry=r,
@@ -281,7 +281,8 @@ class ProxyMetrics:
         broker: str = "",
         is_long_polling: bool = False,
     ) -> None:
-        """One RPC finished: ``protocol_type`` grpc/remoting; ``broker`` only for remoting."""
+        """One RPC finished: ``protocol_type`` grpc or remoting_port (a client's, in) or
+        remoting (ours, to a broker); ``broker``: the broker it went to, for the last two."""
         key = (protocol_type, request_code, response_code, broker, is_long_polling)
         _child(
             self._rpc_c,

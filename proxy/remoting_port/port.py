@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.message_types import accepts, message_type_of
 from proxy.remoting.client import RemotingError
-from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
 from proxy.remoting.server import RemotingServer, Reply
@@ -68,6 +69,10 @@ def forward_timeout(cmd: RemotingCommand) -> float:
     return REQUEST_TIMEOUT_S if poll is None else poll + POLL_MARGIN_S
 
 
+# request code, response code, seconds, broker, long polling
+Observer = Callable[[str, str, float, str, bool], None]
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     body: bytes
@@ -77,11 +82,16 @@ class Heartbeat:
 class RemotingPort:
     """Serves the remoting port of one proxy."""
 
-    def __init__(self, pool: BrokerPool, *, advertise: str = "") -> None:
+    def __init__(
+        self, pool: BrokerPool, *, advertise: str = "", observe: Observer | None = None
+    ) -> None:
         """``advertise``: the address routes name for every broker (the port's own, as
-        clients reach it); when empty, the bound host and port."""
+        clients reach it); when empty, the bound host and port. ``observe`` sees each
+        request answered: its code, the answer's code, the seconds it took, the broker it
+        went to ("" for none), and whether it was a long poll."""
         self.pool = pool
         self.advertise = advertise
+        self._observe = observe
         self._server = RemotingServer(self._process, on_closed=self._closed)
         self._sessions: dict[RemotingConnection, ClientSession] = {}
         # Each broker's master address, from the routes answered and the cluster's list.
@@ -121,6 +131,37 @@ class RemotingPort:
     # -- requests -------------------------------------------------------------------------
 
     def _process(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
+        """``_answer``'s reply, observed when it is given."""
+        reply = self._answer(cmd, conn)
+        if self._observe is None:
+            return reply
+        started = time.monotonic()
+        if reply is None or isinstance(reply, RemotingCommand):
+            self._observed(cmd, reply, started)
+            return reply
+        return self._observed_later(cmd, reply, started)
+
+    async def _observed_later(
+        self, cmd: RemotingCommand, reply: Awaitable[RemotingCommand | None], started: float
+    ) -> RemotingCommand | None:
+        answer = await reply
+        self._observed(cmd, answer, started)
+        return answer
+
+    def _observed(
+        self, cmd: RemotingCommand, answer: RemotingCommand | None, started: float
+    ) -> None:
+        assert self._observe is not None
+        broker = broker_named(cmd) or "" if destination(cmd) is Destination.NAMED_BROKER else ""
+        self._observe(
+            code_name(cmd.code, RequestCode),
+            "oneway" if answer is None else code_name(answer.code, ResponseCode),
+            time.monotonic() - started,
+            broker,
+            long_poll_s(cmd) is not None,
+        )
+
+    def _answer(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
         where = destination(cmd)
         if where is Destination.NOT_SERVED:
             return cmd.make_response(

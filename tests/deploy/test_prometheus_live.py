@@ -24,12 +24,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 from grpc import aio as grpc_aio
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as otlp_grpc
 
 from proxy.api.v2 import definition_pb2 as pb
+from proxy.remoting.client import RemotingClient
+from proxy.remoting.codes import RequestCode
+from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import SendMessageHeader
 from testkit import otlp, waits
 from testkit.lean_client import LeanClient
 from tests.deploy.conftest import GRAFANA_DIR, PROMETHEUS_DIR
@@ -230,6 +235,25 @@ async def workload(grpc: str) -> None:
     await client_metrics_exports(grpc)
 
 
+async def remoting_workload(address: str) -> None:
+    """A 4.x client's route query and sends on the remoting port."""
+    client = RemotingClient(address)
+    try:
+        route = await client.invoke(
+            RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}), 5
+        )
+        brokers = [b["brokerName"] for b in orjson.loads(route.body)["brokerDatas"]]
+        for broker in brokers:
+            header = SendMessageHeader(producer_group="PG", topic=TOPIC, queue_id=0).encode_v2()
+            header["n"] = broker
+            sent = await client.invoke(
+                RemotingCommand(RequestCode.SEND_MESSAGE_V2, header, b"r"), 5
+            )
+            assert sent.code == 0, sent.remark
+    finally:
+        await client.close()
+
+
 async def client_metrics_exports(grpc_address: str) -> None:
     """The four histograms of a Java client in group G on topic T, as the official clients
     export them to the proxy; then one export with a malformed point (dropped, counted)."""
@@ -290,7 +314,8 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
             "proxy",
             [
                 str(BIN / "rmq-proxy"), "--embedded-brokers", "2", "--topic", TOPIC,
-                "--grpc-port", "0", "--http-port", "0", "--proxy-id", PROXY_ID,
+                "--grpc-port", "0", "--http-port", "0", "--remoting-port", "0",
+                "--proxy-id", PROXY_ID,
                 "--mode", "adaptive", "--event-log-dir", str(events), "--log-level", "warning",
                 "--workers", "1",  # the dashboards' Proxy variable is PROXY_ID, not PROXY_ID-w<k>
             ],
@@ -300,10 +325,12 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
         procs.append(proxy)
         ready = wait_for(
             "the proxy's ready line",
-            lambda: re.search(r"rmq-proxy ready grpc=(\S+) http=(\S+)", proxy.output()),
+            lambda: re.search(
+                r"rmq-proxy ready grpc=(\S+) remoting=(\S+) http=(\S+)", proxy.output()
+            ),
             proxy,
         )
-        grpc, ops = ready.group(1), ready.group(2)
+        grpc, remoting, ops = ready.group(1), ready.group(2), ready.group(3)
         consumer = start(
             "consumer", [sys.executable, "-c", CONSUMER, grpc, GROUP, TOPIC], run,
             env={"PYTHONPATH": str(REPO)},
@@ -334,6 +361,7 @@ def live(make_prometheus_dir, tmp_path_factory) -> Iterator[Live]:
         wait_for("both scrape targets up", both_targets_up, prometheus)
         started = time.time()
         asyncio.run(workload(grpc))
+        asyncio.run(remoting_workload(remoting))
         done = time.time()
 
         def scraped_after_workload() -> bool:

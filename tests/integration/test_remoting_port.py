@@ -15,6 +15,7 @@ from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import SendMessageHeader
 from proxy.remoting.message import Prop, encode_properties
 from proxy.remoting_port.port import GO_AWAY_MIN_VERSION
+from testkit.metrics_text import total
 
 TIMEOUT_S = 5.0
 
@@ -164,3 +165,20 @@ async def test_a_torn_frame_closes_its_connection_only(port):
     client = connect()
     answer = await client.invoke(send_v2("T", proxy.cluster.brokers[0].name, b"ok"), TIMEOUT_S)
     assert answer.code == ResponseCode.SUCCESS
+
+
+async def test_each_request_of_the_port_is_on_the_metrics(port):
+    proxy, connect = port
+    client = connect()
+    broker = proxy.cluster.brokers[0].name
+    await client.invoke(send_v2("T", broker, b"counted"), TIMEOUT_S)
+    await client.invoke(RemotingCommand(12345, {}), TIMEOUT_S)
+    text = proxy.metrics.render()[0]
+    count = "rocketmq_proxy_rpc_latency_seconds_count"
+    port = {"protocol_type": "remoting_port", "is_long_polling": "false"}
+    sent = total(text, count, **port, request_code="send_message_v2", broker=broker)
+    assert sent == 1 and total(text, count, **port, response_code="success") == 1
+    refused = total(
+        text, count, **port, request_code="12345", response_code="request_code_not_supported"
+    )
+    assert refused == 1
