@@ -266,11 +266,13 @@ class ProxyApp:
                 self.pool,
                 advertise=config.remoting_advertise_address or "",
                 observe=functools.partial(self.metrics.rpc, "remoting_port"),
+                security=self.security,
             )
             if config.remoting_port is not None
             else None
         )
         self.remoting_port = config.remoting_port
+        self.remoting_front: TlsFront | None = None  # TLS and plaintext remoting clients
         self.grpc_server: grpc.aio.Server | None = None
         # The client port's front: TLS and plaintext clients on one port (not enforcing).
         self.front: TlsFront | None = None
@@ -438,17 +440,43 @@ class ProxyApp:
         self.grpc_server = server
 
     async def _start_remoting(self) -> None:
-        if self.remoting is None:
+        """The remoting port takes TLS and plaintext clients as the gRPC port does: behind
+        a front of its own, unless TLS is off (and no PROXY header is read)."""
+        port = self.remoting
+        if port is None:
             return
-        host, port = self.config.grpc_host, self.config.remoting_port or 0
+        config, tls = self.config, self.security.tls
+        host = config.grpc_host
+        mode = config.security.tls_mode
         try:
-            self.remoting_port = await self.remoting.start(host, port, reuse_port=self.reuse_port)
+            if mode is TlsMode.DISABLED and not config.security.proxy_protocol:
+                bound = await port.listen(
+                    host, config.remoting_port or 0, reuse_port=self.reuse_port
+                )
+            else:
+                plaintext = None if mode is TlsMode.ENFORCING else await port.listen("127.0.0.1", 0)
+                secure = None
+                if tls is not None and mode is not TlsMode.DISABLED:
+                    secure = await port.listen("127.0.0.1", 0, ssl=tls.ops_context())
+                self.remoting_front = TlsFront(
+                    plaintext, secure, self._refusals(),
+                    proxy_protocol=config.security.proxy_protocol,
+                )  # fmt: skip
+                bound = await self.remoting_front.start(
+                    host, config.remoting_port or 0, reuse_port=self.reuse_port
+                )
+                port.address_of = self.remoting_front.address_of
         except OSError as exc:
+            await port.close()
             raise RuntimeError(f"remoting port: {exc}") from exc
+        self.remoting_port = bound
+        port.serving(host, bound)
 
     async def _stop_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.close()
+        if self.remoting_front is not None:
+            await self.remoting_front.close()
 
     def _refusals(self) -> dict[Transport, str]:
         """Why the front closes a client it does not take, as its log line says."""
@@ -520,6 +548,7 @@ class ProxyApp:
             "telemetry": self.session.status(),
             "registrations": None if self.registrations is None else self.registrations.status(),
             "consumer_lag": None if self.lag is None else self.lag.status(),
+            "remoting": self._remoting_status(),
             # Push consumers' messages renewed here: held now, renewals made, not held.
             "renewals": {
                 "held": self.renewer.size,
@@ -530,6 +559,18 @@ class ProxyApp:
             "tasks": len(asyncio.all_tasks()),
             "event_log": self.events.stats() if self.events is not None else None,
             "fleet": self._fleet_status(),
+        }
+
+    def _remoting_status(self) -> dict[str, object] | None:
+        """The remoting port's clients and its front's connections (None: the port is off)."""
+        if self.remoting is None:
+            return None
+        front = self.remoting_front.status() if self.remoting_front is not None else None
+        return {
+            "port": self.remoting_port,
+            "advertise": self.remoting.advertise,
+            "clients": self.remoting.clients,
+            "front": front,
         }
 
     def _fleet_status(self) -> dict[str, object] | None:

@@ -17,6 +17,7 @@ import inspect
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
+from ssl import SSLContext
 from typing import Union
 
 from proxy.remoting.codes import DEFAULT_MAX_FRAME, ResponseCode
@@ -50,7 +51,7 @@ class RemotingServer:
         self._processor = processor
         self._on_closed = on_closed
         self._max_frame = max_frame
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []  # one per listening socket
         self._pending: dict[RemotingConnection, set[asyncio.Future[RemotingCommand | None]]] = {}
         # Every open connection: stop closes them all, as a process that exits does (the
         # asyncio server's close leaves accepted connections open).
@@ -60,15 +61,22 @@ class RemotingServer:
         self.port = 0
 
     async def start(
-        self, host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        reuse_port: bool = False,
+        ssl: SSLContext | None = None,
     ) -> int:
-        """Listen; returns the bound port (pass 0 for a free one). ``reuse_port``: share
+        """Listen; returns the bound port (pass 0 for a free one). Each call adds a
+        listening socket (a TLS one with ``ssl``), all served alike. ``reuse_port``: share
         the port with other processes (SO_REUSEPORT), as a proxy's workers do."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._accept, host, port, reuse_port=reuse_port or None
+        server = await loop.create_server(
+            self._accept, host, port, reuse_port=reuse_port or None, ssl=ssl
         )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._servers.append(server)
+        self.port = server.sockets[0].getsockname()[1]
         return self.port
 
     def _accept(self) -> RemotingConnection:
@@ -77,9 +85,11 @@ class RemotingServer:
         return conn
 
     async def stop(self) -> None:
-        if self._server is None:
+        servers, self._servers = self._servers, []
+        if not servers:
             return
-        self._server.close()
+        for server in servers:
+            server.close()
         for conn in list(self._connections):
             conn.close()
         self._connections.clear()
@@ -87,8 +97,8 @@ class RemotingServer:
             for future in futures:
                 future.cancel()
         self._pending.clear()
-        await self._server.wait_closed()
-        self._server = None
+        for server in servers:
+            await server.wait_closed()
 
     async def request(
         self, conn: RemotingConnection, cmd: RemotingCommand, timeout: float

@@ -16,10 +16,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from ssl import SSLContext
+from typing import Protocol
 
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.message_types import accepts, message_type_of
-from proxy.remoting.client import RemotingError
+from proxy.remoting.client import RemotingError, RequestHook
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
@@ -35,6 +37,8 @@ from proxy.remoting_port.routing import (
     sent_message,
 )
 from proxy.remoting_port.session import ClientSession
+from proxy.security.guard import Denied, Guard
+from proxy.security.signing import ACCESS_KEY_FIELD, SIGNATURE_FIELD
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,19 @@ def forward_timeout(cmd: RemotingCommand) -> float:
 
 # request code, response code, seconds, broker, long polling
 Observer = Callable[[str, str, float, str, bool], None]
+# The fields of a 4.x client's ACL signature.
+CREDENTIAL_FIELDS = (ACCESS_KEY_FIELD, SIGNATURE_FIELD, "SecurityToken")
+
+
+class Security(Protocol):
+    """What the port needs of the proxy's security (``SecurityRuntime``): its guard, once
+    started, and the proxy's own broker credentials."""
+
+    @property
+    def guard(self) -> Guard | None: ...
+
+    @property
+    def signer(self) -> RequestHook | None: ...
 
 
 @dataclass(frozen=True)
@@ -83,13 +100,25 @@ class RemotingPort:
     """Serves the remoting port of one proxy."""
 
     def __init__(
-        self, pool: BrokerPool, *, advertise: str = "", observe: Observer | None = None
+        self,
+        pool: BrokerPool,
+        *,
+        advertise: str = "",
+        observe: Observer | None = None,
+        security: Security | None = None,
     ) -> None:
         """``advertise``: the address routes name for every broker (the port's own, as
         clients reach it); when empty, the bound host and port. ``observe`` sees each
         request answered: its code, the answer's code, the seconds it took, the broker it
-        went to ("" for none), and whether it was a long poll."""
+        went to ("" for none), and whether it was a long poll. ``security``: with its
+        guard on, each request must be signed by a user of the users file allowed to do
+        what it asks (as on the gRPC port), and goes on signed with the proxy's own
+        broker credentials, if any; with it off, a request goes on as the client signed
+        it, and the broker checks it."""
         self.pool = pool
+        self._security = security
+        # The client a connection's peer is (the TLS front's relays are on loopback).
+        self.address_of: Callable[[str], str] = lambda peer: peer
         self.advertise = advertise
         self._observe = observe
         self._server = RemotingServer(self._process, on_closed=self._closed)
@@ -103,11 +132,18 @@ class RemotingPort:
         self.draining = False
         self.port = 0
 
-    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
-        self.port = await self._server.start(host, port, reuse_port=reuse_port)
+    async def listen(
+        self, host: str, port: int, *, reuse_port: bool = False, ssl: SSLContext | None = None
+    ) -> int:
+        """Serve clients on ``host:port`` (TLS ones with ``ssl``); the port bound. Called
+        once for the port itself, or once per kind of client behind the TLS front."""
+        return await self._server.start(host, port, reuse_port=reuse_port, ssl=ssl)
+
+    def serving(self, host: str, port: int) -> None:
+        """The port clients reach: what routes name unless ``advertise`` was given."""
+        self.port = port
         if not self.advertise:
-            self.advertise = f"{host}:{self.port}"
-        return self.port
+            self.advertise = f"{host}:{port}"
 
     async def close(self) -> None:
         """Drain, then close every connection. While draining, a request of a client that
@@ -168,6 +204,14 @@ class RemotingPort:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 remark=f" request type {cmd.code} not supported",
             )
+        guard = self._security.guard if self._security is not None else None
+        if guard is not None:
+            try:
+                guard.check_remoting(cmd, self.address_of(conn.peer))
+            except Denied as denied:
+                return cmd.make_response(ResponseCode.NO_PERMISSION, remark=denied.message)
+            for name in CREDENTIAL_FIELDS:  # the client's; the broker gets the proxy's
+                cmd.fields.pop(name, None)
         if self.draining and cmd.version >= GO_AWAY_MIN_VERSION:
             return cmd.make_response(ResponseCode.GO_AWAY, remark="please go away")
         if where is Destination.NAME_SERVER:
@@ -182,7 +226,11 @@ class RemotingPort:
     def _session(self, conn: RemotingConnection) -> ClientSession:
         session = self._sessions.get(conn)
         if session is None:
-            session = ClientSession(conn, self._server.request, self._server.send_oneway)
+            security = self._security
+            signer = security.signer if security is not None and security.guard else None
+            session = ClientSession(
+                conn, self._server.request, self._server.send_oneway, request_hook=signer
+            )
             self._sessions[conn] = session
         return session
 

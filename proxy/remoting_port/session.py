@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
-from proxy.remoting.client import RemotingClient, RemotingError
+from proxy.remoting.client import RemotingClient, RemotingError, RequestHook
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
@@ -43,8 +43,12 @@ class ClientSession:
         tell: TellClient,
         *,
         connect_timeout_s: float = 3.0,
+        request_hook: RequestHook | None = None,
     ) -> None:
+        """``request_hook`` signs each request sent on to a broker (the proxy's own
+        credentials, once the proxy has checked the client's)."""
         self.conn = conn
+        self._request_hook = request_hook
         self._ask = ask
         self._tell = tell
         self._connect_timeout_s = connect_timeout_s
@@ -65,6 +69,7 @@ class ClientSession:
                 address,
                 connect_timeout=self._connect_timeout_s,
                 server_handler=self._from_broker,
+                request_hook=self._request_hook,
             )
             self._upstreams[broker] = client
         return client

@@ -100,6 +100,12 @@ class Permissions:
             g.matches(group) and t.matches(topic) for g, t in self.subscribe
         )
 
+    def may_subscribe_some(self, group: str) -> bool:
+        """Whether ``group`` may subscribe to some topic (its own retry topic is then its)."""
+        if any(g.matches(group) and t.is_any for g, t in self.deny_subscribe):
+            return False
+        return self.everything or any(g.matches(group) for g, _ in self.subscribe)
+
     def may_see(self, topic: str) -> bool:
         """Whether the topic's route may be shown: the user may publish to it, or subscribe
         to it in some group (unless every group is denied it)."""

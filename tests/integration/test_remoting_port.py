@@ -15,6 +15,8 @@ from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import SendMessageHeader
 from proxy.remoting.message import Prop, encode_properties
 from proxy.remoting_port.port import GO_AWAY_MIN_VERSION
+from proxy.security.config import SecurityConfig
+from proxy.security.signing import RemotingSigner, remoting_signature
 from testkit.metrics_text import total
 
 TIMEOUT_S = 5.0
@@ -182,3 +184,91 @@ async def test_each_request_of_the_port_is_on_the_metrics(port):
         text, count, **port, request_code="12345", response_code="request_code_not_supported"
     )
     assert refused == 1
+
+
+USERS = """
+[[users]]
+access_key = "alice"
+secret_key = "alice-secret"
+publish = ["orders"]
+subscribe = [{ group = "billing", topic = "orders" }]
+"""
+
+
+@pytest.fixture
+async def guarded(start_proxy, tmp_path):
+    """A proxy whose users file guards its remoting port too, signing what it sends on
+    to the brokers with credentials of its own."""
+    users = tmp_path / "users.toml"
+    users.write_text(USERS)
+    security = SecurityConfig(
+        users_file=str(users), broker_access_key="proxy", broker_secret_key="proxy-secret"
+    )
+    proxy = await start_proxy(
+        brokers=1, topics=("orders", "hidden"), security=security,
+        proxy_options={"remoting_port": 0},
+    )  # fmt: skip
+    seen: list[RemotingCommand] = []
+    broker = proxy.cluster.brokers[0]
+    processor = broker.server._processor  # what the broker is sent, as it arrives
+
+    def seeing(cmd: RemotingCommand, conn: object):
+        seen.append(cmd)
+        return processor(cmd, conn)
+
+    broker.server._processor = seeing
+    clients: list[RemotingClient] = []
+
+    def connect(access_key: str | None = None, secret_key: str = "") -> RemotingClient:
+        hook = RemotingSigner(access_key, secret_key) if access_key else None
+        client = RemotingClient(f"127.0.0.1:{proxy.remoting_port}", request_hook=hook)
+        clients.append(client)
+        return client
+
+    yield proxy, connect, seen
+    for client in clients:
+        await client.close()
+
+
+async def test_the_port_takes_only_what_a_user_may_do_and_signs_as_the_proxy(guarded):
+    proxy, connect, seen = guarded
+    broker = proxy.cluster.brokers[0].name
+    alice = connect("alice", "alice-secret")
+    sent = await alice.invoke(send_v2("orders", broker, b"ok"), TIMEOUT_S)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    # The broker got it signed by the proxy, not by alice.
+    [send] = [c for c in seen if c.code == RequestCode.SEND_MESSAGE_V2]
+    assert send.fields["AccessKey"] == "proxy"
+    assert send.fields["Signature"] == remoting_signature(send.fields, send.body, "proxy-secret")
+
+    forbidden = await alice.invoke(send_v2("hidden", broker, b"no"), TIMEOUT_S)
+    assert forbidden.code == ResponseCode.NO_PERMISSION
+    assert forbidden.remark == "user 'alice' may not publish to 'hidden'"
+    for client in (connect(), connect("alice", "wrong"), connect("mallory", "x")):
+        refused = await client.invoke(send_v2("orders", broker, b"no"), TIMEOUT_S)
+        assert refused.code == ResponseCode.NO_PERMISSION, refused.remark
+    assert [c for c in seen if c.code == RequestCode.SEND_MESSAGE_V2] == [send]
+    text = proxy.metrics.render()[0]
+    denied = "rocketmq_proxy_auth_denied_total"
+    assert total(text, denied, rpc="send_message_v2", reason="forbidden") == 1
+    assert total(text, denied, rpc="send_message_v2", reason="missing") == 1
+    assert total(text, denied, rpc="send_message_v2", reason="bad_signature") == 1
+    assert total(text, denied, rpc="send_message_v2", reason="unknown_user") == 1
+
+
+async def test_a_guarded_consumer_may_use_its_own_retry_topic_only(guarded):
+    _, connect, _ = guarded
+    alice = connect("alice", "alice-secret")
+
+    async def heartbeat(group: str, topic: str) -> RemotingCommand:
+        body = {"clientID": "c", "consumerDataSet": [
+            {"groupName": group, "subscriptionDataSet": [{"topic": topic, "subString": "*"}]}
+        ]}  # fmt: skip
+        request = RemotingCommand(RequestCode.HEART_BEAT, {}, orjson.dumps(body))
+        return await alice.invoke(request, TIMEOUT_S)
+
+    assert (await heartbeat("billing", "orders")).code == ResponseCode.SUCCESS
+    assert (await heartbeat("billing", "%RETRY%billing")).code == ResponseCode.SUCCESS
+    other = await heartbeat("billing", "%RETRY%shipping")
+    assert other.code == ResponseCode.NO_PERMISSION
+    assert (await heartbeat("shipping", "orders")).code == ResponseCode.NO_PERMISSION

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import threading
+import urllib.request
 import uuid
 from collections import defaultdict
 
@@ -262,11 +264,10 @@ def test_a_delayed_message_is_consumed_after_its_delay(real_cluster, via, homes)
     assert message["at_ms"] - message["born_ms"] >= 4_000
 
 
-def run_transactions(
-    real_cluster, address: str, homes, consume_s: int, checks: int = 3
-) -> tuple[dict, list]:
-    """Nine transactional messages (committed, rolled back, left open by turns, the
-    checker committing what it is asked about), and what a push consumer got meanwhile."""
+def test_transactions_deliver_what_was_committed_or_checked(real_cluster, remoting_proxy, homes):
+    """Nine transactional messages, committed, rolled back and left open by turns; the
+    producer's checker commits what it is asked about."""
+    address = remoting_proxy.remoting
     topic, producer, consumer = fresh(real_cluster, "rm-tx", "TRANSACTION")
     push = remoting_java.start(
         homes("push"),
@@ -280,7 +281,7 @@ def run_transactions(
         "--expect",
         9,
         "--seconds",
-        consume_s,
+        15,
     )
     sent = remoting_java.run(
         homes("produce"),
@@ -297,35 +298,17 @@ def run_transactions(
         "transaction",
         timeout_s=RESULT_TIMEOUT_S,
     )
-    got = push.result(consume_s + RESULT_TIMEOUT_S)
-    assert sent["errors"] == []
-    assert set(sent["committed"]) == {f"m-{i}" for i in range(0, 9, 3)}
-    return sent, bodies(got)
-
-
-def test_transactions_deliver_what_was_committed_or_checked(real_cluster, remoting_proxy, homes):
-    sent, got = run_transactions(real_cluster, remoting_proxy.remoting, homes, consume_s=15)
+    got = set(bodies(push.result(RESULT_TIMEOUT_S)))
     committed = {f"m-{i}" for i in range(0, 9, 3)}
     rolled_back = {f"m-{i}" for i in range(1, 9, 3)}
     open_ = {f"m-{i}" for i in range(2, 9, 3)}
+    assert sent["errors"] == []
+    assert set(sent["committed"]) == committed
     # Each transaction left open was checked with the producer (on its own connection),
     # which committed it; the producer's own commits and rollbacks reached the brokers.
     assert set(sent["checked"]) == open_
-    assert set(got) == committed | open_
-    assert not set(got) & rolled_back
-
-
-def test_the_apache_proxy_drops_a_producers_own_end_of_transaction(
-    real_cluster, apache_proxy, homes
-):
-    """The peer's difference (docs/api.md): it answers END_TRANSACTION itself and sends it
-    on only for a transaction it has a record of, which it keeps for its gRPC clients
-    alone. A remoting producer's commit or rollback is lost, so the broker checks every
-    transaction, and a rolled-back one is delivered when the checker commits it."""
-    address = f"127.0.0.1:{apache_proxy.remoting_port}"
-    sent, got = run_transactions(real_cluster, address, homes, consume_s=120, checks=9)
-    assert set(sent["checked"]) == {f"m-{i}" for i in range(9)}
-    assert {f"m-{i}" for i in range(1, 9, 3)} <= set(got)  # the rolled-back ones
+    assert got == committed | open_
+    assert not got & rolled_back
 
 
 def test_a_message_its_topic_does_not_take_is_refused(real_cluster, via, homes):
@@ -505,3 +488,143 @@ def test_a_remoting_consumer_is_listed_by_the_brokers_through_ours_only(
             1,
         )
         push.result(RESULT_TIMEOUT_S)
+
+
+ACL_USERS = """
+[[users]]
+access_key = "alice"
+secret_key = "alice-secret"
+publish = ["rm-acl-*"]
+subscribe = [
+  { group = "rm-acl-c-*", topic = "rm-acl-*" },
+  { group = "rm-acl-c-*", topic = "rm-ro-*" },
+]
+"""
+
+
+def test_a_user_of_the_users_file_signs_with_the_4x_acl_hook(real_cluster, tmp_path, homes):
+    """The proxy's users file guards its remoting port as it does the gRPC port: the Java
+    client's own ACL hook (AclClientRPCHook) signs each request, and the proxy checks the
+    signature and what the user may do."""
+    users = tmp_path / "users.toml"
+    users.write_text(ACL_USERS)
+    config = tmp_path / "proxy.toml"
+    config.write_text(f'[security]\nusers_file = "{users}"\n')
+    proxy = start_proxy(
+        tmp_path / "proxy", (), namesrv=real_cluster.namesrv_address,
+        extra_args=("--config", str(config), "--remoting-port", "0"),
+    )  # fmt: skip
+    alice = ("--access-key", "alice", "--secret-key", "alice-secret")
+    try:
+        address = proxy.remoting
+        assert address is not None, proxy.logs()
+        topic, producer, consumer = fresh(real_cluster, "rm-acl")
+        push = remoting_java.start(
+            homes("push"),
+            "push",
+            "--namesrv",
+            address,
+            "--group",
+            consumer,
+            "--topic",
+            topic,
+            "--expect",
+            10,
+            *alice,
+        )
+        sent = remoting_java.run(
+            homes("produce"),
+            "produce",
+            "--namesrv",
+            address,
+            "--group",
+            producer,
+            "--topic",
+            topic,
+            "--count",
+            10,
+            *alice,
+        )
+        got = push.result(RESULT_TIMEOUT_S)
+        assert sent["errors"] == [] and got["errors"] == []
+        assert set(bodies(got)) == {f"m-{i}" for i in range(10)}
+        read_only, _, _ = fresh(real_cluster, "rm-ro")  # alice may see it, not publish to it
+        refused = remoting_java.run(
+            homes("refused"),
+            "produce",
+            "--namesrv",
+            address,
+            "--group",
+            producer,
+            "--topic",
+            read_only,
+            "--count",
+            1,
+            *alice,
+        )
+        [error] = refused["errors"]
+        assert "CODE: 16" in error, error
+        unsigned = remoting_java.run(
+            homes("unsigned"),
+            "produce",
+            "--namesrv",
+            address,
+            "--group",
+            producer,
+            "--topic",
+            topic,
+            "--count",
+            1,
+        )
+        assert len(unsigned["errors"]) == 1, unsigned
+    finally:
+        complaint = proxy.stop()
+    assert complaint is None, f"{complaint}\n{proxy.logs()}"
+
+
+def test_a_tls_client_and_a_plaintext_one_share_the_port(real_cluster, remoting_proxy, homes):
+    """The remoting port takes TLS and plaintext clients on one port, as the gRPC port does
+    (security.tls_mode permissive, the default, with the certificate made at start): a TLS
+    producer's messages reach a plaintext consumer and the other way round."""
+    address = remoting_proxy.remoting
+    assert address is not None
+    for producer_tls, consumer_tls in ((True, False), (False, True)):
+        topic, producer, consumer = fresh(real_cluster, "rm-tls")
+        push = remoting_java.start(
+            homes("push"),
+            "push",
+            "--namesrv",
+            address,
+            "--group",
+            consumer,
+            "--topic",
+            topic,
+            "--expect",
+            5,
+            *(["--tls"] if consumer_tls else []),
+        )
+        sent = remoting_java.run(
+            homes("produce"),
+            "produce",
+            "--namesrv",
+            address,
+            "--group",
+            producer,
+            "--topic",
+            topic,
+            "--count",
+            5,
+            *(["--tls"] if producer_tls else []),
+        )
+        got = push.result(RESULT_TIMEOUT_S)
+        assert sent["errors"] == [] and got["errors"] == []
+        assert set(bodies(got)) == {f"m-{i}" for i in range(5)}
+    # Both kinds came through the port's front (each worker counts its own).
+    with urllib.request.urlopen(f"http://{remoting_proxy.http}/v1/status", timeout=10) as r:
+        status = json.load(r)
+    each = [w["status"] for w in status["workers"]] if "workers" in status else [status]
+    accepted = {"tls": 0, "plaintext": 0}
+    for one in each:
+        for kind, count in one["remoting"]["front"]["accepted"].items():
+            accepted[kind] += count
+    assert accepted["tls"] >= 2 and accepted["plaintext"] >= 2, accepted

@@ -6,17 +6,20 @@
  * with `java -Duser.home=DIR -cp interop-java-remoting-client.jar:lib/* interop.RemotingClient`).
  * Every client is built as an application builds it: a name server address (here the proxy's
  * remoting address) and a group, nothing else changed. Output is JSON lines: {"ready": true}
- * once the client has started, then one result line, then exit 0.
+ * once the client has started, then one result line, then exit 0. Every command takes
+ * --access-key AK --secret-key SK: the client's ACL hook (AclClientRPCHook) signs each request;
+ * and --tls: the client connects with TLS (ClientConfig.setUseTLS; the client's default TLS
+ * test mode trusts any server certificate).
  *
  *   produce --namesrv H:P --group PG --topic T --count N [--kind normal|orderly|delay|transaction]
  *           [--order-keys K] [--delay-level L] [--body-prefix P] [--check-seconds S]
- *           [--expect-checked C] [--interval-ms W]
+ *           [--interval-ms W]
  *       message i has the body "<P>-<i>" (P default "m"), one every W ms (default at once). orderly: key "k<i mod K>" (K default 4),
  *       sent to the queue the key hashes to (a MessageQueueSelector). delay: delay level L
  *       (default 1: one second). transaction: a TransactionMQProducer whose local transaction
  *       commits i mod 3 == 0, rolls back i mod 3 == 1 and leaves i mod 3 == 2 unknown; its checker
- *       commits what it is asked about; it waits up to S seconds (default 90) until C messages
- *       were checked (--expect-checked C; default the unknown ones).
+ *       commits what it is asked about; it waits up to S seconds (default 90) for every unknown
+ *       one to be checked.
  *       -> {"sent": [{"body", "id", "broker", "queue", "status"}], "committed": [bodies],
  *           "rolled_back": [bodies], "checked": [bodies], "errors": [...]}
  *   push --namesrv H:P --group G --topic T --expect N [--orderly] [--broadcast] [--seconds S]
@@ -41,6 +44,8 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -56,6 +61,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.protocol.heartbeat.MessageModel;
 
 public final class RemotingClient {
@@ -100,6 +106,15 @@ public final class RemotingClient {
         return value;
     }
 
+    /** The 4.x clients' ACL hook with --access-key and --secret-key, else none. */
+    private RPCHook hook() {
+        String accessKey = opts.get("access-key");
+        if (accessKey == null) {
+            return null;
+        }
+        return new AclClientRPCHook(new SessionCredentials(accessKey, need("secret-key")));
+    }
+
     private static void ready() {
         System.out.println("{\"ready\": true}");
         System.out.flush();
@@ -119,7 +134,7 @@ public final class RemotingClient {
         int unknown = 0;
         DefaultMQProducer producer;
         if (kind.equals("transaction")) {
-            TransactionMQProducer tx = new TransactionMQProducer(need("group"));
+            TransactionMQProducer tx = new TransactionMQProducer(need("group"), hook());
             tx.setTransactionListener(new TransactionListener() {
                 @Override
                 public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
@@ -147,9 +162,10 @@ public final class RemotingClient {
             });
             producer = tx;
         } else {
-            producer = new DefaultMQProducer(need("group"));
+            producer = new DefaultMQProducer(need("group"), hook());
         }
         producer.setNamesrvAddr(need("namesrv"));
+        producer.setUseTLS(flags.contains("tls"));
         producer.start();
         ready();
         StringBuilder sent = new StringBuilder();
@@ -188,13 +204,12 @@ public final class RemotingClient {
                     .append(", \"queue\": ").append(queue.getQueueId())
                     .append(", \"status\": ").append(quote(result.getSendStatus().name())).append("}");
             } catch (Exception e) {
-                errors.add(body + ": " + e);
+                errors.add(body + ": " + describe(e));
             }
         }
         if (kind.equals("transaction")) {
             long deadline = System.currentTimeMillis() + 1000L * Integer.parseInt(opt("check-seconds", "90"));
-            int expectChecked = Integer.parseInt(opt("expect-checked", String.valueOf(unknown)));
-            while (checked.size() < expectChecked && System.currentTimeMillis() < deadline) {
+            while (checked.size() < unknown && System.currentTimeMillis() < deadline) {
                 Thread.sleep(100);
             }
         }
@@ -239,8 +254,9 @@ public final class RemotingClient {
 
     private String push() throws Exception {
         Seen seen = new Seen();
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(need("group"));
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(need("group"), hook());
         consumer.setNamesrvAddr(need("namesrv"));
+        consumer.setUseTLS(flags.contains("tls"));
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         if (flags.contains("broadcast")) {
             consumer.setMessageModel(MessageModel.BROADCASTING);
@@ -268,7 +284,7 @@ public final class RemotingClient {
 
     private String litePull() throws Exception {
         Seen seen = new Seen();
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(need("group"));
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(need("group"), hook());
         consumer.setNamesrvAddr(need("namesrv"));
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(need("topic"), "*");
@@ -285,6 +301,15 @@ public final class RemotingClient {
         }
         consumer.shutdown();
         return seen.result();
+    }
+
+    /** An exception with its causes: a retried send's says only that it failed. */
+    private static String describe(Throwable e) {
+        StringBuilder out = new StringBuilder(e.toString());
+        for (Throwable cause = e.getCause(); cause != null && cause != cause.getCause(); cause = cause.getCause()) {
+            out.append(" <- ").append(cause);
+        }
+        return out.toString();
     }
 
     // -- JSON -------------------------------------------------------------------------------
