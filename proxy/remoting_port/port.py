@@ -54,6 +54,8 @@ HEARTBEAT_REPEAT_S = 5.0
 GO_AWAY_MIN_VERSION = 476
 # A draining port waits this long at most for the sends in flight before it closes.
 DRAIN_S = REQUEST_TIMEOUT_S
+# The name server's list of the cluster is asked for at most this often.
+CLUSTER_REFRESH_S = 1.0
 # The header fields that hold a long poll's length, in milliseconds.
 _POLL_FIELDS = ("suspendTimeoutMillis", "pollTime")
 
@@ -126,6 +128,7 @@ class RemotingPort:
         # Each broker's master address, from the routes answered and the cluster's list.
         self._addresses: dict[str, str] = {}
         self._heartbeats: dict[tuple[str, int], Heartbeat] = {}  # (broker, session) -> last
+        self._cluster_asked_at = -CLUSTER_REFRESH_S
         self._closing: set[asyncio.Task[None]] = set()
         self._sends = 0  # forwarded requests in flight that are no long poll
         self._no_sends = asyncio.Event()
@@ -294,9 +297,15 @@ class RemotingPort:
 
     async def _brokers(self, refresh: bool = False) -> dict[str, str]:
         """Every broker known, by name: learned from the routes answered, or else (and on
-        ``refresh``) from the name server's list of the cluster."""
+        ``refresh``) from the name server's list of the cluster, asked at most once every
+        ``CLUSTER_REFRESH_S``: a client naming a broker nobody knows costs the name
+        server nothing more."""
         if self._addresses and not refresh:
             return self._addresses
+        now = time.monotonic()
+        if now < self._cluster_asked_at + CLUSTER_REFRESH_S:
+            return self._addresses
+        self._cluster_asked_at = now
         request = RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO)
         try:
             answer = await self.pool.ask_name_server(request)

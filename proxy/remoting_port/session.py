@@ -53,6 +53,7 @@ class ClientSession:
         self._tell = tell
         self._connect_timeout_s = connect_timeout_s
         self._upstreams: dict[str, RemotingClient] = {}  # by broker name
+        self._retired: list[RemotingClient] = []  # of brokers that moved; closed with us
         self.closed = False
 
     @property
@@ -64,7 +65,7 @@ class ClientSession:
         client = self._upstreams.get(broker)
         if client is None or client.address != address:
             if client is not None:  # the broker moved: calls on the old one may still end
-                asyncio.get_running_loop().create_task(client.close())
+                self._retired.append(client)
             client = RemotingClient(
                 address,
                 connect_timeout=self._connect_timeout_s,
@@ -112,5 +113,6 @@ class ClientSession:
 
     async def close(self) -> None:
         self.closed = True
-        upstreams, self._upstreams = self._upstreams, {}
-        await asyncio.gather(*(c.close() for c in upstreams.values()), return_exceptions=True)
+        upstreams = [*self._upstreams.values(), *self._retired]
+        self._upstreams, self._retired = {}, []
+        await asyncio.gather(*(c.close() for c in upstreams), return_exceptions=True)
