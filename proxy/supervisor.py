@@ -137,32 +137,31 @@ class Supervisor:
             os.makedirs(self._metrics_dir, exist_ok=True)
             await asyncio.to_thread(_clear_metrics_dir, self._metrics_dir)
         cluster: EmbeddedBrokers | None = None
-        reservation: socket.socket | None = None
-        reservations: list[socket.socket] = []  # the remoting port's, when it is on
+        reservations: list[socket.socket] = []
         self_signed: SelfSigned | None = None
         ops: OpsServer | None = None
         try:
             cluster = await start_embedded_brokers(config)
-            try:
-                reservation = reserve_port(config.grpc_host, config.grpc_port)
-            except OSError as exc:
-                log.error("rmq-proxy did not start: gRPC port %s:%s: %s",
-                          config.grpc_host, config.grpc_port, exc)  # fmt: skip
-                return 1
-            # The workers' configuration: the embedded name server, the reserved port (a
+            # The client ports, reserved for the group's lifetime (the remoting one if on).
+            ports = {"grpc": config.grpc_port, "remoting": config.remoting_port}
+            bound: dict[str, int] = {}
+            for name, port in ports.items():
+                if port is None:
+                    continue
+                try:
+                    reservations.append(reserve_port(config.grpc_host, port))
+                except OSError as exc:
+                    log.error("rmq-proxy did not start: %s port %s:%s: %s",
+                              name, config.grpc_host, port, exc)  # fmt: skip
+                    return 1
+                bound[name] = reservations[-1].getsockname()[1]
+            # The workers' configuration: the embedded name server, the reserved ports (a
             # new object: the caller's configuration stays as it was).
             config = self.config = replace(
-                fronting(config, cluster), grpc_port=reservation.getsockname()[1]
+                fronting(config, cluster),
+                grpc_port=bound["grpc"],
+                remoting_port=bound.get("remoting"),
             )
-            if config.remoting_port is not None:
-                try:
-                    remoting = reserve_port(config.grpc_host, config.remoting_port)
-                except OSError as exc:
-                    log.error("rmq-proxy did not start: remoting port %s:%s: %s",
-                              config.grpc_host, config.remoting_port, exc)  # fmt: skip
-                    return 1
-                reservations.append(remoting)
-                config = self.config = replace(config, remoting_port=remoting.getsockname()[1])
             # One self-signed certificate for every worker, so that a client told to trust
             # it is served by whichever worker the kernel hands its connection to.
             security = config.security
@@ -210,10 +209,8 @@ class Supervisor:
                 await ops.stop()
             if self._http is not None:
                 await self._http.close()
-            if reservation is not None:
+            for reservation in reservations:
                 reservation.close()
-            for other in reservations:
-                other.close()
             if cluster is not None:
                 await cluster.stop()
             if own_dir:

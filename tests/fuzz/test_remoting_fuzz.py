@@ -187,22 +187,27 @@ def _healthy_send(thread: ProxyThread, address: str) -> None:
     thread.run(send(), timeout=10)
 
 
-@given(data=_STREAMS)
-def test_broker_stub_survives_any_bytes_on_a_connection(stubs, data):
-    address = stubs.cluster.brokers[0].address
+def _answered_or_closed(address: str, data: bytes) -> None:
+    """Send ``data`` on a new connection to ``address``: the server answers or closes it
+    within 5 s, never stays silent."""
     with socket.create_connection(_host_port(address), timeout=5) as sock:
         sock.sendall(data)
         sock.shutdown(socket.SHUT_WR)
         sock.settimeout(5)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # answers or a close, never silence forever
+        while time.monotonic() < deadline:
             try:
                 if not sock.recv(65536):
-                    break
+                    return
             except (ConnectionResetError, TimeoutError):
-                break
-        else:
-            raise AssertionError("the broker neither answered nor closed")
+                return
+        raise AssertionError(f"{address} neither answered nor closed")
+
+
+@given(data=_STREAMS)
+def test_broker_stub_survives_any_bytes_on_a_connection(stubs, data):
+    address = stubs.cluster.brokers[0].address
+    _answered_or_closed(address, data)
     _healthy_send(stubs, address)
 
 
@@ -240,19 +245,7 @@ def _healthy_port_send(thread: ProxyThread) -> None:
 
 @given(data=_STREAMS)
 def test_the_remoting_port_survives_any_bytes_on_a_connection(remoting_port, data):
-    with socket.create_connection(_host_port(_port_address(remoting_port)), timeout=5) as sock:
-        sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(5)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # answers or a close, never silence forever
-            try:
-                if not sock.recv(65536):
-                    break
-            except (ConnectionResetError, TimeoutError):
-                break
-        else:
-            raise AssertionError("the port neither answered nor closed")
+    _answered_or_closed(_port_address(remoting_port), data)
     _healthy_port_send(remoting_port)
 
 

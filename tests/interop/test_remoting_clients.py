@@ -16,6 +16,7 @@ import threading
 import urllib.request
 import uuid
 from collections import defaultdict
+from pathlib import Path
 
 import orjson
 import pytest
@@ -78,35 +79,23 @@ def fresh(real_cluster, prefix: str, message_type: str | None = None) -> tuple[s
     return topic, f"{prefix}-p-{tag}", f"{prefix}-c-{tag}"
 
 
+def client(address: str, home: Path, command: str, group: str, topic: str, *more: str | int):
+    """The driver's ``command`` as a client of the remoting port at ``address``, of
+    ``group`` on ``topic``; started (``result`` waits for its end)."""
+    return remoting_java.start(
+        home, command, "--namesrv", address, "--group", group, "--topic", topic, *more
+    )
+
+
 def bodies(result: dict) -> list[str]:
     return [m["body"] for m in result["messages"]]
 
 
 def test_a_push_consumer_gets_every_message_a_producer_sends(real_cluster, via, homes):
     topic, producer, consumer = fresh(real_cluster, "rm-push")
-    push = remoting_java.start(
-        homes("push"),
-        "push",
-        "--namesrv",
-        via,
-        "--group",
-        consumer,
-        "--topic",
-        topic,
-        "--expect",
-        40,
-    )
-    sent = remoting_java.run(
-        homes("produce"),
-        "produce",
-        "--namesrv",
-        via,
-        "--group",
-        producer,
-        "--topic",
-        topic,
-        "--count",
-        40,
+    push = client(via, homes("push"), "push", consumer, topic, "--expect", 40)
+    sent = client(via, homes("produce"), "produce", producer, topic, "--count", 40).result(
+        RESULT_TIMEOUT_S
     )
     got = push.result(RESULT_TIMEOUT_S)
     assert sent["errors"] == [] and got["errors"] == []
@@ -118,30 +107,11 @@ def test_a_push_consumer_gets_every_message_a_producer_sends(real_cluster, via, 
 
 def test_a_lite_pull_consumer_gets_every_message(real_cluster, via, homes):
     topic, producer, consumer = fresh(real_cluster, "rm-lite")
-    sent = remoting_java.run(
-        homes("produce"),
-        "produce",
-        "--namesrv",
-        via,
-        "--group",
-        producer,
-        "--topic",
-        topic,
-        "--count",
-        20,
+    sent = client(via, homes("produce"), "produce", producer, topic, "--count", 20).result(
+        RESULT_TIMEOUT_S
     )
-    got = remoting_java.run(
-        homes("litepull"),
-        "litepull",
-        "--namesrv",
-        via,
-        "--group",
-        consumer,
-        "--topic",
-        topic,
-        "--expect",
-        20,
-        timeout_s=RESULT_TIMEOUT_S,
+    got = client(via, homes("litepull"), "litepull", consumer, topic, "--expect", 20).result(
+        RESULT_TIMEOUT_S
     )
     assert sent["errors"] == [] and got["errors"] == []
     assert set(bodies(got)) == {f"m-{i}" for i in range(20)}
@@ -149,27 +119,12 @@ def test_a_lite_pull_consumer_gets_every_message(real_cluster, via, homes):
 
 def test_an_orderly_consumer_gets_each_key_in_the_order_sent(real_cluster, via, homes):
     topic, producer, consumer = fresh(real_cluster, "rm-order")
-    push = remoting_java.start(
-        homes("push"),
-        "push",
-        "--namesrv",
+    push = client(via, homes("push"), "push", consumer, topic, "--expect", 48, "--orderly")
+    sent = client(
         via,
-        "--group",
-        consumer,
-        "--topic",
-        topic,
-        "--expect",
-        48,
-        "--orderly",
-    )
-    sent = remoting_java.run(
         homes("produce"),
         "produce",
-        "--namesrv",
-        via,
-        "--group",
         producer,
-        "--topic",
         topic,
         "--count",
         48,
@@ -177,7 +132,7 @@ def test_an_orderly_consumer_gets_each_key_in_the_order_sent(real_cluster, via, 
         "orderly",
         "--order-keys",
         4,
-    )
+    ).result(RESULT_TIMEOUT_S)
     got = push.result(RESULT_TIMEOUT_S)
     assert sent["errors"] == [] and got["errors"] == []
     assert set(bodies(got)) == {f"m-{i}" for i in range(48)}
@@ -194,32 +149,11 @@ def test_an_orderly_consumer_gets_each_key_in_the_order_sent(real_cluster, via, 
 def test_broadcasting_consumers_each_get_every_message(real_cluster, via, homes):
     topic, producer, consumer = fresh(real_cluster, "rm-bcast")
     consumers = [
-        remoting_java.start(
-            homes(f"push-{n}"),
-            "push",
-            "--namesrv",
-            via,
-            "--group",
-            consumer,
-            "--topic",
-            topic,
-            "--expect",
-            16,
-            "--broadcast",
-        )
+        client(via, homes(f"push-{n}"), "push", consumer, topic, "--expect", 16, "--broadcast")
         for n in range(2)
     ]
-    remoting_java.run(
-        homes("produce"),
-        "produce",
-        "--namesrv",
-        via,
-        "--group",
-        producer,
-        "--topic",
-        topic,
-        "--count",
-        16,
+    client(via, homes("produce"), "produce", producer, topic, "--count", 16).result(
+        RESULT_TIMEOUT_S
     )
     for push in consumers:
         got = push.result(RESULT_TIMEOUT_S)
@@ -229,26 +163,12 @@ def test_broadcasting_consumers_each_get_every_message(real_cluster, via, homes)
 
 def test_a_delayed_message_is_consumed_after_its_delay(real_cluster, via, homes):
     topic, producer, consumer = fresh(real_cluster, "rm-delay", "DELAY")
-    push = remoting_java.start(
-        homes("push"),
-        "push",
-        "--namesrv",
+    push = client(via, homes("push"), "push", consumer, topic, "--expect", 1)
+    sent = client(
         via,
-        "--group",
-        consumer,
-        "--topic",
-        topic,
-        "--expect",
-        1,
-    )
-    sent = remoting_java.run(
         homes("produce"),
         "produce",
-        "--namesrv",
-        via,
-        "--group",
         producer,
-        "--topic",
         topic,
         "--count",
         1,
@@ -256,7 +176,7 @@ def test_a_delayed_message_is_consumed_after_its_delay(real_cluster, via, homes)
         "delay",
         "--delay-level",
         2,
-    )
+    ).result(RESULT_TIMEOUT_S)
     got = push.result(RESULT_TIMEOUT_S)
     assert sent["errors"] == [] and got["errors"] == []
     [message] = got["messages"]
@@ -269,35 +189,10 @@ def test_transactions_deliver_what_was_committed_or_checked(real_cluster, remoti
     producer's checker commits what it is asked about."""
     address = remoting_proxy.remoting
     topic, producer, consumer = fresh(real_cluster, "rm-tx", "TRANSACTION")
-    push = remoting_java.start(
-        homes("push"),
-        "push",
-        "--namesrv",
-        address,
-        "--group",
-        consumer,
-        "--topic",
-        topic,
-        "--expect",
-        9,
-        "--seconds",
-        15,
-    )
-    sent = remoting_java.run(
-        homes("produce"),
-        "produce",
-        "--namesrv",
-        address,
-        "--group",
-        producer,
-        "--topic",
-        topic,
-        "--count",
-        9,
-        "--kind",
-        "transaction",
-        timeout_s=RESULT_TIMEOUT_S,
-    )
+    push = client(address, homes("push"), "push", consumer, topic, "--expect", 9, "--seconds", 15)
+    sent = client(
+        address, homes("produce"), "produce", producer, topic, "--count", 9, "--kind", "transaction"
+    ).result(RESULT_TIMEOUT_S)
     got = set(bodies(push.result(RESULT_TIMEOUT_S)))
     committed = {f"m-{i}" for i in range(0, 9, 3)}
     rolled_back = {f"m-{i}" for i in range(1, 9, 3)}
@@ -313,20 +208,9 @@ def test_transactions_deliver_what_was_committed_or_checked(real_cluster, remoti
 
 def test_a_message_its_topic_does_not_take_is_refused(real_cluster, via, homes):
     topic, producer, _ = fresh(real_cluster, "rm-typed", "NORMAL")
-    sent = remoting_java.run(
-        homes("produce"),
-        "produce",
-        "--namesrv",
-        via,
-        "--group",
-        producer,
-        "--topic",
-        topic,
-        "--count",
-        1,
-        "--kind",
-        "delay",
-    )
+    sent = client(
+        via, homes("produce"), "produce", producer, topic, "--count", 1, "--kind", "delay"
+    ).result(RESULT_TIMEOUT_S)
     [error] = sent["errors"]
     assert "CODE: 13" in error and "TopicMessageType validate failed" in error
 
@@ -383,28 +267,14 @@ def test_a_rolling_restart_of_two_proxies_loses_nothing(real_cluster, tmp_path, 
     try:
         topic, producer, consumer = fresh(real_cluster, "rm-roll")
         count = 60
-        push = remoting_java.start(
-            homes("push"),
-            "push",
-            "--namesrv",
-            address,
-            "--group",
-            consumer,
-            "--topic",
-            topic,
-            "--expect",
-            count,
-            "--seconds",
-            120,
+        push = client(
+            address, homes("push"), "push", consumer, topic, "--expect", count, "--seconds", 120
         )
-        sending = remoting_java.start(
+        sending = client(
+            address,
             homes("produce"),
             "produce",
-            "--namesrv",
-            address,
-            "--group",
             producer,
-            "--topic",
             topic,
             "--count",
             count,
@@ -458,34 +328,14 @@ def test_a_remoting_consumer_is_listed_by_the_brokers_through_ours_only(
         address = f"127.0.0.1:{request.getfixturevalue('apache_proxy').remoting_port}"
     topic, producer, consumer = fresh(real_cluster, "rm-listed")
     brokers = admin.masters(real_cluster.namesrv_address).values()
-    push = remoting_java.start(
-        homes("push"),
-        "push",
-        "--namesrv",
-        address,
-        "--group",
-        consumer,
-        "--topic",
-        topic,
-        "--expect",
-        1,
-    )
+    push = client(address, homes("push"), "push", consumer, topic, "--expect", 1)
     try:
         wait_for(lambda: len(listed_at(address, consumer)) == 1, timeout=20, step=0.2)
         on_brokers = [listed_at(broker, consumer) for broker in brokers]
         assert on_brokers == ([listed_at(address, consumer)] * 2 if port_of == "ours" else [[], []])
     finally:
-        remoting_java.run(
-            homes("produce"),
-            "produce",
-            "--namesrv",
-            address,
-            "--group",
-            producer,
-            "--topic",
-            topic,
-            "--count",
-            1,
+        client(address, homes("produce"), "produce", producer, topic, "--count", 1).result(
+            RESULT_TIMEOUT_S
         )
         push.result(RESULT_TIMEOUT_S)
 
@@ -519,63 +369,22 @@ def test_a_user_of_the_users_file_signs_with_the_4x_acl_hook(real_cluster, tmp_p
         address = proxy.remoting
         assert address is not None, proxy.logs()
         topic, producer, consumer = fresh(real_cluster, "rm-acl")
-        push = remoting_java.start(
-            homes("push"),
-            "push",
-            "--namesrv",
-            address,
-            "--group",
-            consumer,
-            "--topic",
-            topic,
-            "--expect",
-            10,
-            *alice,
-        )
-        sent = remoting_java.run(
-            homes("produce"),
-            "produce",
-            "--namesrv",
-            address,
-            "--group",
-            producer,
-            "--topic",
-            topic,
-            "--count",
-            10,
-            *alice,
-        )
+        push = client(address, homes("push"), "push", consumer, topic, "--expect", 10, *alice)
+        sent = client(
+            address, homes("produce"), "produce", producer, topic, "--count", 10, *alice
+        ).result(RESULT_TIMEOUT_S)
         got = push.result(RESULT_TIMEOUT_S)
         assert sent["errors"] == [] and got["errors"] == []
         assert set(bodies(got)) == {f"m-{i}" for i in range(10)}
         read_only, _, _ = fresh(real_cluster, "rm-ro")  # alice may see it, not publish to it
-        refused = remoting_java.run(
-            homes("refused"),
-            "produce",
-            "--namesrv",
-            address,
-            "--group",
-            producer,
-            "--topic",
-            read_only,
-            "--count",
-            1,
-            *alice,
-        )
+        refused = client(
+            address, homes("refused"), "produce", producer, read_only, "--count", 1, *alice
+        ).result(RESULT_TIMEOUT_S)
         [error] = refused["errors"]
         assert "CODE: 16" in error, error
-        unsigned = remoting_java.run(
-            homes("unsigned"),
-            "produce",
-            "--namesrv",
-            address,
-            "--group",
-            producer,
-            "--topic",
-            topic,
-            "--count",
-            1,
-        )
+        unsigned = client(
+            address, homes("unsigned"), "produce", producer, topic, "--count", 1
+        ).result(RESULT_TIMEOUT_S)
         assert len(unsigned["errors"]) == 1, unsigned
     finally:
         complaint = proxy.stop()
@@ -590,32 +399,26 @@ def test_a_tls_client_and_a_plaintext_one_share_the_port(real_cluster, remoting_
     assert address is not None
     for producer_tls, consumer_tls in ((True, False), (False, True)):
         topic, producer, consumer = fresh(real_cluster, "rm-tls")
-        push = remoting_java.start(
+        push = client(
+            address,
             homes("push"),
             "push",
-            "--namesrv",
-            address,
-            "--group",
             consumer,
-            "--topic",
             topic,
             "--expect",
             5,
             *(["--tls"] if consumer_tls else []),
         )
-        sent = remoting_java.run(
+        sent = client(
+            address,
             homes("produce"),
             "produce",
-            "--namesrv",
-            address,
-            "--group",
             producer,
-            "--topic",
             topic,
             "--count",
             5,
             *(["--tls"] if producer_tls else []),
-        )
+        ).result(RESULT_TIMEOUT_S)
         got = push.result(RESULT_TIMEOUT_S)
         assert sent["errors"] == [] and got["errors"] == []
         assert set(bodies(got)) == {f"m-{i}" for i in range(5)}
