@@ -267,6 +267,7 @@ class ProxyApp:
                 advertise=config.remoting_advertise_address or "",
                 observe=functools.partial(self.metrics.rpc, "remoting_port"),
                 security=self.security,
+                recorder=self.receive.recorder,
             )
             if config.remoting_port is not None
             else None

@@ -33,6 +33,9 @@ class PollMode(enum.StrEnum):
     # A lite consumer's poll (RocketMQ 5.5 lite topics, ``receive/lite.py``): the brokers'
     # own per-client lite long polling on every broker, whatever ``receive.mode`` says.
     LITE = "lite"
+    # A pull or pop of a client of the remoting port (``proxy/remoting_port``): held by the
+    # broker it names, as the client asked.
+    REMOTING = "remoting"
 
 
 class ReceiveMode(enum.StrEnum):

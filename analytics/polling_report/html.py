@@ -59,7 +59,13 @@ _HEADINGS = {
     Chart.MODES: "Mode each proxy served in (the mode of most of the window's requests)",
     Chart.RATE: "Requests per second per proxy, and the advised thresholds",
 }
-_MODE_COLOURS = {"notify": "#1f77b4", "coupled": "#d62728", "slicing": "#2ca02c", "lite": "#9467bd"}
+_MODE_COLOURS = {
+    "notify": "#1f77b4",
+    "coupled": "#d62728",
+    "slicing": "#2ca02c",
+    "lite": "#9467bd",
+    "remoting": "#8c564b",
+}
 _FLEET_STYLE = {"color": "black", "linewidth": 2.2, "linestyle": "--", "label": "fleet"}
 
 

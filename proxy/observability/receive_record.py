@@ -75,6 +75,7 @@ class ReceiveRecorder:
         self.events = events
 
     def record(self, rec: ReceiveRecord, wait_s: float) -> None:
+        """A ReceiveMessage: its RPC sample, then its receive record."""
         self.metrics.rpc(
             "grpc",
             "receive_message",
@@ -82,6 +83,11 @@ class ReceiveRecorder:
             wait_s,
             is_long_polling=rec.is_long_polling,
         )
+        self.record_receive(rec, wait_s)
+
+    def record_receive(self, rec: ReceiveRecord, wait_s: float) -> None:
+        """The receive metrics and event of ``rec`` alone: a remoting pull or pop, whose
+        RPC sample the remoting port writes itself."""
         self.metrics.receive_done(
             rec.group,
             rec.topic,

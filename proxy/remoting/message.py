@@ -211,6 +211,19 @@ def decode_messages(data: bytes) -> list[MessageExt]:
     return messages
 
 
+def count_messages(data: bytes) -> int:
+    """How many records a pop or pull response body holds, read from their sizes alone
+    (a record opens with its total size); a size that does not fit ends the count."""
+    count = pos = 0
+    while pos + 4 <= len(data):
+        size = _INT.unpack_from(data, pos)[0]
+        if size <= 0 or pos + size > len(data):
+            break
+        count += 1
+        pos += size
+    return count
+
+
 def _decode_one(view: memoryview, start: int) -> tuple[MessageExt, int]:
     try:
         (total, magic, body_crc, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts) = (

@@ -20,11 +20,14 @@ from ssl import SSLContext
 from typing import Protocol
 
 from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.config import PollMode
 from proxy.message_types import accepts, message_type_of
+from proxy.observability.receive_record import Outcome, ReceiveRecord, ReceiveRecorder
 from proxy.remoting.client import RemotingError, RequestHook
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
+from proxy.remoting.message import count_messages
 from proxy.remoting.server import RemotingServer, Reply
 from proxy.remoting_port.routing import (
     Destination,
@@ -69,6 +72,39 @@ def long_poll_s(cmd: RemotingCommand) -> float | None:
     return None
 
 
+# The requests that receive messages: each is a receive record.
+_RECEIVES = {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.POP_MESSAGE}
+# What a pull or pop answers when the broker had nothing (before or after holding it).
+_EMPTY = {ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT}
+
+
+def receive_record(
+    cmd: RemotingCommand, answer: RemotingCommand, broker: str, wait_s: float
+) -> ReceiveRecord:
+    """The receive record of a pull or pop that took ``wait_s``. Long polling: the client
+    asked the broker to hold it (a pull's suspend time, a pop's poll time)."""
+    poll_s = long_poll_s(cmd) or 0.0
+    rec = ReceiveRecord(
+        arrived_at=time.monotonic() - wait_s,
+        arrived_ms=int((time.time() - wait_s) * 1000),
+        mode=PollMode.REMOTING,
+        group=cmd.fields.get("consumerGroup", ""),
+        topic=cmd.fields.get("topic", ""),
+        is_long_polling=poll_s > 0,
+        polling_ms=int(poll_s * 1000),
+        pops=1 if cmd.code == RequestCode.POP_MESSAGE else 0,
+    )
+    messages = count_messages(answer.body) if answer.code == ResponseCode.SUCCESS else 0
+    if messages:
+        rec.messages, rec.broker = messages, broker
+        rec.ended(Outcome.FOUND, "ok")
+    elif answer.code in _EMPTY or answer.code == ResponseCode.SUCCESS:
+        rec.ended(Outcome.EMPTY, code_name(answer.code, ResponseCode))
+    else:
+        rec.ended(Outcome.ERROR, code_name(answer.code, ResponseCode))
+    return rec
+
+
 def forward_timeout(cmd: RemotingCommand) -> float:
     """How long the proxy waits for a broker's answer to ``cmd``."""
     poll = long_poll_s(cmd)
@@ -108,6 +144,7 @@ class RemotingPort:
         advertise: str = "",
         observe: Observer | None = None,
         security: Security | None = None,
+        recorder: ReceiveRecorder | None = None,
     ) -> None:
         """``advertise``: the address routes name for every broker (the port's own, as
         clients reach it); when empty, the bound host and port. ``observe`` sees each
@@ -119,6 +156,9 @@ class RemotingPort:
         it, and the broker checks it."""
         self.pool = pool
         self._security = security
+        # Each pull and pop is a receive record (mode ``remoting``): its metrics and, with
+        # an event log, its event, as a gRPC client's ReceiveMessage is.
+        self._recorder = recorder
         # The client a connection's peer is (the TLS front's relays are on loopback).
         self.address_of: Callable[[str], str] = lambda peer: peer
         self.advertise = advertise
@@ -172,7 +212,7 @@ class RemotingPort:
     def _process(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
         """``_answer``'s reply, observed when it is given."""
         reply = self._answer(cmd, conn)
-        if self._observe is None:
+        if self._observe is None and self._recorder is None:
             return reply
         started = time.monotonic()
         if reply is None or isinstance(reply, RemotingCommand):
@@ -190,15 +230,19 @@ class RemotingPort:
     def _observed(
         self, cmd: RemotingCommand, answer: RemotingCommand | None, started: float
     ) -> None:
-        assert self._observe is not None
+        wait_s = time.monotonic() - started
         broker = broker_named(cmd) or "" if destination(cmd) is Destination.NAMED_BROKER else ""
-        self._observe(
-            code_name(cmd.code, RequestCode),
-            "oneway" if answer is None else code_name(answer.code, ResponseCode),
-            time.monotonic() - started,
-            broker,
-            long_poll_s(cmd) is not None,
-        )
+        poll_s = long_poll_s(cmd)
+        if self._observe is not None:
+            self._observe(
+                code_name(cmd.code, RequestCode),
+                "oneway" if answer is None else code_name(answer.code, ResponseCode),
+                wait_s,
+                broker,
+                poll_s is not None,
+            )
+        if self._recorder is not None and cmd.code in _RECEIVES and answer is not None:
+            self._recorder.record_receive(receive_record(cmd, answer, broker, wait_s), wait_s)
 
     def _answer(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
         where = destination(cmd)

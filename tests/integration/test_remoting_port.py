@@ -17,7 +17,9 @@ from proxy.remoting.message import Prop, encode_properties
 from proxy.remoting_port.port import GO_AWAY_MIN_VERSION
 from proxy.security.config import SecurityConfig
 from proxy.security.signing import RemotingSigner, remoting_signature
+from testkit.event_log import part_files, read_records
 from testkit.metrics_text import total
+from tests.support.remoting import pop_fields
 
 TIMEOUT_S = 5.0
 
@@ -272,3 +274,33 @@ async def test_a_guarded_consumer_may_use_its_own_retry_topic_only(guarded):
     other = await heartbeat("billing", "%RETRY%shipping")
     assert other.code == ResponseCode.NO_PERMISSION
     assert (await heartbeat("shipping", "orders")).code == ResponseCode.NO_PERMISSION
+
+
+async def test_each_pop_of_the_port_is_a_receive_record(start_proxy, tmp_path):
+    """A pop through the port is counted and logged as a receive of mode ``remoting``."""
+    events = tmp_path / "events"
+    proxy = await start_proxy(
+        brokers=1, topics=("T",), event_log_dir=str(events), proxy_options={"remoting_port": 0}
+    )
+    broker = proxy.cluster.brokers[0].name
+    client = RemotingClient(f"127.0.0.1:{proxy.remoting_port}")
+    try:
+        assert (await client.invoke(send_v2("T", broker, b"one"), TIMEOUT_S)).code == 0
+        for _ in range(2):  # the message, then nothing (held 200 ms)
+            pop = RemotingCommand(
+                RequestCode.POP_MESSAGE, {**pop_fields("G", "T", pollTime=200), "bname": broker}
+            )
+            await client.invoke(pop, TIMEOUT_S)
+    finally:
+        await client.close()
+    text = proxy.metrics.render()[0]
+    receives = {"mode": "remoting", "group": "G", "topic": "T", "is_long_polling": "true"}
+    assert total(text, "rocketmq_proxy_receive_total", **receives, result="found") == 1
+    assert total(text, "rocketmq_proxy_receive_total", **receives, result="empty") == 1
+    await proxy.stop()  # publishes the event log's file
+    records = read_records(part_files(events))
+    assert [(r["mode"], r["result"], r["messages"], r["broker"]) for r in records] == [
+        ("remoting", "found", 1, broker),
+        ("remoting", "empty", 0, None),
+    ]
+    assert all(r["polling_ms"] == 200 and r["pops"] == 1 for r in records)
