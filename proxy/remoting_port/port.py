@@ -20,20 +20,20 @@ from ssl import SSLContext
 from typing import Protocol
 
 from proxy.brokers import BrokerPool, TopicNotFound
-from proxy.config import PollMode
 from proxy.message_types import accepts, message_type_of
-from proxy.observability.receive_record import Outcome, ReceiveRecord, ReceiveRecorder
+from proxy.observability.receive_record import ReceiveRecorder
 from proxy.remoting.client import RemotingError, RequestHook
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
-from proxy.remoting.message import count_messages
 from proxy.remoting.server import RemotingServer, Reply
+from proxy.remoting_port.records import RECEIVES, receive_record
 from proxy.remoting_port.routing import (
     Destination,
     broker_named,
     cluster_brokers,
     destination,
+    long_poll_s,
     queue_set_empty,
     rewrite_route,
     route_brokers,
@@ -59,58 +59,6 @@ GO_AWAY_MIN_VERSION = 476
 DRAIN_S = REQUEST_TIMEOUT_S
 # The name server's list of the cluster is asked for at most this often.
 CLUSTER_REFRESH_S = 1.0
-# The header fields that hold a long poll's length, in milliseconds.
-_POLL_FIELDS = ("suspendTimeoutMillis", "pollTime")
-
-
-def long_poll_s(cmd: RemotingCommand) -> float | None:
-    """The long poll ``cmd`` asks for, in seconds, or None."""
-    for name in _POLL_FIELDS:
-        raw = cmd.fields.get(name)
-        if raw is not None and raw.lstrip("-").isdigit():
-            return max(int(raw), 0) / 1000
-    return None
-
-
-# The requests that receive messages: each is a receive record.
-_RECEIVES = {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.POP_MESSAGE}
-# What a pull or pop answers when the broker had nothing (before or after holding it).
-_EMPTY = {ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT}
-
-
-def receive_record(
-    cmd: RemotingCommand, answer: RemotingCommand, broker: str, wait_s: float
-) -> ReceiveRecord:
-    """The receive record of a pull or pop that took ``wait_s``. Long polling: the client
-    asked the broker to hold it (a pull's suspend time, a pop's poll time)."""
-    poll_s = long_poll_s(cmd) or 0.0
-    rec = ReceiveRecord(
-        arrived_at=time.monotonic() - wait_s,
-        arrived_ms=int((time.time() - wait_s) * 1000),
-        mode=PollMode.REMOTING,
-        group=cmd.fields.get("consumerGroup", ""),
-        topic=cmd.fields.get("topic", ""),
-        is_long_polling=poll_s > 0,
-        polling_ms=int(poll_s * 1000),
-        pops=1 if cmd.code == RequestCode.POP_MESSAGE else 0,
-    )
-    messages = count_messages(answer.body) if answer.code == ResponseCode.SUCCESS else 0
-    if messages:
-        rec.messages, rec.broker = messages, broker
-        rec.ended(Outcome.FOUND, "ok")
-    elif answer.code in _EMPTY or answer.code == ResponseCode.SUCCESS:
-        rec.ended(Outcome.EMPTY, code_name(answer.code, ResponseCode))
-    else:
-        rec.ended(Outcome.ERROR, code_name(answer.code, ResponseCode))
-    return rec
-
-
-def forward_timeout(cmd: RemotingCommand) -> float:
-    """How long the proxy waits for a broker's answer to ``cmd``."""
-    poll = long_poll_s(cmd)
-    return REQUEST_TIMEOUT_S if poll is None else poll + POLL_MARGIN_S
-
-
 # request code, response code, seconds, broker, long polling
 Observer = Callable[[str, str, float, str, bool], None]
 # The fields of a 4.x client's ACL signature.
@@ -241,7 +189,7 @@ class RemotingPort:
                 broker,
                 poll_s is not None,
             )
-        if self._recorder is not None and cmd.code in _RECEIVES and answer is not None:
+        if self._recorder is not None and cmd.code in RECEIVES and answer is not None:
             self._recorder.record_receive(receive_record(cmd, answer, broker, wait_s), wait_s)
 
     def _answer(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:

@@ -122,6 +122,19 @@ def sent_message(cmd: RemotingCommand) -> SentMessage | None:
     return SentMessage(topic, decode_properties(fields.get("i" if short else "properties")))
 
 
+# The header fields that hold a long poll's length, in milliseconds.
+_POLL_FIELDS = ("suspendTimeoutMillis", "pollTime")
+
+
+def long_poll_s(cmd: RemotingCommand) -> float | None:
+    """The long poll ``cmd`` asks for, in seconds, or None."""
+    for name in _POLL_FIELDS:
+        raw = cmd.fields.get(name)
+        if raw is not None and raw.lstrip("-").isdigit():
+            return max(int(raw), 0) / 1000
+    return None
+
+
 def route_brokers(body: bytes) -> dict[str, str]:
     """A name server's TopicRouteData -> each broker's master address, by broker name.
     The name server writes fastjson (``{0:"host:port"}``) unless asked for standard JSON."""
