@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import threading
 import urllib.request
 import uuid
@@ -24,6 +25,7 @@ import pytest
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from rocketmq_local import admin
+from rocketmq_local.launcher import mqadmin
 from testkit.balancer import Balancer
 from testkit.official import remoting_java
 from testkit.official.harness import ProxyProcess, start_proxy
@@ -321,7 +323,8 @@ def test_a_remoting_consumer_is_listed_by_the_brokers_through_ours_only(
 ):
     """Ours relays the consumer's heartbeats to every broker; the Apache proxy keeps them
     to itself (docs/api.md, "The remoting port"). Either port lists the consumer to its
-    clients."""
+    clients. Through ours, ``mqadmin consumerStatus`` gets the client's own running info:
+    the broker's request reaches the client on its connection, and its answer comes back."""
     if port_of == "ours":
         address = request.getfixturevalue("remoting_proxy").remoting
     else:
@@ -333,6 +336,14 @@ def test_a_remoting_consumer_is_listed_by_the_brokers_through_ours_only(
         wait_for(lambda: len(listed_at(address, consumer)) == 1, timeout=20, step=0.2)
         on_brokers = [listed_at(broker, consumer) for broker in brokers]
         assert on_brokers == ([listed_at(address, consumer)] * 2 if port_of == "ours" else [[], []])
+        if port_of == "ours":
+            [client_id] = on_brokers[0]
+            done = mqadmin(real_cluster.namesrv_address, "consumerStatus", "-g", consumer,
+                           "-i", client_id)  # fmt: skip
+            assert "Exception" not in done.stderr, done.stderr
+            # Answered by the Java client itself: a push consumer, and its subscription.
+            assert re.search(r"PROP_CONSUME_TYPE\s*:\s*CONSUME_PASSIVELY", done.stdout), done.stdout
+            assert topic in done.stdout.split("#Consumer Subscription#")[1], done.stdout
     finally:
         client(address, homes("produce"), "produce", producer, topic, "--count", 1).result(
             RESULT_TIMEOUT_S
