@@ -184,8 +184,3 @@ class RemotingServer:
                 waiter.set_exception(ConnectionClosedError(f"connection with {conn.peer} lost"))
         if self._on_closed is not None:
             self._on_closed(conn)
-
-    @property
-    def connections(self) -> list[RemotingConnection]:
-        """The connections open now."""
-        return list(self._connections)

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from ssl import SSLContext
 from typing import Protocol
 
@@ -76,12 +75,6 @@ class Security(Protocol):
     def signer(self) -> RequestHook | None: ...
 
 
-@dataclass(frozen=True)
-class Heartbeat:
-    body: bytes
-    sent_at: float
-
-
 class RemotingPort:
     """Serves the remoting port of one proxy."""
 
@@ -115,7 +108,6 @@ class RemotingPort:
         self._sessions: dict[RemotingConnection, ClientSession] = {}
         # Each broker's master address, from the routes answered and the cluster's list.
         self._addresses: dict[str, str] = {}
-        self._heartbeats: dict[tuple[str, int], Heartbeat] = {}  # (broker, session) -> last
         self._cluster_asked_at = -CLUSTER_REFRESH_S
         self._closing: set[asyncio.Task[None]] = set()
         self._sends = 0  # forwarded requests in flight that are no long poll
@@ -327,12 +319,11 @@ class RemotingPort:
         now = time.monotonic()
         todo = []
         for broker, address in sorted(brokers.items()):
-            last = self._heartbeats.get((broker, id(session)))
+            body, sent_at = session.heartbeats.get(broker, (b"", -HEARTBEAT_REPEAT_S))
             repeated = (
                 cmd.code == RequestCode.HEART_BEAT
-                and last is not None
-                and last.body == cmd.body
-                and now - last.sent_at < HEARTBEAT_REPEAT_S
+                and body == cmd.body
+                and now - sent_at < HEARTBEAT_REPEAT_S
             )
             if not repeated:
                 todo.append((broker, address))
@@ -343,7 +334,7 @@ class RemotingPort:
         )
         for (broker, _), answer in zip(todo, answers, strict=True):
             if cmd.code == RequestCode.HEART_BEAT and answer and answer.code == 0:
-                self._heartbeats[(broker, id(session))] = Heartbeat(cmd.body, now)
+                session.heartbeats[broker] = (cmd.body, now)
         given = [a for a in answers if a is not None]
         good = [a for a in given if a.code == ResponseCode.SUCCESS]
         return (good or given or [cmd.make_response(ResponseCode.SUCCESS)])[0]
@@ -352,8 +343,6 @@ class RemotingPort:
         session = self._sessions.pop(conn, None)
         if session is None:
             return
-        for pair in [p for p in self._heartbeats if p[1] == id(session)]:
-            del self._heartbeats[pair]
         task = asyncio.get_running_loop().create_task(session.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

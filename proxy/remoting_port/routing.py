@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import orjson
 
@@ -135,30 +136,25 @@ def long_poll_s(cmd: RemotingCommand) -> float | None:
     return None
 
 
+def _master(broker: dict[str, Any]) -> str | None:
+    """A BrokerData's master address (broker id 0), whether fastjson wrote its key as a
+    bare number or as a string."""
+    addresses = broker.get("brokerAddrs") or {}
+    return addresses.get(0) or addresses.get("0") or None
+
+
 def route_brokers(body: bytes) -> dict[str, str]:
     """A name server's TopicRouteData -> each broker's master address, by broker name.
     The name server writes fastjson (``{0:"host:port"}``) unless asked for standard JSON."""
-    data = fastjson.loads(body)
-    masters: dict[str, str] = {}
-    for broker in data.get("brokerDatas", []):
-        addresses = broker.get("brokerAddrs") or {}
-        master = addresses.get(0) or addresses.get("0")
-        if master:
-            masters[broker["brokerName"]] = master
-    return masters
+    brokers = fastjson.loads(body).get("brokerDatas", [])
+    return {b["brokerName"]: m for b in brokers if (m := _master(b))}
 
 
 def cluster_brokers(body: bytes) -> dict[str, str]:
     """A name server's ClusterInfo (GET_BROKER_CLUSTER_INFO) -> each broker's master
     address, by broker name."""
-    data = fastjson.loads(body)
-    masters: dict[str, str] = {}
-    for name, broker in (data.get("brokerAddrTable") or {}).items():
-        addresses = broker.get("brokerAddrs") or {}
-        master = addresses.get(0) or addresses.get("0")
-        if master:
-            masters[name] = master
-    return masters
+    table = fastjson.loads(body).get("brokerAddrTable") or {}
+    return {name: m for name, b in table.items() if (m := _master(b))}
 
 
 def rewrite_route(body: bytes, address: str) -> bytes:
@@ -167,8 +163,6 @@ def rewrite_route(body: bytes, address: str) -> bytes:
     reads; fastjson's bare-number keys only old ones do)."""
     data = fastjson.loads(body)
     for broker in data.get("brokerDatas", []):
-        addresses = broker.get("brokerAddrs") or {}
-        master = addresses.get(0) or addresses.get("0")
-        broker["brokerAddrs"] = {"0": address} if master else {}
+        broker["brokerAddrs"] = {"0": address} if _master(broker) else {}
     data["filterServerTable"] = {}
     return orjson.dumps(data)

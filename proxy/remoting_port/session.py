@@ -54,6 +54,8 @@ class ClientSession:
         self._connect_timeout_s = connect_timeout_s
         self._upstreams: dict[str, RemotingClient] = {}  # by broker name
         self._retired: list[RemotingClient] = []  # of brokers that moved; closed with us
+        # The last heartbeat each broker took from this client: (its body, when).
+        self.heartbeats: dict[str, tuple[bytes, float]] = {}
         self.closed = False
 
     @property
