@@ -296,33 +296,45 @@ rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP) $(REMOTING_CLIENT_STAMP)
 # --- Interop harness: the official RocketMQ 5 clients as separate processes (tests/interop) ---
 # The Python client gets its own virtualenv: it bundles generated apache.rocketmq.v2
 # descriptors that clash with ours and pins its own protobuf. The Node client is installed
-# from the committed package-lock.json. Stamps keep repeated `make test` runs fast.
+# from the committed package-lock.json. The native C++ client (librocketmq, in PyPI's
+# `rocketmq` 0.4.4) gets a virtualenv of its own too: its module is named `rocketmq` as
+# well. Stamps keep repeated `make test` runs fast.
 INTEROP_VENV ?= .venv-interop
 INTEROP_PY_STAMP := $(INTEROP_VENV)/.installed
+CPP_VENV := .venv-cpp
+CPP_PY_STAMP := $(CPP_VENV)/.installed
 INTEROP_NODE_DIR := testkit/official/node
 INTEROP_NODE_STAMP := $(INTEROP_NODE_DIR)/node_modules/.installed
 NPM ?= npm
 
 .PHONY: interop-deps test-interop clean-interop
 
-$(INTEROP_PY_STAMP): testkit/official/requirements.txt
-	$(PYTHON) -m venv $(INTEROP_VENV)
-	echo '*' > $(INTEROP_VENV)/.gitignore
-	$(INTEROP_VENV)/bin/pip install --quiet --disable-pip-version-check -r testkit/official/requirements.txt
+# A client's virtualenv: $@ its stamp, $< its requirements.
+define client_venv
+	$(PYTHON) -m venv $(@D)
+	echo '*' > $(@D)/.gitignore
+	$(@D)/bin/pip install --quiet --disable-pip-version-check -r $<
 	touch $@
+endef
+
+$(INTEROP_PY_STAMP): testkit/official/requirements.txt
+	$(client_venv)
+
+$(CPP_PY_STAMP): testkit/official/cpp/requirements.txt
+	$(client_venv)
 
 # Every Node tool directory (here and below) installs the same way, from its lock file.
 %/node_modules/.installed: %/package.json %/package-lock.json
 	cd $* && $(NPM) ci --no-audit --no-fund
 	touch $@
 
-interop-deps: $(INTEROP_PY_STAMP) $(INTEROP_NODE_STAMP)
+interop-deps: $(INTEROP_PY_STAMP) $(CPP_PY_STAMP) $(INTEROP_NODE_STAMP)
 
 test-interop: $(STAMP) interop-deps
 	$(BIN)/python -m pytest -q -m interop tests/interop
 
 clean-interop:
-	rm -rf $(INTEROP_VENV) $(INTEROP_NODE_DIR)/node_modules
+	rm -rf $(INTEROP_VENV) $(CPP_VENV) $(INTEROP_NODE_DIR)/node_modules
 
 # --- Node tools of tests/deploy, each from its committed package-lock.json: Grafana's
 # dashboard types (@grafana/schema) with a TypeScript-to-JSON-Schema generator, and the

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from bench.scenarios import percentile
 from rocketmq_local import admin
-from testkit.official import remoting_java
 from testkit.official.harness import ProxyProcess, start_proxy
+from testkit.official.remoting_driver import JAVA
 
 COLUMNS = ["sent", "delivered", "send_per_s", "delivered_per_s", "latency_ms_p50",
            "latency_ms_p99", "latency_ms_max", "warmup_ms_max"]  # fmt: skip
@@ -34,11 +34,11 @@ def measure(address: str, namesrv: str, messages: int, home: Path) -> dict:
     tag = uuid.uuid4().hex[:8]
     topic, producer, consumer = f"bench-rm-{tag}", f"bench-rm-p-{tag}", f"bench-rm-c-{tag}"
     admin.create_topic(namesrv, topic)
-    push = remoting_java.start(
+    push = JAVA.start(
         home / f"{tag}-push", "push", "--namesrv", address, "--group", consumer,
         "--topic", topic, "--expect", messages, "--seconds", 60 + messages // 100,
     )  # fmt: skip
-    sent = remoting_java.run(
+    sent = JAVA.run(
         home / f"{tag}-produce", "produce", "--namesrv", address, "--group", producer,
         "--topic", topic, "--count", messages, timeout_s=120 + messages / 50,
     )  # fmt: skip

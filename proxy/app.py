@@ -265,6 +265,7 @@ class ProxyApp:
             RemotingPort(
                 self.pool,
                 advertise=config.remoting_advertise_address or "",
+                broker_advertise=config.remoting_broker_advertise_addresses,
                 observe=functools.partial(self.metrics.rpc, "remoting_port"),
                 security=self.security,
                 recorder=self.receive.recorder,
@@ -273,7 +274,10 @@ class ProxyApp:
             else None
         )
         self.remoting_port = config.remoting_port
-        self.remoting_front: TlsFront | None = None  # TLS and plaintext remoting clients
+        # Each broker's own remoting port, as bound.
+        self.remoting_broker_ports: dict[str, int] = {}
+        # TLS and plaintext remoting clients: the shared port's front, then each broker's.
+        self.remoting_fronts: list[TlsFront] = []
         self.grpc_server: grpc.aio.Server | None = None
         # The client port's front: TLS and plaintext clients on one port (not enforcing).
         self.front: TlsFront | None = None
@@ -446,38 +450,48 @@ class ProxyApp:
         port = self.remoting
         if port is None:
             return
-        config, tls = self.config, self.security.tls
-        host = config.grpc_host
-        mode = config.security.tls_mode
+        config = self.config
         try:
-            if mode is TlsMode.DISABLED and not config.security.proxy_protocol:
-                bound = await port.listen(
-                    host, config.remoting_port or 0, reuse_port=self.reuse_port
+            bound = await self._remoting_listener(port, config.remoting_port or 0, None)
+            for broker, wanted in config.remoting_broker_ports.items():
+                self.remoting_broker_ports[broker] = await self._remoting_listener(
+                    port, wanted, broker
                 )
-            else:
-                plaintext = None if mode is TlsMode.ENFORCING else await port.listen("127.0.0.1", 0)
-                secure = None
-                if tls is not None and mode is not TlsMode.DISABLED:
-                    secure = await port.listen("127.0.0.1", 0, ssl=tls.ops_context())
-                self.remoting_front = TlsFront(
-                    plaintext, secure, self._refusals(),
-                    proxy_protocol=config.security.proxy_protocol,
-                )  # fmt: skip
-                bound = await self.remoting_front.start(
-                    host, config.remoting_port or 0, reuse_port=self.reuse_port
-                )
-                port.address_of = self.remoting_front.address_of
         except OSError as exc:
-            await port.close()
+            await self._stop_remoting()
             raise RuntimeError(f"remoting port: {exc}") from exc
+        if self.remoting_fronts:
+            fronts = list(self.remoting_fronts)
+            port.address_of = lambda peer: next(
+                (f.address_of(peer) for f in fronts if f.relays(peer)), fronts[0].address_of(peer)
+            )
         self.remoting_port = bound
-        port.serving(host, bound)
+        port.serving(config.grpc_host, bound, self.remoting_broker_ports)
+
+    async def _remoting_listener(self, port: RemotingPort, wanted: int, broker: str | None) -> int:
+        """One public port of the remoting port (the shared one, or ``broker``'s own): the
+        port bound, behind a TLS front of its own unless TLS is off."""
+        config, tls = self.config, self.security.tls
+        host, mode = config.grpc_host, config.security.tls_mode
+        if mode is TlsMode.DISABLED and not config.security.proxy_protocol:
+            return await port.listen(host, wanted, reuse_port=self.reuse_port, broker=broker)
+        plaintext = (
+            None if mode is TlsMode.ENFORCING else await port.listen("127.0.0.1", 0, broker=broker)
+        )
+        secure = None
+        if tls is not None and mode is not TlsMode.DISABLED:
+            secure = await port.listen("127.0.0.1", 0, ssl=tls.ops_context(), broker=broker)
+        front = TlsFront(
+            plaintext, secure, self._refusals(), proxy_protocol=config.security.proxy_protocol
+        )
+        self.remoting_fronts.append(front)
+        return await front.start(host, wanted, reuse_port=self.reuse_port)
 
     async def _stop_remoting(self) -> None:
         if self.remoting is not None:
             await self.remoting.close()
-        if self.remoting_front is not None:
-            await self.remoting_front.close()
+        fronts, self.remoting_fronts = self.remoting_fronts, []
+        await asyncio.gather(*(f.close() for f in fronts))
 
     def _refusals(self) -> dict[Transport, str]:
         """Why the front closes a client it does not take, as its log line says."""
@@ -566,10 +580,11 @@ class ProxyApp:
         """The remoting port's clients and its front's connections (None: the port is off)."""
         if self.remoting is None:
             return None
-        front = self.remoting_front.status() if self.remoting_front is not None else None
+        front = self.remoting_fronts[0].status() if self.remoting_fronts else None
         return {
             "port": self.remoting_port,
             "advertise": self.remoting.advertise,
+            "brokers": self.remoting.broker_ports,
             "clients": self.remoting.clients,
             "front": front,
         }

@@ -26,6 +26,7 @@ from proxy.config import (
     ProxyConfig,
     ReceiveMode,
     load,
+    parse_port_map,
 )
 from proxy.embedded import StubMissing, fronting, start_embedded_brokers
 from proxy.loop import raise_open_files_limit, run_main
@@ -91,6 +92,11 @@ def main(argv: list[str] | None = None) -> None:
         "--remoting-port", type=int,
         help="serve RocketMQ's remoting protocol (4.x clients) on this port (0 = free port)",
     )  # fmt: skip
+    p.add_argument(
+        "--remoting-broker-port", action="append", metavar="BROKER=PORT",
+        help="a remoting port of its own for one broker, for clients whose requests name no "
+        "broker (the C++ client); repeatable (0 = free port)",
+    )  # fmt: skip
     p.add_argument("--http-host")
     p.add_argument("--http-port", type=int, help="ops port (default 8082; 0 = free port)")
     p.add_argument("--advertise-address", help="host:port clients reach this proxy at")
@@ -136,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
             grpc_host=args.grpc_host,
             grpc_port=args.grpc_port,
             remoting_port=args.remoting_port,
+            remoting_broker_ports=(
+                parse_port_map(args.remoting_broker_port) if args.remoting_broker_port else None
+            ),
             http_host=args.http_host,
             http_port=args.http_port,
             advertise_address=args.advertise_address,

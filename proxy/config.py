@@ -294,6 +294,16 @@ class ProxyConfig:
     # host:port the remoting clients reach this proxy at: every broker's address in the
     # routes the remoting port answers. Default grpc_host and the bound remoting port.
     remoting_advertise_address: str | None = None
+    # A port of its own for each broker named here (broker name -> port; 0 = a free one):
+    # routes then name the broker at the advertised host and that port, and a request that
+    # names no broker goes to the broker of the port it came in on. For clients whose
+    # requests never name their broker (the C++ client, librocketmq): on the shared port
+    # they get "Request doesn't have field bname", as from the Apache proxy.
+    remoting_broker_ports: dict[str, int] = field(default_factory=dict)
+    # host:port the remoting clients reach each broker's own port at (broker name ->
+    # address), where that differs from the advertised host and the bound port (a
+    # balancer that forwards each port to another).
+    remoting_broker_advertise_addresses: dict[str, str] = field(default_factory=dict)
     http_host: str = "127.0.0.1"  # the ops port's host: /metrics, /readyz, /v1/status
     http_port: int = 8082  # the ops port; 0 = a free one
     # The brokers' name servers (host:port each).
@@ -391,6 +401,25 @@ class ProxyConfig:
             host, _, port = self.remoting_advertise_address.rpartition(":")
             if not host or not port.isdigit():
                 raise ValueError("remoting_advertise_address must be host:port")
+        if self.remoting_broker_ports:
+            if self.remoting_port is None:
+                raise ValueError("remoting_broker_ports needs remoting_port")
+            for name, number in self.remoting_broker_ports.items():
+                if not name or not isinstance(number, int) or not 0 <= number <= 65535:
+                    raise ValueError(
+                        f"remoting_broker_ports: {name!r} needs a port number (0 = a free one)"
+                    )
+            fixed = [p for p in (self.remoting_port, *self.remoting_broker_ports.values()) if p]
+            if len(set(fixed)) != len(fixed):
+                raise ValueError("remoting_broker_ports: each broker needs a port of its own")
+        for name, address in self.remoting_broker_advertise_addresses.items():
+            if name not in self.remoting_broker_ports:
+                raise ValueError(
+                    f"remoting_broker_advertise_addresses: {name!r} has no remoting_broker_ports"
+                )
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"remoting_broker_advertise_addresses: {name!r} needs host:port")
         try:
             self.event_log_format = EventLogFormat(self.event_log_format)
         except ValueError:
@@ -476,6 +505,28 @@ def load(
     return config
 
 
+def parse_pairs(items: list[str]) -> dict[str, str]:
+    """``["broker-a=10931", ...]`` -> ``{"broker-a": "10931"}``."""
+    pairs: dict[str, str] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"{item!r} must be NAME=VALUE")
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def parse_port_map(items: list[str]) -> dict[str, int]:
+    """``["broker-a=10931", ...]`` -> ``{"broker-a": 10931}``."""
+    ports = parse_pairs(items)
+    for name, port in ports.items():
+        if not port.isdigit():
+            raise ValueError(f"{name}={port} must be NAME=PORT")
+    return {name: int(port) for name, port in ports.items()}
+
+
 def _apply(target: Any, values: dict[str, Any], source: str) -> None:
     names = {f.name: f for f in dataclasses.fields(target)}
     for key, value in values.items():
@@ -498,6 +549,9 @@ def _parse(raw: str, kind: Any) -> Any:
     kind = str(kind)
     if kind.startswith("list"):
         return [item.strip() for item in raw.replace(";", ",").split(",") if item.strip()]
+    if kind.startswith("dict"):  # name=value,name=value
+        items = raw.replace(";", ",").split(",")
+        return parse_port_map(items) if "int" in kind else parse_pairs(items)
     if kind in ("int", "int | None"):
         return int(raw)
     if kind == "float":

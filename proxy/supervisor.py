@@ -142,8 +142,12 @@ class Supervisor:
         ops: OpsServer | None = None
         try:
             cluster = await start_embedded_brokers(config)
-            # The client ports, reserved for the group's lifetime (the remoting one if on).
-            ports = {"grpc": config.grpc_port, "remoting": config.remoting_port}
+            # The client ports, reserved for the group's lifetime (the remoting ones if on).
+            ports: dict[str, int | None] = {
+                "grpc": config.grpc_port,
+                "remoting": config.remoting_port,
+                **{f"remoting {b}": p for b, p in config.remoting_broker_ports.items()},
+            }
             bound: dict[str, int] = {}
             for name, port in ports.items():
                 if port is None:
@@ -161,6 +165,9 @@ class Supervisor:
                 fronting(config, cluster),
                 grpc_port=bound["grpc"],
                 remoting_port=bound.get("remoting"),
+                remoting_broker_ports={
+                    b: bound[f"remoting {b}"] for b in config.remoting_broker_ports
+                },
             )
             # One self-signed certificate for every worker, so that a client told to trust
             # it is served by whichever worker the kernel hands its connection to.

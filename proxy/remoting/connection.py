@@ -33,6 +33,7 @@ class RemotingConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame)
         self.transport: asyncio.Transport | None = None
         self.peer: str = "?"
+        self.local_port = 0  # its own end's port: on a server, the port it came in on
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -41,6 +42,9 @@ class RemotingConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+        local = transport.get_extra_info("sockname")
+        if local:
+            self.local_port = local[1]
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -6,6 +6,11 @@ A client points its name server address at the port. Route queries are answered 
 name servers with the proxy's address in place of every broker's, so everything the client
 sends comes here; each request names its broker (``routing``) and goes to it on the
 client's own connection to that broker (``session``), and the broker's answer comes back.
+
+Clients whose requests never name their broker (the C++ client) need a port per broker:
+with ``remoting_broker_ports`` routes name each such broker at a port of its own, and a
+request that names no broker goes to the broker of the port it came in on. The client then
+sees one address per broker, as without a proxy, and treats each as that broker.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from ssl import SSLContext
 from typing import Protocol
 
@@ -83,12 +88,15 @@ class RemotingPort:
         pool: BrokerPool,
         *,
         advertise: str = "",
+        broker_advertise: Mapping[str, str] | None = None,
         observe: Observer | None = None,
         security: Security | None = None,
         recorder: ReceiveRecorder | None = None,
     ) -> None:
         """``advertise``: the address routes name for every broker (the port's own, as
-        clients reach it); when empty, the bound host and port. ``observe`` sees each
+        clients reach it); when empty, the bound host and port. ``broker_advertise``: the
+        same for brokers with a port of their own (by name); for one it does not name,
+        the advertised host and the broker's bound port. ``observe`` sees each
         request answered: its code, the answer's code, the seconds it took, the broker it
         went to ("" for none), and whether it was a long poll. ``security``: with its
         guard on, each request must be signed by a user of the users file allowed to do
@@ -105,6 +113,11 @@ class RemotingPort:
         self.advertise = advertise
         self._observe = observe
         self._server = RemotingServer(self._process, on_closed=self._closed)
+        # The broker of each listening port that serves one broker (its bound port; behind
+        # the TLS front, each of its relays' ports).
+        self._port_brokers: dict[int, str] = {}
+        # The address routes name for each broker with a port of its own.
+        self._broker_advertise: dict[str, str] = dict(broker_advertise or {})
         self._sessions: dict[RemotingConnection, ClientSession] = {}
         # Each broker's master address, from the routes answered and the cluster's list.
         self._addresses: dict[str, str] = {}
@@ -116,17 +129,36 @@ class RemotingPort:
         self.port = 0
 
     async def listen(
-        self, host: str, port: int, *, reuse_port: bool = False, ssl: SSLContext | None = None
+        self,
+        host: str,
+        port: int,
+        *,
+        reuse_port: bool = False,
+        ssl: SSLContext | None = None,
+        broker: str | None = None,
     ) -> int:
         """Serve clients on ``host:port`` (TLS ones with ``ssl``); the port bound. Called
-        once for the port itself, or once per kind of client behind the TLS front."""
-        return await self._server.start(host, port, reuse_port=reuse_port, ssl=ssl)
+        once for the port itself, or once per kind of client behind the TLS front; and
+        the same for each broker's own port, with ``broker``."""
+        bound = await self._server.start(host, port, reuse_port=reuse_port, ssl=ssl)
+        if broker is not None:
+            self._port_brokers[bound] = broker
+        return bound
 
-    def serving(self, host: str, port: int) -> None:
-        """The port clients reach: what routes name unless ``advertise`` was given."""
+    def serving(self, host: str, port: int, broker_ports: Mapping[str, int] | None = None) -> None:
+        """The ports clients reach: the shared one, what routes name unless ``advertise``
+        was given; and each broker's own (``broker_ports``, as bound)."""
         self.port = port
         if not self.advertise:
             self.advertise = f"{host}:{port}"
+        host = self.advertise.rpartition(":")[0]
+        for name, bound in (broker_ports or {}).items():
+            self._broker_advertise.setdefault(name, f"{host}:{bound}")
+
+    @property
+    def broker_ports(self) -> dict[str, str]:
+        """The address routes name for each broker with a port of its own."""
+        return dict(self._broker_advertise)
 
     async def close(self) -> None:
         """Drain, then close every connection. While draining, a request of a client that
@@ -151,27 +183,31 @@ class RemotingPort:
 
     def _process(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
         """``_answer``'s reply, observed when it is given."""
-        reply = self._answer(cmd, conn)
+        broker = self._broker_of(cmd, conn)
+        reply = self._answer(cmd, conn, broker)
         if self._observe is None and self._recorder is None:
             return reply
         started = time.monotonic()
         if reply is None or isinstance(reply, RemotingCommand):
-            self._observed(cmd, reply, started)
+            self._observed(cmd, reply, broker or "", started)
             return reply
-        return self._observed_later(cmd, reply, started)
+        return self._observed_later(cmd, reply, broker or "", started)
 
     async def _observed_later(
-        self, cmd: RemotingCommand, reply: Awaitable[RemotingCommand | None], started: float
+        self,
+        cmd: RemotingCommand,
+        reply: Awaitable[RemotingCommand | None],
+        broker: str,
+        started: float,
     ) -> RemotingCommand | None:
         answer = await reply
-        self._observed(cmd, answer, started)
+        self._observed(cmd, answer, broker, started)
         return answer
 
     def _observed(
-        self, cmd: RemotingCommand, answer: RemotingCommand | None, started: float
+        self, cmd: RemotingCommand, answer: RemotingCommand | None, broker: str, started: float
     ) -> None:
         wait_s = time.monotonic() - started
-        broker = broker_named(cmd) or "" if destination(cmd) is Destination.NAMED_BROKER else ""
         poll_s = long_poll_s(cmd)
         if self._observe is not None:
             self._observe(
@@ -184,7 +220,17 @@ class RemotingPort:
         if self._recorder is not None and cmd.code in RECEIVES and answer is not None:
             self._recorder.record_receive(receive_record(cmd, answer, broker, wait_s), wait_s)
 
-    def _answer(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
+    def _broker_of(self, cmd: RemotingCommand, conn: RemotingConnection) -> str | None:
+        """The broker a request goes to: the one it names, else the one of the port it
+        came in on (for a heartbeat, its only broker there); None for neither, or for a
+        request no broker answers."""
+        where = destination(cmd)
+        own = self._port_brokers.get(conn.local_port)
+        if where in (Destination.NAMED_BROKER, Destination.ANY_BROKER):
+            return broker_named(cmd) or own
+        return own if where is Destination.EVERY_BROKER else None
+
+    def _answer(self, cmd: RemotingCommand, conn: RemotingConnection, broker: str | None) -> Reply:
         where = destination(cmd)
         if where is Destination.NOT_SERVED:
             return cmd.make_response(
@@ -204,11 +250,11 @@ class RemotingPort:
         if where is Destination.NAME_SERVER:
             return self._route(cmd)
         session = self._session(conn)
-        if where is Destination.EVERY_BROKER:
+        if where is Destination.EVERY_BROKER and broker is None:
             return self._every_broker(session, cmd)
         if queue_set_empty(cmd):
             return cmd.make_response(ResponseCode.SUCCESS, body=b'{"lockOKMQSet":[]}')
-        return self._forward(session, cmd, where)
+        return self._forward(session, cmd, where, broker)
 
     def _session(self, conn: RemotingConnection) -> ClientSession:
         session = self._sessions.get(conn)
@@ -222,9 +268,8 @@ class RemotingPort:
         return session
 
     async def _forward(
-        self, session: ClientSession, cmd: RemotingCommand, where: Destination
+        self, session: ClientSession, cmd: RemotingCommand, where: Destination, broker: str | None
     ) -> RemotingCommand | None:
-        broker = broker_named(cmd)
         if broker is None and where is Destination.ANY_BROKER:
             known = await self._brokers()
             broker = next(iter(session.brokers or sorted(known)), None)
@@ -308,7 +353,9 @@ class RemotingPort:
         if answer.code != ResponseCode.SUCCESS or not answer.body:
             return answer
         self._addresses.update(route_brokers(answer.body))
-        answer.body = rewrite_route(answer.body, self.advertise)
+        answer.body = rewrite_route(
+            answer.body, lambda broker: self._broker_advertise.get(broker, self.advertise)
+        )
         return answer
 
     async def _every_broker(self, session: ClientSession, cmd: RemotingCommand) -> RemotingCommand:

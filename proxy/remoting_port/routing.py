@@ -5,11 +5,13 @@ proxy's own address for every broker. So a request itself must say which broker 
 and the clients of RocketMQ 5 do: the ``bname`` field of a broker request's header
 (``RpcRequestHeader``), ``n`` in the short-named header of SEND_MESSAGE_V2 and
 SEND_BATCH_MESSAGE, and the queues in the body of a queue lock. The Apache proxy routes by
-the same fields and serves the same request codes.
+the same fields and serves the same request codes. A request that names none goes to the
+broker of the port it came in on, where the proxy has a port per broker (``port``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -157,12 +159,13 @@ def cluster_brokers(body: bytes) -> dict[str, str]:
     return {name: m for name, b in table.items() if (m := _master(b))}
 
 
-def rewrite_route(body: bytes, address: str) -> bytes:
-    """The route with each broker's master at ``address`` (its slaves left out: the proxy
-    sends every request to a broker's master), as standard JSON (which every client
-    reads; fastjson's bare-number keys only old ones do)."""
+def rewrite_route(body: bytes, address_of: Callable[[str], str]) -> bytes:
+    """The route with each broker's master at ``address_of(its name)`` (its slaves left
+    out: the proxy sends every request to a broker's master), as standard JSON (which every
+    client reads; fastjson's bare-number keys only old ones do)."""
     data = fastjson.loads(body)
     for broker in data.get("brokerDatas", []):
-        broker["brokerAddrs"] = {"0": address} if _master(broker) else {}
+        master = _master(broker)
+        broker["brokerAddrs"] = {"0": address_of(broker.get("brokerName", ""))} if master else {}
     data["filterServerTable"] = {}
     return orjson.dumps(data)

@@ -145,6 +145,12 @@ class TlsFront:
         port = peer.rpartition(":")[2]
         return self._clients.get(int(port), peer) if port.isdigit() else peer
 
+    def relays(self, peer: str) -> bool:
+        """Whether ``peer`` is one of this front's relays (several fronts serve one server
+        when a proxy has several public ports)."""
+        port = peer.rpartition(":")[2]
+        return port.isdigit() and int(port) in self._clients
+
     def address_of(self, peer: str) -> str:
         """The client's address behind a gRPC peer, as the Apache proxy writes a remote
         address: the PROXY header's ``host:port`` if one named it, else the connection's

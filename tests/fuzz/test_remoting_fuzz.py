@@ -216,13 +216,16 @@ def test_broker_stub_survives_any_bytes_on_a_connection(stubs, data):
 
 @pytest.fixture(scope="module")
 def remoting_port():
-    thread = ProxyThread(brokers=1, topics=(TOPIC,), options={"remoting_port": 0}).start()
+    """The port, and a port of its own for the one broker (``broker-a``)."""
+    options = {"remoting_port": 0, "remoting_broker_ports": {"broker-a": 0}}
+    thread = ProxyThread(brokers=1, topics=(TOPIC,), options=options).start()
     yield thread
     thread.stop()
 
 
-def _port_address(thread: ProxyThread) -> str:
-    return f"127.0.0.1:{thread.app.remoting_port}"
+def _port_address(thread: ProxyThread, broker_port: bool = False) -> str:
+    port = thread.app.remoting_broker_ports["broker-a"] if broker_port else thread.app.remoting_port
+    return f"127.0.0.1:{port}"
 
 
 def _healthy_port_send(thread: ProxyThread) -> None:
@@ -243,9 +246,9 @@ def _healthy_port_send(thread: ProxyThread) -> None:
     thread.run(send(), timeout=10)
 
 
-@given(data=_STREAMS)
-def test_the_remoting_port_survives_any_bytes_on_a_connection(remoting_port, data):
-    _answered_or_closed(_port_address(remoting_port), data)
+@given(data=_STREAMS, broker_port=st.booleans())
+def test_the_remoting_port_survives_any_bytes_on_a_connection(remoting_port, data, broker_port):
+    _answered_or_closed(_port_address(remoting_port, broker_port), data)
     _healthy_port_send(remoting_port)
 
 
@@ -265,17 +268,21 @@ _FIELD_TEXT = st.text(max_size=12)
         max_size=6,
     ),
     body=st.binary(max_size=80) | st.sampled_from([b'{"mqSet":[]}', b'{"mqSet":[{}]}', b"{}"]),
+    broker_port=st.booleans(),
 )  # fmt: skip
-def test_any_request_on_the_remoting_port_is_answered_in_time(remoting_port, code, fields, body):
-    """A request of any code, with any fields and body, gets an answer (a broker's, or
-    the port's error) within its deadline, and the port serves on."""
+def test_any_request_on_the_remoting_port_is_answered_in_time(
+    remoting_port, code, fields, body, broker_port
+):
+    """A request of any code, with any fields and body, on the shared port or a broker's
+    own, gets an answer (a broker's, or the port's error) within its deadline, and the
+    port serves on."""
     # A long poll the request asks for is bounded to keep the example short.
     for name in ("suspendTimeoutMillis", "pollTime"):
         if name in fields:
             fields[name] = "100"
 
     async def ask() -> RemotingCommand:
-        client = RemotingClient(_port_address(remoting_port))
+        client = RemotingClient(_port_address(remoting_port, broker_port))
         try:
             return await client.invoke(RemotingCommand(code, fields, body), 15)
         finally:

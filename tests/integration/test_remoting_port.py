@@ -117,6 +117,51 @@ async def test_a_heartbeat_reaches_every_broker_on_the_clients_own_connection(po
         assert len([c for c in connections if not c.closed]) == 2, broker.name
 
 
+async def test_a_port_per_broker_serves_clients_whose_requests_name_none(start_proxy):
+    """With ``remoting_broker_ports`` routes name each broker at its own port, and what
+    comes in on a broker's port goes to that broker, a heartbeat included: a client that
+    tells brokers apart by address (the C++ client) sees one address per broker. A
+    broker's advertised address, when given, is what routes name for it (a balancer's)."""
+    brokers = ("broker-a", "broker-b")
+    options = {
+        "remoting_port": 0,
+        "remoting_broker_ports": dict.fromkeys(brokers, 0),
+        "remoting_broker_advertise_addresses": {"broker-b": "lb.example:18092"},
+    }
+    proxy = await start_proxy(brokers=2, topics=("T",), proxy_options=options)
+    ports = proxy.remoting_broker_ports
+    assert sorted(ports) == list(brokers) and proxy.remoting_port not in ports.values()
+    clients = {name: RemotingClient(f"127.0.0.1:{ports[name]}") for name in brokers}
+    shared = RemotingClient(f"127.0.0.1:{proxy.remoting_port}")
+    try:
+        answer = await shared.invoke(
+            RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}), TIMEOUT_S
+        )
+        named = {
+            b["brokerName"]: b["brokerAddrs"] for b in orjson.loads(answer.body)["brokerDatas"]
+        }
+        assert named == {
+            "broker-a": {"0": f"127.0.0.1:{ports['broker-a']}"},
+            "broker-b": {"0": "lb.example:18092"},
+        }
+        by_name = {b.name: b for b in proxy.cluster.brokers}
+        for name, client in clients.items():
+            sent = await client.invoke(send_v2("T", None, name.encode()), TIMEOUT_S)
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            assert stored_port(sent) == int(by_name[name].address.rpartition(":")[2])
+        # A request that names its broker goes there, whichever port it came in on.
+        crossed = await clients["broker-a"].invoke(send_v2("T", "broker-b", b"x"), TIMEOUT_S)
+        assert stored_port(crossed) == int(by_name["broker-b"].address.rpartition(":")[2])
+        heartbeat = {"clientID": "cpp", "producerDataSet": [{"groupName": "PG"}]}
+        beat = RemotingCommand(RequestCode.HEART_BEAT, {}, orjson.dumps(heartbeat))
+        assert (await clients["broker-a"].invoke(beat, TIMEOUT_S)).code == ResponseCode.SUCCESS
+        assert len(by_name["broker-a"].transactions.producers["PG"]) == 1
+        assert "PG" not in by_name["broker-b"].transactions.producers
+    finally:
+        for client in (shared, *clients.values()):
+            await client.close()
+
+
 async def test_a_brokers_transaction_check_reaches_the_producers_connection(port):
     proxy, connect = port
     checks: asyncio.Queue[RemotingCommand] = asyncio.Queue(maxsize=16)

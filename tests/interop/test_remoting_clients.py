@@ -1,6 +1,6 @@
 """The official Java client's remoting API (rocketmq-client 5.5.0, the API of the 4.x
-clients) through the proxy's remoting port, on real RocketMQ 5.5.0 brokers; and the same
-through the Apache proxy's remoting port, the peer.
+clients) and the native C++ client through the proxy's remoting port, on real RocketMQ
+5.5.0 brokers; and the same through the Apache proxy's remoting port, the peer.
 
 Every client is built as an application builds it: its name server address is the proxy's
 remoting port, and nothing else is set but the group and, for consumers, where a new group
@@ -22,19 +22,20 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.remoting.codes import RequestCode
+from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from rocketmq_local import admin
 from rocketmq_local.launcher import mqadmin
 from testkit.balancer import Balancer
-from testkit.official import remoting_java
 from testkit.official.harness import ProxyProcess, start_proxy
+from testkit.official.remoting_driver import CPP, JAVA, Driver
 from testkit.waits import wait_for
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.real, pytest.mark.interop]
 
 VIAS = ("ours", "apache")
+BROKERS = ("broker-a", "broker-b")
 RESULT_TIMEOUT_S = 90.0
 
 
@@ -81,10 +82,18 @@ def fresh(real_cluster, prefix: str, message_type: str | None = None) -> tuple[s
     return topic, f"{prefix}-p-{tag}", f"{prefix}-c-{tag}"
 
 
-def client(address: str, home: Path, command: str, group: str, topic: str, *more: str | int):
-    """The driver's ``command`` as a client of the remoting port at ``address``, of
+def client(
+    address: str,
+    home: Path,
+    command: str,
+    group: str,
+    topic: str,
+    *more: str | int,
+    driver: Driver = JAVA,
+):
+    """The ``driver``'s ``command`` as a client of the remoting port at ``address``, of
     ``group`` on ``topic``; started (``result`` waits for its end)."""
-    return remoting_java.start(
+    return driver.start(
         home, command, "--namesrv", address, "--group", group, "--topic", topic, *more
     )
 
@@ -218,27 +227,43 @@ def test_a_message_its_topic_does_not_take_is_refused(real_cluster, via, homes):
 
 
 class BalancerThread:
-    """testkit's TCP balancer (readiness-following, as a Kubernetes Service) on an event
-    loop of its own thread, for this synchronous test."""
+    """testkit's TCP balancers (readiness-following, as a Kubernetes Service), one per
+    public port of the proxies, on an event loop of its own thread, for this synchronous
+    test. Proxy n is each balancer's target n."""
 
-    def __init__(self, targets: list[tuple[str, str]]) -> None:
+    def __init__(self, ports: list[list[tuple[str, str]]]) -> None:
+        """``ports``: for each public port, each proxy's (that port, its ops address)."""
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.balancer = Balancer(targets)
+        self.balancers = [Balancer(targets) for targets in ports]
+        self._targets = [[target for target, _ in targets] for targets in ports]
 
     def call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
 
-    def start(self) -> str:
+    def start(self) -> list[str]:
+        """Each balancer's address."""
         self.thread.start()
-        return self.call(self.balancer.start())
+        return [self.call(b.start()) for b in self.balancers]
 
-    def is_ready(self, address: str) -> bool:
-        return address in (self.balancer.ready or ())
+    def terminating(self, n: int) -> None:
+        for balancer, targets in zip(self.balancers, self._targets, strict=True):
+            balancer.terminating(targets[n])
+
+    def started(self, n: int) -> None:
+        for balancer, targets in zip(self.balancers, self._targets, strict=True):
+            balancer.started(targets[n])
+
+    def is_ready(self, n: int) -> bool:
+        return all(
+            targets[n] in (balancer.ready or ())
+            for balancer, targets in zip(self.balancers, self._targets, strict=True)
+        )
 
     def stop(self) -> None:
         try:
-            self.call(self.balancer.close())
+            for balancer in self.balancers:
+                self.call(balancer.close())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -246,55 +271,57 @@ class BalancerThread:
 
 
 @pytest.mark.timeout(400)
-def test_a_rolling_restart_of_two_proxies_loses_nothing(real_cluster, tmp_path, homes):
+@pytest.mark.parametrize("driver", [JAVA, CPP], ids=["java", "cpp"])
+def test_a_rolling_restart_of_two_proxies_loses_nothing(real_cluster, tmp_path, homes, driver):
     """Two proxies behind a balancer; each restarted in turn (out of the balancer, SIGTERM,
     started again on its ports) while a producer sends and a push consumer consumes. Every
     message sent is consumed and no send fails: a send the restart cuts (answered GO_AWAY,
     or its connection closed) is sent again by the client on a new connection, which the
-    balancer opens to the other proxy."""
-    ports = [(free_port(), free_port(), free_port()) for _ in range(2)]  # grpc, remoting, http
-    front = BalancerThread([(f"127.0.0.1:{r}", f"127.0.0.1:{h}") for _, r, h in ports])
-    address = front.start()
+    balancer opens to the other proxy. The C++ client's proxies have a port per broker,
+    each behind a balancer of its own, as its routes name them."""
+    brokers = BROKERS if driver is CPP else ()
+    public = ("remoting", *brokers)  # the proxies' client-facing remoting ports
+    ports = [{name: free_port() for name in ("grpc", "http", *public)} for _ in range(2)]
+    front = BalancerThread(
+        [[(f"127.0.0.1:{p[name]}", f"127.0.0.1:{p['http']}") for p in ports] for name in public]
+    )
+    balanced = dict(zip(public, front.start(), strict=True))
+    address = balanced["remoting"]
     config = tmp_path / "proxy.toml"
-    config.write_text(f'remoting_advertise_address = "{address}"\n')
+    advertised = ", ".join(f'"{b}" = "{balanced[b]}"' for b in brokers)
+    config.write_text(
+        f'remoting_advertise_address = "{address}"\n'
+        f"remoting_broker_advertise_addresses = {{ {advertised} }}\n"
+    )
 
     def start(n: int) -> ProxyProcess:
-        grpc, remoting, http = ports[n]
-        args = ("--config", str(config), "--grpc-port", str(grpc), "--remoting-port",
-                str(remoting), "--http-port", str(http))  # fmt: skip
+        mine = ports[n]
+        args = ["--config", str(config), "--grpc-port", str(mine["grpc"]), "--remoting-port",
+                str(mine["remoting"]), "--http-port", str(mine["http"])]  # fmt: skip
+        for b in brokers:
+            args += ["--remoting-broker-port", f"{b}={mine[b]}"]
         return start_proxy(tmp_path / f"proxy-{n}", (), namesrv=real_cluster.namesrv_address,
-                           extra_args=args)  # fmt: skip
+                           extra_args=tuple(args))  # fmt: skip
 
     proxies = [start(0), start(1)]
     try:
         topic, producer, consumer = fresh(real_cluster, "rm-roll")
         count = 60
-        push = client(
-            address, homes("push"), "push", consumer, topic, "--expect", count, "--seconds", 120
-        )
-        sending = client(
-            address,
-            homes("produce"),
-            "produce",
-            producer,
-            topic,
-            "--count",
-            count,
-            "--interval-ms",
-            250,
-        )
+        push = client(address, homes("push"), "push", consumer, topic, "--expect", count,
+                      "--seconds", 120, driver=driver)  # fmt: skip
+        sending = client(address, homes("produce"), "produce", producer, topic, "--count",
+                         count, "--interval-ms", 250, driver=driver)  # fmt: skip
         for n in range(2):
-            remoting = f"127.0.0.1:{ports[n][1]}"
-            front.balancer.terminating(remoting)
+            front.terminating(n)
             complaint = proxies[n].stop()
             assert complaint is None, f"{complaint}\n{proxies[n].logs()}"
             proxies[n] = start(n)
-            front.balancer.started(remoting)
+            front.started(n)
             # As a rolling update waits for its new pod to be ready before the next one.
             wait_for(
-                functools.partial(front.is_ready, remoting),
+                functools.partial(front.is_ready, n),
                 timeout=10,
-                what=f"the balancer to see {remoting} ready again",
+                what=f"the balancers to see proxy {n} ready again",
             )
         assert sending.proc.poll() is None, "the producer ended before the restarts did"
         sent = sending.result(RESULT_TIMEOUT_S)
@@ -442,3 +469,116 @@ def test_a_tls_client_and_a_plaintext_one_share_the_port(real_cluster, remoting_
         for kind, count in one["remoting"]["front"]["accepted"].items():
             accepted[kind] += count
     assert accepted["tls"] >= 2 and accepted["plaintext"] >= 2, accepted
+
+
+# -- The C++ client --------------------------------------------------------------------------
+#
+# The native C++ client (librocketmq 2.x, through PyPI ``rocketmq`` 0.4.4) never names a
+# broker in its requests: it tells brokers apart by address alone. So it needs a port per
+# broker (``--remoting-broker-port NAME=PORT``): routes name each broker at its own port, and
+# a request goes to the broker of the port it came in on. On the shared port, ours and the
+# Apache proxy refuse its sends alike ("Request doesn't have field bname"): the Apache proxy
+# has no such ports (docs/api.md, "The remoting port").
+
+
+@pytest.fixture(scope="module")
+def broker_ports_proxy(real_cluster, tmp_path_factory):
+    """Our proxy with a remoting port per broker, run as a user runs it (default workers:
+    the supervisor reserves every port, and each worker serves them all)."""
+    ports = [arg for b in BROKERS for arg in ("--remoting-broker-port", f"{b}=0")]
+    proxy = start_proxy(
+        tmp_path_factory.mktemp("broker-ports-proxy"),
+        (),
+        namesrv=real_cluster.namesrv_address,
+        extra_args=("--remoting-port", "0", *ports),
+    )
+    try:
+        yield proxy
+    finally:
+        complaint = proxy.stop()
+    assert complaint is None, f"{complaint}\n{proxy.logs()}"
+
+
+def stored(namesrv: str, topic: str, queues: int = 4) -> dict[str, int]:
+    """How many messages of ``topic`` each broker holds (its queues' max offsets)."""
+    held = {}
+    for broker, address in admin.masters(namesrv).items():
+        total = 0
+        for queue in range(queues):
+            ask = RemotingCommand(
+                RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue)}
+            )
+            answer = admin.admin_call(address, ask)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            total += int(answer.fields["offset"])
+        held[broker] = total
+    return held
+
+
+def test_cpp_sends_reach_both_brokers_and_a_push_consumer_gets_them(
+    real_cluster, broker_ports_proxy, homes
+):
+    address = broker_ports_proxy.remoting
+    topic, producer, consumer = fresh(real_cluster, "cpp-push")
+    sent = client(address, homes("produce"), "produce", producer, topic, "--count", 40, driver=CPP)
+    sent = sent.result(RESULT_TIMEOUT_S)
+    assert sent["errors"] == []
+    assert {m["status"] for m in sent["sent"]} == {"OK"}
+    # The client spreads its sends over every queue of both brokers.
+    assert stored(real_cluster.namesrv_address, topic) == {"broker-a": 20, "broker-b": 20}
+    got = client(address, homes("push"), "push", consumer, topic, "--expect", 40, driver=CPP)
+    got = got.result(RESULT_TIMEOUT_S)
+    assert set(bodies(got)) == {f"m-{i}" for i in range(40)}
+
+
+def test_cpp_orderly_sends_are_consumed_in_order_per_key(real_cluster, broker_ports_proxy, homes):
+    """An orderly producer (each key to its own queue) and an orderly push consumer, which
+    locks its queues on their brokers."""
+    address = broker_ports_proxy.remoting
+    topic, producer, consumer = fresh(real_cluster, "cpp-order")
+    orderly = ("--kind", "orderly", "--order-keys", 4)
+    sent = client(address, homes("produce"), "produce", producer, topic, "--count", 48, *orderly,
+                  driver=CPP).result(RESULT_TIMEOUT_S)  # fmt: skip
+    assert sent["errors"] == []
+    got = client(
+        address, homes("push"), "push", consumer, topic, "--expect", 48, "--orderly", driver=CPP
+    )
+    got = got.result(RESULT_TIMEOUT_S)
+    assert set(bodies(got)) == {f"m-{i}" for i in range(48)}
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for message in got["messages"]:
+        index = int(message["body"].split("-")[1])
+        if index not in by_key[message["key"]]:  # a redelivery repeats, in order
+            by_key[message["key"]].append(index)
+    assert sorted(by_key) == ["k0", "k1", "k2", "k3"]
+    for key, indices in by_key.items():
+        assert indices == sorted(indices), f"{key} out of order: {indices}"
+
+
+def test_cpp_consumes_what_the_java_client_sent_on_broker_ports(
+    real_cluster, broker_ports_proxy, homes
+):
+    """The Java client's 4.x API works on a proxy with broker ports too: its requests name
+    their broker, and routes name each broker at its own port."""
+    address = broker_ports_proxy.remoting
+    topic, producer, consumer = fresh(real_cluster, "cpp-java")
+    sent = client(address, homes("produce"), "produce", producer, topic, "--count", 24)
+    sent = sent.result(RESULT_TIMEOUT_S)
+    assert sent["errors"] == []
+    assert {m["broker"] for m in sent["sent"]} == set(BROKERS)
+    got = client(address, homes("push"), "push", consumer, topic, "--expect", 24, driver=CPP)
+    got = got.result(RESULT_TIMEOUT_S)
+    assert set(bodies(got)) == {f"m-{i}" for i in range(24)}
+
+
+def test_on_the_shared_port_cpp_sends_are_refused_as_by_the_apache_proxy(real_cluster, via, homes):
+    """Without broker ports the C++ client's sends name no broker: both proxies refuse
+    them the same way, and nothing is stored."""
+    topic, producer, _ = fresh(real_cluster, "cpp-shared")
+    producing = client(via, homes("produce"), "produce", producer, topic, "--count", 2, driver=CPP)
+    sent = producing.result(RESULT_TIMEOUT_S)
+    assert len(sent["errors"]) == 2, sent
+    # The client's exception names its last retry's failure; its log, the proxy's answer.
+    log = producing.client_log(producing.home)
+    assert "Request doesn't have field bname, error code:15" in log, log
+    assert stored(real_cluster.namesrv_address, topic) == {"broker-a": 0, "broker-b": 0}

@@ -59,6 +59,16 @@ def test_limits_from_file_and_environment(tmp_path):
         ('[client_metrics]\nmode = "collector"\n', "needs client_metrics.collector"),
         ('[client_metrics]\nforward_to = "collector"\n', "is not host:port"),
         ("[client_metrics]\nmax_label_sets = 0\n", "must be positive"),
+        ("remoting_broker_ports = { broker-a = 9001 }\n", "needs remoting_port"),
+        ("remoting_port = 0\nremoting_broker_ports = { broker-a = 70000 }\n", "port number"),
+        ("remoting_port = 9001\nremoting_broker_ports = { broker-a = 9001 }\n", "of its own"),
+        ("remoting_port = 0\nremoting_broker_ports = { a = 9002, b = 9002 }\n", "of its own"),
+        ('remoting_broker_advertise_addresses = { a = "h:1" }\n', "no remoting_broker_ports"),
+        (
+            "remoting_port = 0\nremoting_broker_ports = { a = 0 }\n"
+            'remoting_broker_advertise_addresses = { a = "h" }\n',
+            "needs host:port",
+        ),
     ],
 )
 def test_bad_configuration_is_refused_with_a_reason(tmp_path, text, message):
@@ -66,6 +76,26 @@ def test_bad_configuration_is_refused_with_a_reason(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load(str(path), env={})
+
+
+def test_broker_ports_from_the_file_the_environment_and_flags(tmp_path):
+    from proxy.config import parse_port_map
+
+    path = tmp_path / "proxy.toml"
+    path.write_text('remoting_port = 8080\nremoting_broker_ports = { "broker-a" = 8091 }\n')
+    assert load(str(path), env={}).remoting_broker_ports == {"broker-a": 8091}
+    env = {"RMQ_PROXY_REMOTING_BROKER_PORTS": "broker-a=8093, broker-b=8094"}
+    config = load(str(path), env=env)
+    assert config.remoting_broker_ports == {"broker-a": 8093, "broker-b": 8094}
+    flags = parse_port_map(["broker-c=0"])  # --remoting-broker-port broker-c=0
+    assert load(str(path), env=env, remoting_broker_ports=flags).remoting_broker_ports == flags
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        parse_port_map(["broker-a:8091"])
+    with pytest.raises(ValueError, match="NAME=PORT"):
+        parse_port_map(["broker-a=lb:8091"])
+    env["RMQ_PROXY_REMOTING_BROKER_ADVERTISE_ADDRESSES"] = "broker-b=lb:18094"
+    config = load(str(path), env=env)
+    assert config.remoting_broker_advertise_addresses == {"broker-b": "lb:18094"}
 
 
 def test_the_example_file_lists_every_setting_with_its_default():

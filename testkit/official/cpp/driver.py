@@ -1,0 +1,127 @@
+"""Drive the native C++ client of RocketMQ (librocketmq 2.x through PyPI ``rocketmq``
+0.4.4) as a test peer of a proxy's remoting port. Runs in .venv-cpp (`make interop-deps`).
+
+Every client is built as an application builds it: a name server address (here the proxy's
+remoting address) and a group, nothing else changed. Output is JSON lines, as the Java
+remoting driver's: {"ready": true} once the client has started, then one result line, then
+exit 0.
+
+  produce --namesrv H:P --group PG --topic T --count N [--kind normal|orderly]
+          [--order-keys K] [--body-prefix P] [--interval-ms W]
+      message i has the body "<P>-<i>" (P default "m"), one every W ms (default at once).
+      orderly: key "k<i mod K>" (K default
+      4), sent with the binding's hashing queue selector on i mod K.
+      -> {"sent": [{"body", "id", "status", "error"}], "errors": [...]}
+  push --namesrv H:P --group G --topic T --expect N [--orderly] [--seconds S]
+      a push consumer (concurrent, or orderly) of every tag of T; stops once N distinct
+      bodies were consumed, or after S seconds (default 60).
+      -> {"messages": [{"body", "key", "queue", "offset", "reconsume", "at_ms"}],
+          "errors": [...]}
+
+The binding's pull consumer is left out: it keeps its offsets by topic and queue id alone,
+so it reads the same queue id of two brokers as one queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+from rocketmq.client import Message, Producer, PushConsumer
+
+
+def emit(line: dict) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def produce(args: argparse.Namespace) -> dict:
+    producer = Producer(args.group)
+    producer.set_namesrv_addr(args.namesrv)
+    producer.start()
+    emit({"ready": True})
+    sent, errors = [], []
+    for i in range(args.count):
+        body = f"{args.body_prefix}-{i}"
+        message = Message(args.topic)
+        message.set_body(body)
+        try:
+            if args.kind == "orderly":
+                message.set_keys(f"k{i % args.order_keys}")
+                result = producer.send_orderly(message, i % args.order_keys)
+            else:
+                result = producer.send_sync(message)
+            sent.append({"body": body, "id": result.msg_id, "status": result.status.name})
+        except Exception as exc:  # the client's own exception types; each is a result
+            sent.append({"body": body, "error": f"{type(exc).__name__}: {exc}"})
+            errors.append(f"{body}: {type(exc).__name__}: {exc}")
+        if args.interval_ms:
+            time.sleep(args.interval_ms / 1000)
+    producer.shutdown()
+    return {"sent": sent, "errors": errors}
+
+
+class Consumed:
+    """The messages consumed, and a wait for N distinct bodies."""
+
+    def __init__(self, expect: int) -> None:
+        self.messages: list[dict] = []
+        self._bodies: set[str] = set()
+        self._expect = expect
+        self._lock = threading.Lock()
+        self.enough = threading.Event()
+
+    def add(self, message) -> None:
+        body = message.body.decode()
+        with self._lock:
+            self.messages.append(
+                {
+                    "body": body,
+                    "key": message.keys.decode() if message.keys else "",
+                    "queue": message.queue_id,
+                    "offset": message.queue_offset,
+                    "reconsume": message.reconsume_times,
+                    "at_ms": int(time.time() * 1000),
+                }
+            )
+            self._bodies.add(body)
+            if len(self._bodies) >= self._expect:
+                self.enough.set()
+
+
+def push(args: argparse.Namespace) -> dict:
+    consumed = Consumed(args.expect)
+    consumer = PushConsumer(args.group, orderly=args.orderly)
+    consumer.set_namesrv_addr(args.namesrv)
+    consumer.subscribe(args.topic, consumed.add)
+    consumer.start()
+    emit({"ready": True})
+    consumed.enough.wait(args.seconds)
+    consumer.shutdown()
+    return {"messages": consumed.messages, "errors": []}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=("produce", "push"))
+    parser.add_argument("--namesrv", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--kind", choices=("normal", "orderly"), default="normal")
+    parser.add_argument("--order-keys", type=int, default=4)
+    parser.add_argument("--body-prefix", default="m")
+    parser.add_argument("--interval-ms", type=int, default=0)
+    parser.add_argument("--expect", type=int, default=0)
+    parser.add_argument("--orderly", action="store_true")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args()
+    result = {"produce": produce, "push": push}[args.command](args)
+    emit(result)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
