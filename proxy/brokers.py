@@ -12,8 +12,9 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import orjson
 
@@ -106,14 +107,23 @@ class TopicRoute:
         ]
 
 
+def master_address(broker: Mapping[str, Any]) -> str | None:
+    """A BrokerData's master address (broker id 0), whether its key was written as a bare
+    number (fastjson) or as a string (standard JSON)."""
+    addresses = broker.get("brokerAddrs") or {}
+    return addresses.get(0) or addresses.get("0") or None
+
+
+def route_masters(route: Mapping[str, Any]) -> dict[str, str]:
+    """A TopicRouteData's master address of each broker, by broker name."""
+    brokers = route.get("brokerDatas") or []
+    return {b["brokerName"]: m for b in brokers if (m := master_address(b))}
+
+
 def parse_route(topic: str, body: bytes) -> TopicRoute:
     """TopicRouteData JSON -> the master brokers serving ``topic``."""
     data = orjson.loads(body)
-    masters = {
-        b["brokerName"]: b["brokerAddrs"].get("0")
-        for b in data.get("brokerDatas", [])
-        if b.get("brokerAddrs", {}).get("0")
-    }
+    masters = route_masters(data)
     brokers = [
         BrokerRoute(
             name=q["brokerName"],

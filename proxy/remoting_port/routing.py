@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 import orjson
 
+from proxy.brokers import master_address, route_masters
 from proxy.remoting import fastjson
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
@@ -138,25 +138,17 @@ def long_poll_s(cmd: RemotingCommand) -> float | None:
     return None
 
 
-def _master(broker: dict[str, Any]) -> str | None:
-    """A BrokerData's master address (broker id 0), whether fastjson wrote its key as a
-    bare number or as a string."""
-    addresses = broker.get("brokerAddrs") or {}
-    return addresses.get(0) or addresses.get("0") or None
-
-
 def route_brokers(body: bytes) -> dict[str, str]:
     """A name server's TopicRouteData -> each broker's master address, by broker name.
     The name server writes fastjson (``{0:"host:port"}``) unless asked for standard JSON."""
-    brokers = fastjson.loads(body).get("brokerDatas", [])
-    return {b["brokerName"]: m for b in brokers if (m := _master(b))}
+    return route_masters(fastjson.loads(body))
 
 
 def cluster_brokers(body: bytes) -> dict[str, str]:
     """A name server's ClusterInfo (GET_BROKER_CLUSTER_INFO) -> each broker's master
     address, by broker name."""
     table = fastjson.loads(body).get("brokerAddrTable") or {}
-    return {name: m for name, b in table.items() if (m := _master(b))}
+    return {name: m for name, b in table.items() if (m := master_address(b))}
 
 
 def rewrite_route(body: bytes, address_of: Callable[[str], str]) -> bytes:
@@ -165,7 +157,7 @@ def rewrite_route(body: bytes, address_of: Callable[[str], str]) -> bytes:
     client reads; fastjson's bare-number keys only old ones do)."""
     data = fastjson.loads(body)
     for broker in data.get("brokerDatas", []):
-        master = _master(broker)
+        master = master_address(broker)
         broker["brokerAddrs"] = {"0": address_of(broker.get("brokerName", ""))} if master else {}
     data["filterServerTable"] = {}
     return orjson.dumps(data)

@@ -4,7 +4,8 @@
 Every client is built as an application builds it: a name server address (here the proxy's
 remoting address) and a group, nothing else changed. Output is JSON lines, as the Java
 remoting driver's: {"ready": true} once the client has started, then one result line, then
-exit 0.
+exit 0. Every command takes --access-key AK --secret-key SK: the client signs each request
+(its ClientRPCHook, the 4.x ACL signature).
 
   produce --namesrv H:P --group PG --topic T --count N [--kind normal|orderly]
           [--order-keys K] [--body-prefix P] [--interval-ms W]
@@ -37,9 +38,20 @@ def emit(line: dict) -> None:
     print(json.dumps(line), flush=True)
 
 
+# The binding's third credential: the channel the client names in each request (OnsChannel).
+CHANNEL = "LOCAL"
+
+
+def configured(client, args: argparse.Namespace):
+    """``client`` (a producer or consumer) with the name server and any credentials."""
+    client.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        client.set_session_credentials(args.access_key, args.secret_key, CHANNEL)
+    return client
+
+
 def produce(args: argparse.Namespace) -> dict:
-    producer = Producer(args.group)
-    producer.set_namesrv_addr(args.namesrv)
+    producer = configured(Producer(args.group), args)
     producer.start()
     emit({"ready": True})
     sent, errors = [], []
@@ -93,8 +105,7 @@ class Consumed:
 
 def push(args: argparse.Namespace) -> dict:
     consumed = Consumed(args.expect)
-    consumer = PushConsumer(args.group, orderly=args.orderly)
-    consumer.set_namesrv_addr(args.namesrv)
+    consumer = configured(PushConsumer(args.group, orderly=args.orderly), args)
     consumer.subscribe(args.topic, consumed.add)
     consumer.start()
     emit({"ready": True})
@@ -117,6 +128,8 @@ def main() -> None:
     parser.add_argument("--expect", type=int, default=0)
     parser.add_argument("--orderly", action="store_true")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--access-key")
+    parser.add_argument("--secret-key")
     args = parser.parse_args()
     result = {"produce": produce, "push": push}[args.command](args)
     emit(result)
