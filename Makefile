@@ -291,7 +291,18 @@ $(REMOTING_CLIENT_STAMP): $(REMOTING_CLIENT_DIR)/pom.xml $(wildcard $(REMOTING_C
 .PHONY: rocketmq-java-remoting-client
 rocketmq-java-remoting-client: $(REMOTING_CLIENT_STAMP)
 
-rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP) $(REMOTING_CLIENT_STAMP)
+# The Go client (rocketmq-client-go v2) as a driver of the remoting-port tests
+# (rocketmq_local/go-remoting-client), built from its go.sum with the machine's Go.
+GO ?= go
+GO_CLIENT_DIR := rocketmq_local/go-remoting-client
+GO_CLIENT_BIN := $(RMQ_CACHE)/go-remoting-client/driver
+
+$(GO_CLIENT_BIN): $(GO_CLIENT_DIR)/go.mod $(GO_CLIENT_DIR)/go.sum $(GO_CLIENT_DIR)/main.go
+	@command -v $(GO) >/dev/null || { echo "rocketmq-go-remoting-client: Go ($(GO)) is required" >&2; exit 1; }
+	cd $(GO_CLIENT_DIR) && $(GO) build -o $(abspath $@) . \
+		|| { echo "rocketmq-go-remoting-client: could not build the Go client driver (see above)" >&2; exit 1; }
+
+rocketmq: $(RMQ_STAMP) $(JAVA_CLIENT_STAMP) $(REMOTING_CLIENT_STAMP) $(GO_CLIENT_BIN)
 
 # --- Interop harness: the official RocketMQ 5 clients as separate processes (tests/interop) ---
 # The Python client gets its own virtualenv: it bundles generated apache.rocketmq.v2

@@ -3,7 +3,8 @@ JSON lines: ``JAVA``, the official Java client's remoting API (rocketmq-client 5
 DefaultMQProducer, TransactionMQProducer, DefaultMQPushConsumer, DefaultLitePullConsumer;
 ``rocketmq_local/java-remoting-client``, built by ``make rocketmq``), and ``CPP``, the
 native C++ client (librocketmq through PyPI ``rocketmq`` 0.4.4; ``testkit/official/cpp``,
-its interpreter .venv-cpp made by ``make interop-deps``).
+its interpreter .venv-cpp made by ``make interop-deps``), and ``GO``, the Go client
+(rocketmq-client-go v2; ``rocketmq_local/go-remoting-client``, built by ``make rocketmq``).
 
 A consumer runs in the background (``start``) and says when it has started; ``result``
 waits for its one JSON line. A producer runs to its end (``run``).
@@ -28,6 +29,7 @@ JAVA_JAR = JAVA_DIR / "interop-java-remoting-client.jar"
 JAVA_MAIN = "interop.RemotingClient"
 CPP_PYTHON = REPO / ".venv-cpp" / "bin" / "python"
 CPP_DRIVER = Path(__file__).parent / "cpp" / "driver.py"
+GO_BINARY = REPO / ".cache" / "rocketmq" / "go-remoting-client" / "driver"
 READY_TIMEOUT_S = 30.0
 
 
@@ -136,5 +138,16 @@ class Driver:
         return self.start(home, *args).result(timeout_s)
 
 
+def _go_command(home: Path) -> list[str]:
+    if not GO_BINARY.exists():
+        raise AssertionError(f"{GO_BINARY} is missing: run `make rocketmq`")
+    return [str(GO_BINARY)]
+
+
+def _go_log(home: Path) -> str:
+    return tail(home / "logs" / "rocketmq-go.log")
+
+
 JAVA = Driver(_java_command, _java_log)
 CPP = Driver(_cpp_command, _cpp_log)
+GO = Driver(_go_command, _go_log)

@@ -1,6 +1,7 @@
 """The official Java client's remoting API (rocketmq-client 5.5.0, the API of the 4.x
-clients) and the native C++ client through the proxy's remoting port, on real RocketMQ
-5.5.0 brokers; and the same through the Apache proxy's remoting port, the peer.
+clients), the native C++ client and the Go client through the proxy's remoting port, on
+real RocketMQ 5.5.0 brokers; and the same through the Apache proxy's remoting port, the
+peer.
 
 Every client is built as an application builds it: its name server address is the proxy's
 remoting port, and nothing else is set but the group and, for consumers, where a new group
@@ -28,7 +29,7 @@ from rocketmq_local import admin
 from rocketmq_local.launcher import mqadmin
 from testkit.balancer import Balancer
 from testkit.official.harness import ProxyProcess, start_proxy
-from testkit.official.remoting_driver import CPP, JAVA, Driver
+from testkit.official.remoting_driver import CPP, GO, JAVA, Driver
 from testkit.waits import wait_for
 from tests.support.ports import free_port
 
@@ -102,6 +103,19 @@ def bodies(result: dict) -> list[str]:
     return [m["body"] for m in result["messages"]]
 
 
+def assert_in_order_per_key(got: dict, keys: int = 4) -> None:
+    """Each key's messages (an orderly producer's ``m-<i>``, key ``k<i mod keys>``) were
+    first consumed in the order sent."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for message in got["messages"]:
+        index = int(message["body"].split("-")[1])
+        if index not in by_key[message["key"]]:  # a redelivery repeats, in order
+            by_key[message["key"]].append(index)
+    assert sorted(by_key) == [f"k{k}" for k in range(keys)]
+    for key, indices in by_key.items():
+        assert indices == sorted(indices), f"{key} out of order: {indices}"
+
+
 def test_a_push_consumer_gets_every_message_a_producer_sends(real_cluster, via, homes):
     topic, producer, consumer = fresh(real_cluster, "rm-push")
     push = client(via, homes("push"), "push", consumer, topic, "--expect", 40)
@@ -147,14 +161,7 @@ def test_an_orderly_consumer_gets_each_key_in_the_order_sent(real_cluster, via, 
     got = push.result(RESULT_TIMEOUT_S)
     assert sent["errors"] == [] and got["errors"] == []
     assert set(bodies(got)) == {f"m-{i}" for i in range(48)}
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for message in got["messages"]:
-        index = int(message["body"].split("-")[1])
-        if index not in by_key[message["key"]]:  # a redelivery repeats, in order
-            by_key[message["key"]].append(index)
-    assert sorted(by_key) == ["k0", "k1", "k2", "k3"]
-    for key, indices in by_key.items():
-        assert indices == sorted(indices), f"{key} out of order: {indices}"
+    assert_in_order_per_key(got)
 
 
 def test_broadcasting_consumers_each_get_every_message(real_cluster, via, homes):
@@ -430,11 +437,12 @@ def test_a_user_of_the_users_file_signs_with_the_4x_acl_hook(real_cluster, tmp_p
         topic, producer, consumer = fresh(real_cluster, "rm-acl")
         push = cpp(homes("cpp-push"), "push", consumer, topic, "--expect", 5, *alice)
         sent = cpp(homes("cpp-produce"), "produce", producer, topic, "--count", 5, *alice)
-        assert sent.result(RESULT_TIMEOUT_S)["errors"] == []
+        assert sent.result(RESULT_TIMEOUT_S)["errors"] == [] and cpp_refusals(sent) == []
         assert set(bodies(push.result(RESULT_TIMEOUT_S))) == {f"m-{i}" for i in range(5)}
         refused = cpp(homes("cpp-refused"), "produce", producer, read_only, "--count", 1, *alice)
         assert len(refused.result(RESULT_TIMEOUT_S)["errors"]) == 1
-        assert "error code:16" in refused.client_log(refused.home)
+        refusals = cpp_refusals(refused)
+        assert refusals and all("error code:16" in r for r in refusals), refusals
     finally:
         complaint = proxy.stop()
     assert complaint is None, f"{complaint}\n{proxy.logs()}"
@@ -482,6 +490,34 @@ def test_a_tls_client_and_a_plaintext_one_share_the_port(real_cluster, remoting_
     assert accepted["tls"] >= 2 and accepted["plaintext"] >= 2, accepted
 
 
+# -- The Go client ---------------------------------------------------------------------------
+#
+# The Go client (rocketmq-client-go v2) names its broker in each request (``bname``, ``n``),
+# as the Java client does: it is served on the shared port, by ours and the Apache proxy.
+
+
+def test_the_go_client_sends_to_both_brokers_and_consumes_everything(real_cluster, via, homes):
+    topic, producer, consumer = fresh(real_cluster, "go-push")
+    sent = client(via, homes("produce"), "produce", producer, topic, "--count", 40, driver=GO)
+    sent = sent.result(RESULT_TIMEOUT_S)
+    assert sent["errors"] == []
+    assert {m["broker"] for m in sent["sent"]} == set(BROKERS)
+    got = client(via, homes("push"), "push", consumer, topic, "--expect", 40, driver=GO)
+    assert set(bodies(got.result(RESULT_TIMEOUT_S))) == {f"m-{i}" for i in range(40)}
+
+
+def test_the_go_client_consumes_each_key_in_order(real_cluster, via, homes):
+    topic, producer, consumer = fresh(real_cluster, "go-order")
+    orderly = ("--kind", "orderly", "--order-keys", 4)
+    sent = client(via, homes("produce"), "produce", producer, topic, "--count", 32, *orderly,
+                  driver=GO).result(RESULT_TIMEOUT_S)  # fmt: skip
+    assert sent["errors"] == []
+    got = client(via, homes("push"), "push", consumer, topic, "--expect", 32, "--orderly",
+                 driver=GO).result(RESULT_TIMEOUT_S)  # fmt: skip
+    assert set(bodies(got)) == {f"m-{i}" for i in range(32)}
+    assert_in_order_per_key(got)
+
+
 # -- The C++ client --------------------------------------------------------------------------
 #
 # The native C++ client (librocketmq 2.x, through PyPI ``rocketmq`` 0.4.4) never names a
@@ -526,14 +562,24 @@ def stored(namesrv: str, topic: str, queues: int = 4) -> dict[str, int]:
     return held
 
 
+def cpp_refusals(producer) -> list[str]:
+    """What refused a C++ producer's sends, from its log: the answers of the proxy or a
+    broker. (A send the client fails before sending, at its start, is tried again by the
+    driver; see testkit/official/cpp/driver.py.)"""
+    logs = sorted((producer.home / "logs" / "rocketmq-cpp").glob("*.log.*"))
+    lines = (line for log in logs for line in log.read_text(errors="replace").splitlines())
+    return [line for line in lines if "processSendResponse error" in line]
+
+
 def test_cpp_sends_reach_both_brokers_and_a_push_consumer_gets_them(
     real_cluster, broker_ports_proxy, homes
 ):
     address = broker_ports_proxy.remoting
     topic, producer, consumer = fresh(real_cluster, "cpp-push")
-    sent = client(address, homes("produce"), "produce", producer, topic, "--count", 40, driver=CPP)
-    sent = sent.result(RESULT_TIMEOUT_S)
-    assert sent["errors"] == []
+    producing = client(address, homes("produce"), "produce", producer, topic, "--count", 40,
+                       driver=CPP)  # fmt: skip
+    sent = producing.result(RESULT_TIMEOUT_S)
+    assert sent["errors"] == [] and cpp_refusals(producing) == []
     assert {m["status"] for m in sent["sent"]} == {"OK"}
     # The client spreads its sends over the queues of both brokers (about evenly: a send
     # it retries goes to the next queue).
@@ -551,22 +597,16 @@ def test_cpp_orderly_sends_are_consumed_in_order_per_key(real_cluster, broker_po
     address = broker_ports_proxy.remoting
     topic, producer, consumer = fresh(real_cluster, "cpp-order")
     orderly = ("--kind", "orderly", "--order-keys", 4)
-    sent = client(address, homes("produce"), "produce", producer, topic, "--count", 48, *orderly,
-                  driver=CPP).result(RESULT_TIMEOUT_S)  # fmt: skip
-    assert sent["errors"] == []
+    producing = client(address, homes("produce"), "produce", producer, topic, "--count", 48,
+                       *orderly, driver=CPP)  # fmt: skip
+    assert producing.result(RESULT_TIMEOUT_S)["errors"] == []
+    assert cpp_refusals(producing) == []
     got = client(
         address, homes("push"), "push", consumer, topic, "--expect", 48, "--orderly", driver=CPP
     )
     got = got.result(RESULT_TIMEOUT_S)
     assert set(bodies(got)) == {f"m-{i}" for i in range(48)}
-    by_key: dict[str, list[int]] = defaultdict(list)
-    for message in got["messages"]:
-        index = int(message["body"].split("-")[1])
-        if index not in by_key[message["key"]]:  # a redelivery repeats, in order
-            by_key[message["key"]].append(index)
-    assert sorted(by_key) == ["k0", "k1", "k2", "k3"]
-    for key, indices in by_key.items():
-        assert indices == sorted(indices), f"{key} out of order: {indices}"
+    assert_in_order_per_key(got)
 
 
 def test_cpp_consumes_what_the_java_client_sent_on_broker_ports(
@@ -593,6 +633,7 @@ def test_on_the_shared_port_cpp_sends_are_refused_as_by_the_apache_proxy(real_cl
     sent = producing.result(RESULT_TIMEOUT_S)
     assert len(sent["errors"]) == 2, sent
     # The client's exception names its last retry's failure; its log, the proxy's answer.
-    log = producing.client_log(producing.home)
-    assert "Request doesn't have field bname, error code:15" in log, log
+    refusals = cpp_refusals(producing)
+    assert refusals, producing.client_log(producing.home)
+    assert all("Request doesn't have field bname, error code:15" in r for r in refusals)
     assert stored(real_cluster.namesrv_address, topic) == {"broker-a": 0, "broker-b": 0}
