@@ -50,7 +50,7 @@ from proxy.processor.transaction import TransactionProcessor
 from proxy.receive.engine import ReceiveEngine
 from proxy.remoting_port.port import RemotingPort
 from proxy.security.config import TlsMode
-from proxy.security.front import TlsFront, Transport, peer_address
+from proxy.security.front import TlsFront, Transport
 from proxy.security.runtime import SecurityRuntime
 from proxy.security.self_signed import proxy_hosts
 
@@ -461,17 +461,12 @@ class ProxyApp:
             await self._stop_remoting()
             raise RuntimeError(f"remoting port: {exc}") from exc
         if self.remoting_fronts:
-            port.address_of = self._remoting_client_address
+            fronts = list(self.remoting_fronts)
+            port.address_of = lambda peer: next(
+                (f.address_of(peer) for f in fronts if f.relays(peer)), fronts[0].address_of(peer)
+            )
         self.remoting_port = bound
         port.serving(config.grpc_host, bound, self.remoting_broker_ports)
-
-    def _remoting_client_address(self, peer: str) -> str:
-        """The client behind a connection of the remoting port: the one its front's relay
-        serves (each public port has a front of its own)."""
-        for front in self.remoting_fronts:
-            if front.relays(peer):
-                return front.address_of(peer)
-        return peer_address(peer)
 
     async def _remoting_listener(self, port: RemotingPort, wanted: int, broker: str | None) -> int:
         """One public port of the remoting port (the shared one, or ``broker``'s own): the

@@ -151,9 +151,9 @@ class RemotingPort:
         self.port = port
         if not self.advertise:
             self.advertise = f"{host}:{port}"
-        advertised_host = self.advertise.rpartition(":")[0]
+        host = self.advertise.rpartition(":")[0]
         for name, bound in (broker_ports or {}).items():
-            self._broker_advertise.setdefault(name, f"{advertised_host}:{bound}")
+            self._broker_advertise.setdefault(name, f"{host}:{bound}")
 
     @property
     def broker_ports(self) -> dict[str, str]:

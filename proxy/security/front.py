@@ -142,21 +142,25 @@ class TlsFront:
     def client_of(self, peer: str) -> str:
         """The client behind a gRPC peer (``ipv4:127.0.0.1:<relay port>``); a peer no relay
         opened as it is."""
-        port = _peer_port(peer)
-        return self._clients.get(port, peer) if port is not None else peer
+        port = peer.rpartition(":")[2]
+        return self._clients.get(int(port), peer) if port.isdigit() else peer
 
     def relays(self, peer: str) -> bool:
         """Whether ``peer`` is one of this front's relays (several fronts serve one server
         when a proxy has several public ports)."""
-        return _peer_port(peer) in self._clients
+        port = peer.rpartition(":")[2]
+        return port.isdigit() and int(port) in self._clients
 
     def address_of(self, peer: str) -> str:
         """The client's address behind a gRPC peer, as the Apache proxy writes a remote
         address: the PROXY header's ``host:port`` if one named it, else the connection's
         (``1.2.3.4:5678``, ``[::1]:5678``)."""
-        port = _peer_port(peer)
-        origin = self._origins.get(port) if port is not None else None
-        return origin if origin is not None else peer_address(self.client_of(peer))
+        port = peer.rpartition(":")[2]
+        if port.isdigit():
+            origin = self._origins.get(int(port))
+            if origin is not None:
+                return origin
+        return peer_address(self.client_of(peer))
 
     def stop_accepting(self) -> None:
         """New connections are refused by the kernel from now on; open ones go on."""
@@ -261,12 +265,6 @@ class TlsFront:
 
     def _gone(self, relay: _Relay) -> None:
         self._closing.discard(relay)
-
-
-def _peer_port(peer: str) -> int | None:
-    """The port that ends a peer's name (a relay's own loopback port), if it ends in one."""
-    port = peer.rpartition(":")[2]
-    return int(port) if port.isdigit() else None
 
 
 def peer_address(peer: str) -> str:

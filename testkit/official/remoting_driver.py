@@ -1,13 +1,10 @@
 """The clients of the remoting port as processes, each run by a driver that speaks the same
-JSON lines:
-
-- ``JAVA``, the official Java client's remoting API (rocketmq-client 5.5.0:
-  DefaultMQProducer, TransactionMQProducer, DefaultMQPushConsumer, DefaultLitePullConsumer;
-  ``rocketmq_local/java-remoting-client``, built by ``make rocketmq``);
-- ``CPP``, the native C++ client (librocketmq through PyPI ``rocketmq`` 0.4.4;
-  ``testkit/official/cpp``, its interpreter .venv-cpp made by ``make interop-deps``);
-- ``GO``, the Go client (rocketmq-client-go v2; ``rocketmq_local/go-remoting-client``,
-  built by ``make rocketmq``).
+JSON lines: ``JAVA``, the official Java client's remoting API (rocketmq-client 5.5.0:
+DefaultMQProducer, TransactionMQProducer, DefaultMQPushConsumer, DefaultLitePullConsumer;
+``rocketmq_local/java-remoting-client``, built by ``make rocketmq``), and ``CPP``, the
+native C++ client (librocketmq through PyPI ``rocketmq`` 0.4.4; ``testkit/official/cpp``,
+its interpreter .venv-cpp made by ``make interop-deps``), and ``GO``, the Go client
+(rocketmq-client-go v2; ``rocketmq_local/go-remoting-client``, built by ``make rocketmq``).
 
 A consumer runs in the background (``start``) and says when it has started; ``result``
 waits for its one JSON line. A producer runs to its end (``run``).
@@ -54,14 +51,10 @@ def _cpp_command(home: Path) -> list[str]:
     return [str(CPP_PYTHON), str(CPP_DRIVER)]
 
 
-def cpp_logs(home: Path) -> list[Path]:
-    """The C++ client's log files: librocketmq writes
-    $HOME/logs/rocketmq-cpp/<pid>_rocketmq-cpp.log.0 (HOME is the driver's ``home``)."""
-    return sorted((home / "logs" / "rocketmq-cpp").glob("*.log.*"))
-
-
 def _cpp_log(home: Path) -> str:
-    return "\n".join(tail(log) for log in cpp_logs(home)) or "(no client log)"
+    # librocketmq writes $HOME/logs/rocketmq-cpp/<pid>_rocketmq-cpp.log.0 (HOME is ``home``).
+    logs = sorted((home / "logs" / "rocketmq-cpp").glob("*.log.*"))
+    return "\n".join(tail(log) for log in logs) or "(no client log)"
 
 
 @dataclass
@@ -71,7 +64,7 @@ class RemotingClient:
     args: list[str]
     home: Path
     proc: subprocess.Popen[str] = field(repr=False)
-    log_of: Callable[[Path], str] = field(repr=False)  # the client's log, by home
+    client_log: Callable[[Path], str] = field(repr=False)
     lines: list[dict] = field(default_factory=list)
     _ready: threading.Event = field(default_factory=threading.Event)
     _done: threading.Event = field(default_factory=threading.Event)
@@ -110,11 +103,7 @@ class RemotingClient:
 
     def diagnostics(self) -> str:
         err = tail(self.home / "stderr.log", LOG_TAIL)
-        return f"--- stderr ---\n{err}\n--- client log ---\n{self.client_log()}"
-
-    def client_log(self) -> str:
-        """The tail of the client's own log."""
-        return self.log_of(self.home)
+        return f"--- stderr ---\n{err}\n--- client log ---\n{self.client_log(self.home)}"
 
 
 @dataclass(frozen=True)

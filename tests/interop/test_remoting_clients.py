@@ -29,7 +29,7 @@ from rocketmq_local import admin
 from rocketmq_local.launcher import mqadmin
 from testkit.balancer import Balancer
 from testkit.official.harness import ProxyProcess, start_proxy
-from testkit.official.remoting_driver import CPP, GO, JAVA, Driver, cpp_logs
+from testkit.official.remoting_driver import CPP, GO, JAVA, Driver
 from testkit.waits import wait_for
 from tests.support.ports import free_port
 
@@ -566,7 +566,7 @@ def cpp_refusals(producer) -> list[str]:
     """What refused a C++ producer's sends, from its log: the answers of the proxy or a
     broker. (A send the client fails before sending, at its start, is tried again by the
     driver; see testkit/official/cpp/driver.py.)"""
-    logs = cpp_logs(producer.home)
+    logs = sorted((producer.home / "logs" / "rocketmq-cpp").glob("*.log.*"))
     lines = (line for log in logs for line in log.read_text(errors="replace").splitlines())
     return [line for line in lines if "processSendResponse error" in line]
 
@@ -634,6 +634,6 @@ def test_on_the_shared_port_cpp_sends_are_refused_as_by_the_apache_proxy(real_cl
     assert len(sent["errors"]) == 2, sent
     # The client's exception names its last retry's failure; its log, the proxy's answer.
     refusals = cpp_refusals(producing)
-    assert refusals, producing.client_log()
+    assert refusals, producing.client_log(producing.home)
     assert all("Request doesn't have field bname, error code:15" in r for r in refusals)
     assert stored(real_cluster.namesrv_address, topic) == {"broker-a": 0, "broker-b": 0}
