@@ -56,6 +56,12 @@ if TYPE_CHECKING:
     from rocketmq_local.launcher import RealCluster
 
 TOPIC, GROUP = "SoakTopic", "SoakGroup"
+# Checks of an open half message before its broker discards it (transactionCheckMax). At
+# the default, 15, and the soak's check every second, a producer out of reach for 15 s
+# loses its orphans, and the soak's network cuts last up to 18.5 s (one did so in CI). 60
+# keep a half message about a minute, still short of a default cluster's 15 checks 30 s
+# apart (7.5 minutes). Every other test runs the brokers at the default.
+TRANSACTION_CHECK_MAX = 60
 FAULTS = ("proxy", "broker", "stop", "namesrv", "client")
 INVISIBLE_MS = 10_000
 # The longest one fault may take: the official soak's rolling restart of three proxies,
@@ -168,7 +174,11 @@ class Cluster:
         if self.backend == "real":
             from rocketmq_local.launcher import RealCluster
 
-            real = self.real = await asyncio.to_thread(RealCluster.start, 3)
+            real = self.real = await asyncio.to_thread(
+                RealCluster.start,
+                3,
+                broker_conf={"transactionCheckMax": str(TRANSACTION_CHECK_MAX)},
+            )
             self.namesrv_port = real.namesrv_port
         else:
             self.namesrv_port = free_port_block()
@@ -218,6 +228,8 @@ class Cluster:
             str(port),
             "--namesrv",
             self.namesrv,
+            "--transaction-check-max",
+            str(TRANSACTION_CHECK_MAX),
             "--log-level",
             "error",
         )

@@ -79,6 +79,13 @@ def broker_main(argv: list[str] | None = None) -> None:
         default=16,
         help="retryMaxTimes of groups not created explicitly (default 16)",
     )
+    parser.add_argument(
+        "--transaction-check-max",
+        type=int,
+        default=BrokerConfig.transaction_check_max,
+        help="checks of an open half message before it is discarded (transactionCheckMax, "
+        "default 15)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     _logging(args.log_level)
@@ -96,6 +103,7 @@ def broker_main(argv: list[str] | None = None) -> None:
             auto_create_topics=not args.no_auto_create_topics,
             register_interval=args.register_interval,
             max_reconsume_times=args.max_reconsume_times,
+            transaction_check_max=args.transaction_check_max,
         )
     )
     run_until_signalled(

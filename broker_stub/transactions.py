@@ -7,7 +7,9 @@ One left open longer than ``transaction_timeout_ms`` (or its own
 CHECK_IMMUNITY_TIME_IN_SECONDS) is checked: every ``transaction_check_interval_ms`` a
 CHECK_TRANSACTION_STATE goes, one-way, to a connection whose last HEART_BEAT named the
 message's producer group (``PGROUP``); after ``transaction_check_max`` checks the message
-is dropped, as RocketMQ discards it.
+is dropped, as RocketMQ discards it. Each check counts, whether a producer could be asked or
+not, and a message committed after checks carries ``TRANSACTION_CHECK_TIMES``: the number of
+the check it was ended on.
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ class TransactionService:
         if header.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
             msg = dataclasses.replace(entry.message, properties=dict(entry.message.properties))
             msg.properties.pop(Prop.TRANSACTION_PREPARED, None)
+            if entry.checks:  # as RocketMQ: the committed message says which check ended it
+                msg.properties[Prop.TRANSACTION_CHECK_TIMES] = str(entry.checks)
             msg.sys_flag &= ~TRANSACTION_PREPARED_TYPE
             self.scheduler.put(msg)
         return True

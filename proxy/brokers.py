@@ -21,7 +21,13 @@ import orjson
 from proxy.background import shared_lookup
 from proxy.message_types import MessageType, topic_message_type
 from proxy.remoting.broker_client import BrokerClient, CallObserver
-from proxy.remoting.client import RemotingClient, RemotingError, RequestHook, ServerHandler
+from proxy.remoting.client import (
+    RemotingClient,
+    RemotingError,
+    RequestHook,
+    ServerAnswer,
+    ServerHandler,
+)
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 
@@ -361,11 +367,22 @@ class BrokerPool:
         self, name: str, address: str, server_handler: ServerHandler | None = None
     ) -> BrokerClient:
         """A connection of its own to broker ``name`` at ``address``, signed and observed as
-        the pool's are, whose broker requests go to ``server_handler``
-        (``processor/registrations.py``); the caller closes it."""
+        the pool's are; the caller closes it.
+
+        A broker sends a request to any connection that named the group it concerns: a
+        transaction check to whichever of a producer group's channels is next. So the
+        codes the pool serves (``serve``) are served here too, and the rest go to
+        ``server_handler`` (``processor/registrations.py``)."""
+
+        def on_request(cmd: RemotingCommand) -> ServerAnswer:
+            handler = self._served.get(cmd.code)
+            if handler is not None:
+                return handler(name, cmd)
+            return None if server_handler is None else server_handler(cmd)
+
         return BrokerClient(
             name, address, observer=self._observer, request_hook=self._request_hook,
-            server_handler=server_handler,
+            server_handler=on_request,
         )  # fmt: skip
 
     def broker(self, name: str) -> BrokerClient | None:

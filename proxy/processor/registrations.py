@@ -18,6 +18,10 @@ per group on its slot's connections. A slot nobody uses is closed, and with it t
 brokers forget whatever it still named. Each proxy of a fleet registers over its own
 connections, so one proxy never undoes what another registered.
 
+A broker sends a producer group's transaction checks to any connection that named the
+group, a slot's among them: the pool hands those to the transaction processor
+(``BrokerPool.extra_connection``), as it does on its own connections.
+
 A broker also asks a registered consumer for its running info on that connection (``mqadmin
 consumerStatus``, the dashboard's consumer detail): the proxy answers for the client with
 what it knows of it (its kind, version, start time and subscriptions; no process queues,
@@ -406,7 +410,8 @@ class Registrations:
     def on_broker_request(
         self, cmd: RemotingCommand
     ) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand] | None:
-        """A broker's request to one of the registered clients, on a slot's connection."""
+        """A broker's request to one of the registered clients, on a slot's connection
+        (the pool's own codes, a transaction check among them, never come here)."""
         fields = cmd.ext_fields or {}
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             client = self._clients.get(fields.get("clientId", ""))

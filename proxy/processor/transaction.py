@@ -16,12 +16,20 @@ i.e. to a proxy with a live producer of that group, and that proxy writes it to 
 streams for the group. When a proxy dies its broker connections close, the brokers forget
 it, and their next check of the same half message goes to another proxy that named the
 group (brokers check again every ``transactionCheckInterval`` until ``transactionCheckMax``).
+
+A broker picks one of the channels that named the group, in turn, for each check; with
+registrations on, a producer's slot connection (``processor/registrations.py``) names its
+group as well. So every connection the pool makes hands its checks here
+(``BrokerPool.extra_connection``): a check that reached this proxy on any of them goes to a
+producer, and each check's outcome is counted (``CheckOutcome``, on /metrics as
+``rocketmq_proxy_transaction_checks_total``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
 import logging
 from collections.abc import Callable
@@ -61,6 +69,14 @@ class TransactionCheck:
 CheckSink = Callable[[TransactionCheck], bool]
 
 
+class CheckOutcome(enum.StrEnum):
+    """What became of a broker's transaction check on this proxy."""
+
+    RELAYED = "relayed"  # written to a producer stream of the message's group
+    NO_PRODUCER = "no_producer"  # no stream of the group here took it
+    UNREADABLE = "unreadable"  # a header or body the proxy could not read
+
+
 class TransactionProcessor:
     def __init__(
         self,
@@ -68,7 +84,9 @@ class TransactionProcessor:
         client_id: str,
         heartbeat_s: float = 10.0,
         broker_timeout_s: float = 3.0,
+        on_check: Callable[[CheckOutcome], None] | None = None,
     ) -> None:
+        """``on_check`` is told the outcome of every check a broker sent (the metric)."""
         self.pool = pool
         self.client_id = client_id
         self.heartbeat_s = heartbeat_s
@@ -78,8 +96,8 @@ class TransactionProcessor:
         self._turn = itertools.count()
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.checks_delivered = 0
-        self.checks_dropped = 0
+        self.checks: dict[CheckOutcome, int] = dict.fromkeys(CheckOutcome, 0)
+        self._on_check = on_check
 
     def start(self) -> None:
         self.pool.serve(RequestCode.CHECK_TRANSACTION_STATE, self.on_broker_request)
@@ -169,9 +187,12 @@ class TransactionProcessor:
             header = CheckTransactionStateHeader.decode(cmd.ext_fields)
             messages = decode_messages(cmd.body)
         except (HeaderError, ValueError) as exc:
+            self._count(CheckOutcome.UNREADABLE)
             log.warning("bad CHECK_TRANSACTION_STATE from %s: %s", broker, exc)
             return None
         if not messages:
+            self._count(CheckOutcome.UNREADABLE)
+            log.warning("CHECK_TRANSACTION_STATE from %s carried no message", broker)
             return None
         message = messages[0]
         group = message.properties.get(Prop.PRODUCER_GROUP, "")
@@ -191,11 +212,16 @@ class TransactionProcessor:
         start = next(self._turn)
         for i in range(len(sinks)):
             if sinks[(start + i) % len(sinks)](check):
-                self.checks_delivered += 1
+                self._count(CheckOutcome.RELAYED)
                 return True
-        self.checks_dropped += 1
+        self._count(CheckOutcome.NO_PRODUCER)
         log.info("no producer of %r on this proxy for a transaction check", check.group)
         return False
+
+    def _count(self, outcome: CheckOutcome) -> None:
+        self.checks[outcome] += 1
+        if self._on_check is not None:
+            self._on_check(outcome)
 
     async def end(
         self,

@@ -34,9 +34,8 @@ RequestHook = Callable[[RemotingCommand], None]
 
 # Called with every request a peer sends us; returns the response of a two-way request, or
 # None (not supported, or nothing to answer for a one-way request).
-ServerHandler = Callable[
-    [RemotingCommand], RemotingCommand | Coroutine[Any, Any, RemotingCommand] | None
-]
+ServerAnswer = RemotingCommand | Coroutine[Any, Any, RemotingCommand] | None
+ServerHandler = Callable[[RemotingCommand], ServerAnswer]
 # How long a handler's answer that needs awaiting may take (a client asked over its stream).
 ANSWER_TIMEOUT_S = 10.0
 

@@ -134,6 +134,10 @@ async def test_open_half_message_is_checked_with_its_producer_group(backend):
         )
         [msg] = (await pop_eventually(producer, group, topic)).messages
         assert msg.properties[Prop.UNIQ_KEY] == sent.msg_id
+        # The committed message keeps the number of the check it was ended on: the proxy's
+        # tests read it to tell a first check answered from a lost one.
+        assert half.properties[Prop.TRANSACTION_CHECK_TIMES] == "1"
+        assert msg.properties[Prop.TRANSACTION_CHECK_TIMES] == "1"
     finally:
         await producer.close()
 
