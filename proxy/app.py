@@ -135,7 +135,8 @@ class ProxyApp:
         self._undo = AsyncExitStack()
 
         rc = config.receive
-        self.metrics = ProxyMetrics()
+        # With workers, the supervisor's multiprocess directory: where the live gauges go.
+        self.metrics = ProxyMetrics(directory=os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         self.collections = FullCollections(config.gc_full_collection_s, self.metrics)
         self.events = (
             EventLog(
@@ -172,7 +173,6 @@ class ProxyApp:
             self.pool,
             client_id=f"rmq-notify-proxy@{config.proxy_id}",
             broker_timeout_s=rc.broker_timeout_s,
-            on_check=self.metrics.transaction_check,
         )
         fleet = config.fleet
         self.fleet = (

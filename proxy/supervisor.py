@@ -40,6 +40,7 @@ import aiohttp
 from proxy.config import ProxyConfig
 from proxy.embedded import EmbeddedBrokers, fronting, start_embedded_brokers
 from proxy.observability.client_totals import STORE_FILE, ClientHistograms
+from proxy.observability.live_gauges import FILES_GLOB as LIVE_GAUGE_FILES
 from proxy.observability.metrics import GroupMetrics
 from proxy.observability.ops import OpsServer
 from proxy.security.self_signed import SelfSigned, make_self_signed, proxy_hosts
@@ -92,10 +93,10 @@ def reserve_port(host: str, port: int) -> socket.socket:
 
 
 def _clear_metrics_dir(directory: str) -> None:
-    """Remove the files of an earlier run: prometheus-client's sample files, and the
-    clients' totals (``STORE_FILE`` and SQLite's files beside it)."""
+    """Remove the files of an earlier run: prometheus-client's sample files, the workers'
+    live gauges, and the clients' totals (``STORE_FILE`` and SQLite's files beside it)."""
     patterns = [f"{kind}_*.db" for kind in ("counter", "gauge_*", "histogram", "summary")]
-    patterns.append(f"{STORE_FILE}*")
+    patterns += [f"{STORE_FILE}*", LIVE_GAUGE_FILES]
     for pattern in patterns:
         for path in glob.glob(os.path.join(directory, pattern)):
             os.remove(path)

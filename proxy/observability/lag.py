@@ -97,6 +97,7 @@ class GroupLag:
         for pair in set(self.lag) - wanted:
             del self.lag[pair]
             self.metrics.forget_consumer_lag(*pair)
+        self.metrics.publish_live_gauges()  # with workers: the round, whole, to the supervisor
         self.refreshes += 1
 
     async def _lag(self, group: str, topic: str) -> Lag:

@@ -9,6 +9,8 @@ With ``rmq-proxy --workers N`` every worker process is started with
 file there, and the supervisor's ``GroupMetrics`` renders the whole process group from that
 directory: counters and histograms summed over the workers (a dead worker's files stay, so
 they never go backwards), each gauge by its ``multiprocess_mode`` (ignored in one process).
+Those files never forget a label set while their process lives, so the gauges whose label
+sets come and go (``LIVE_GAUGES``: a group's lag) are kept elsewhere: ``live_gauges``.
 
 The recording methods run on every request, so each caches its labelled children in a dict
 keyed by the label tuple: after the first call for a label set, a call is one dict lookup
@@ -17,7 +19,6 @@ plus the sample update, instead of ``labels()``'s validation and its registry-lo
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
 from collections import deque
@@ -29,6 +30,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, mult
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+from proxy.observability.live_gauges import GaugeSpec, GroupLiveGauges, LiveGauges
 
 # Client waits run from ~1 ms (short-polling hit) to the 20 s maximum long poll plus the
 # client's own slack, so the buckets go up to 30 s.
@@ -74,6 +77,23 @@ CLIENT_HISTOGRAMS: dict[str, tuple[str, tuple[float, ...]]] = {
 # Never the client id: one series per client would grow without bound.
 CLIENT_LABELS = ("group", "topic", "client_language", "client_version", "invocation_status")
 
+# The gauges whose label sets come and go: not in the multiprocess files, which never forget
+# a label set (proxy/observability/live_gauges.py).
+CONSUMER_LAG = GaugeSpec(
+    "rocketmq_proxy_consumer_lag_messages",
+    "Messages of a topic not yet consumed by a group (the brokers' offsets minus the "
+    "group's, as mqadmin consumerProgress's Diff Total), for groups with a consumer on this "
+    "proxy.",
+    ("group", "topic"),
+)
+CONSUMER_LAG_AGE = GaugeSpec(
+    "rocketmq_proxy_consumer_lag_oldest_seconds",
+    "Age of the oldest message of a topic a group has not consumed (0: none), for groups "
+    "with a consumer on this proxy.",
+    ("group", "topic"),
+)
+LIVE_GAUGES = (CONSUMER_LAG, CONSUMER_LAG_AGE)
+
 _PACKAGE = "rmq-notify-proxy"
 
 
@@ -92,7 +112,9 @@ def _package_version() -> str:
 class ProxyMetrics:
     """Every metric the proxy exports, on a private registry."""
 
-    def __init__(self, version: str | None = None) -> None:
+    def __init__(self, version: str | None = None, directory: str | None = None) -> None:
+        """``directory``: a worker's multiprocess directory (PROMETHEUS_MULTIPROC_DIR),
+        where it publishes its live gauges for the supervisor; None in a single process."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         # prometheus_client appends "_total" to counter names itself.
@@ -130,23 +152,9 @@ class ProxyMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
-        self._consumer_lag = Gauge(
-            "rocketmq_proxy_consumer_lag_messages",
-            "Messages of a topic not yet consumed by a group (the brokers' offsets minus the "
-            "group's, as mqadmin consumerProgress's Diff Total), for groups with a consumer "
-            "on this proxy.",
-            ["group", "topic"],
-            registry=r,
-            multiprocess_mode="livemax",
-        )
-        self._consumer_lag_age = Gauge(
-            "rocketmq_proxy_consumer_lag_oldest_seconds",
-            "Age of the oldest message of a topic a group has not consumed (0: none), for "
-            "groups with a consumer on this proxy.",
-            ["group", "topic"],
-            registry=r,
-            multiprocess_mode="livemax",
-        )
+        # Label sets that come and go: kept out of the multiprocess files (live_gauges).
+        self._live = LiveGauges(LIVE_GAUGES, directory)
+        r.register(self._live)
         self._mode_switches = Counter(
             "rocketmq_proxy_mode_switches",
             "Adaptive mode switches of a (group, topic).",
@@ -165,14 +173,6 @@ class ProxyMetrics:
             "rocketmq_proxy_send_messages",
             "Messages sent by producers through the proxy.",
             ["topic", "result"],
-            registry=r,
-        )
-        self._transaction_checks = Counter(
-            "rocketmq_proxy_transaction_checks",
-            "Brokers' transaction-state checks received, by what became of them: relayed "
-            "(to a producer of the message's group here), no_producer (none here took it; "
-            "the broker counts it against transactionCheckMax) or unreadable.",
-            ["result"],
             registry=r,
         )
         self._front = Counter(
@@ -318,16 +318,17 @@ class ProxyMetrics:
     # -- the clients' own metrics ------------------------------------------------------------
 
     def set_consumer_lag(self, group: str, topic: str, messages: int, oldest_s: float) -> None:
-        self._consumer_lag.labels(group, topic).set(messages)
-        self._consumer_lag_age.labels(group, topic).set(oldest_s)
+        self._live.set(CONSUMER_LAG.name, (group, topic), messages)
+        self._live.set(CONSUMER_LAG_AGE.name, (group, topic), oldest_s)
 
     def forget_consumer_lag(self, group: str, topic: str) -> None:
-        for gauge in (self._consumer_lag, self._consumer_lag_age):
-            with contextlib.suppress(KeyError):
-                gauge.remove(group, topic)
+        for spec in (CONSUMER_LAG, CONSUMER_LAG_AGE):
+            self._live.remove(spec.name, (group, topic))
 
-    def transaction_check(self, result: str) -> None:
-        self._transaction_checks.labels(result).inc()
+    def publish_live_gauges(self) -> None:
+        """Hand the live gauges' current label sets to the supervisor (with workers; else
+        nothing): once after a round of changes, not for each."""
+        self._live.publish()
 
     def front_connection(self, result: str) -> None:
         self._front.labels(result).inc()
@@ -394,6 +395,8 @@ class GroupMetrics:
         self.directory = directory
         self.registry = CollectorRegistry(auto_describe=True)
         multiprocess.MultiProcessCollector(self.registry, path=directory)  # type: ignore[no-untyped-call]
+        self._live = GroupLiveGauges(LIVE_GAUGES, directory)
+        self.registry.register(self._live)
         for collector in collectors:  # what the workers keep elsewhere than these files
             self.registry.register(collector)
 
@@ -403,6 +406,7 @@ class GroupMetrics:
     def mark_dead(self, pid: int) -> None:
         """Drop an exited worker's live gauges (its counters and histograms stay)."""
         multiprocess.mark_process_dead(pid, self.directory)  # type: ignore[no-untyped-call]
+        self._live.forget(pid)
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         if not accept:

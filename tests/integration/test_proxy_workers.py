@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 
 from proxy.api.v2 import definition_pb2 as pb
-from testkit.lean_client import LeanClient, Received
-from testkit.metrics_text import total
+from testkit.lean_client import LeanClient, Received, SettingsClient
+from testkit.metrics_text import samples, total
 from testkit.processes import terminate
 from testkit.waits import wait_until
 from tests.support.proxy_process import ready_line
@@ -50,14 +50,15 @@ class Group:
             return result
 
 
-async def start_group(*args: str) -> Group:
-    """``rmq-proxy --workers 2`` of this worktree, with 2 embedded brokers, on free ports."""
+async def start_group(*args: str, env: dict[str, str] | None = None) -> Group:
+    """``rmq-proxy --workers 2`` of this worktree, with 2 embedded brokers, on free ports;
+    ``env``: settings added to the environment."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "proxy.cli", "--workers", "2", "--embedded-brokers", "2",
         "--grpc-port", "0", "--http-port", "0", "--topic", "T", "--log-level", "warning",
         *args,
         stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     )  # fmt: skip
     fields = await ready_line(proc, READY_TIMEOUT_S)
     return Group(proc, fields["grpc"], fields["http"])
@@ -195,6 +196,39 @@ async def test_a_killed_worker_is_restarted_and_the_port_keeps_serving(group: Gr
         assert (await c.query_route("T")).status.code == pb.Code.OK
     finally:
         await c.close()
+
+
+async def test_a_groups_lag_leaves_the_groups_metrics_when_its_consumers_leave() -> None:
+    # Multiprocess files keep every label set a worker ever set, until it dies: the lag of a
+    # group whose consumers left stayed on the supervisor's /metrics (and its alert fired).
+    g = await start_group(env={"RMQ_PROXY_LAG_REFRESH_S": "0.2"})
+    producer = LeanClient(g.grpc, "lag-producer", own_connection=True)
+    consumer = SettingsClient(g.grpc, "lag-consumer", own_connection=True)
+    seen: dict[str, list[tuple[dict[str, str], float]]] = {}
+
+    async def lag(name: str = "messages") -> list[float]:
+        _, text = await g.get("/metrics")
+        found = seen[name] = samples(text, f"rocketmq_proxy_consumer_lag_{name}")
+        return [v for labels, v in found if labels == {"group": "G", "topic": "T"}]
+
+    try:
+        await consumer.prepare("G", "T", 200)  # registered on the worker it reached
+        for i in range(3):
+            assert (await producer.send("T", f"m{i}".encode())).status.code == pb.Code.OK
+
+        async def behind() -> bool:
+            return await lag() == [3] and len(await lag("oldest_seconds")) == 1
+
+        await wait_until(behind, timeout=15, step=0.1, what=lambda: f"the lag of G ({seen})")
+        await consumer.close()  # its stream ends: the worker forgets the pair
+
+        async def gone() -> bool:
+            return await lag() == [] and await lag("oldest_seconds") == []
+
+        await wait_until(gone, timeout=15, step=0.1, what=lambda: f"no lag of G ({seen})")
+    finally:
+        await asyncio.gather(producer.close(), consumer.close())
+        await stop(g)
 
 
 async def test_sigterm_drains_every_worker_and_exits_0(tmp_path: Path) -> None:

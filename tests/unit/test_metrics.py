@@ -244,3 +244,60 @@ def test_timing_collections_cannot_deadlock_prometheus_clients_lock(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "done"
+
+
+def test_the_group_shows_the_live_workers_lag_sets_merged_and_forgets_the_dead(tmp_path):
+    """Workers' lag gauges, as the supervisor reads them: one set per worker pid, the
+    maximum where two have the pair; a worker that is not alive is skipped, a reaped one's
+    file removed (its pairs leave the group's /metrics with it)."""
+    import json
+
+    from proxy.observability.live_gauges import file_of
+    from proxy.observability.metrics import CONSUMER_LAG, GroupMetrics
+
+    def publish(pid: int, pairs: dict[tuple[str, str], float]) -> None:
+        series = [[list(pair), value] for pair, value in pairs.items()]
+        with open(file_of(str(tmp_path), pid), "w") as fh:
+            json.dump({CONSUMER_LAG.name: series}, fh)
+
+    group = GroupMetrics(str(tmp_path))
+    group._live._alive = lambda pid: pid != 3
+    publish(1, {("G", "T"): 7, ("H", "T"): 1})
+    publish(2, {("G", "T"): 9})
+    publish(3, {("D", "T"): 5})  # dead, not yet reaped
+
+    def lag() -> dict[frozenset, float]:
+        found = metric_samples(group.render()[0], CONSUMER_LAG.name)
+        return {frozenset(lbl.items()): v for lbl, v in found}
+
+    assert lag() == {labels(group="G", topic="T"): 9.0, labels(group="H", topic="T"): 1.0}
+    group.mark_dead(2)
+    assert not os.path.exists(file_of(str(tmp_path), 2))
+    assert lag() == {labels(group="G", topic="T"): 7.0, labels(group="H", topic="T"): 1.0}
+    publish(1, {})  # its consumers left
+    assert lag() == {}
+
+
+def test_a_workers_lag_set_is_published_whole_and_without_what_left(tmp_path):
+    from proxy.observability.live_gauges import GroupLiveGauges
+    from proxy.observability.metrics import LIVE_GAUGES
+
+    worker = ProxyMetrics(directory=str(tmp_path))
+    group = GroupLiveGauges(LIVE_GAUGES, str(tmp_path))
+
+    def seen() -> dict[str, dict[tuple[str, ...], float]]:
+        return {m.name: {tuple(s.labels.values()): s.value for s in m.samples}
+                for m in group.collect()}  # fmt: skip
+
+    worker.set_consumer_lag("G", "T", 4, 1.5)
+    worker.set_consumer_lag("H", "T", 0, 0.0)
+    assert seen()["rocketmq_proxy_consumer_lag_messages"] == {}  # not published yet
+    worker.publish_live_gauges()
+    assert seen() == {
+        "rocketmq_proxy_consumer_lag_messages": {("G", "T"): 4.0, ("H", "T"): 0.0},
+        "rocketmq_proxy_consumer_lag_oldest_seconds": {("G", "T"): 1.5, ("H", "T"): 0.0},
+    }
+    worker.forget_consumer_lag("G", "T")
+    worker.publish_live_gauges()
+    assert seen()["rocketmq_proxy_consumer_lag_messages"] == {("H", "T"): 0.0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"live-gauges_{os.getpid()}.json"]
