@@ -173,6 +173,7 @@ class ProxyApp:
             self.pool,
             client_id=f"rmq-notify-proxy@{config.proxy_id}",
             broker_timeout_s=rc.broker_timeout_s,
+            on_check=self.metrics.transaction_check,
         )
         fleet = config.fleet
         self.fleet = (

@@ -175,6 +175,14 @@ class ProxyMetrics:
             ["topic", "result"],
             registry=r,
         )
+        self._transaction_checks = Counter(
+            "rocketmq_proxy_transaction_checks",
+            "Brokers' transaction-state checks received, by what became of them: relayed "
+            "(to a producer of the message's group here), no_producer (none here took it; "
+            "the broker counts it against transactionCheckMax) or unreadable.",
+            ["result"],
+            registry=r,
+        )
         self._front = Counter(
             "rocketmq_proxy_front_connections",
             "Client connections of the gRPC port's front by what became of them: relayed "
@@ -329,6 +337,9 @@ class ProxyMetrics:
         """Hand the live gauges' current label sets to the supervisor (with workers; else
         nothing): once after a round of changes, not for each."""
         self._live.publish()
+
+    def transaction_check(self, result: str) -> None:
+        self._transaction_checks.labels(result).inc()
 
     def front_connection(self, result: str) -> None:
         self._front.labels(result).inc()
