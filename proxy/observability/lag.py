@@ -20,7 +20,6 @@ the proxy are asked about, and a pair whose consumers all left is dropped from
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -83,17 +82,29 @@ class GroupLag:
     async def _run(self) -> None:
         next_refresh = time.monotonic()
         while True:
-            await self.refresh_once()
+            try:
+                await self.refresh_once()
+            except Exception as exc:  # a bug of a round must not end every later one
+                self._failures.warning("consumer lag: a refresh failed: %r", exc)
             next_refresh += self.refresh_s  # a fixed pace, whatever a refresh takes
             await asyncio.sleep(max(0.0, next_refresh - time.monotonic()))
 
     async def refresh_once(self) -> None:
-        """Ask the brokers about every pair with a consumer here; drop the others."""
+        """Ask the brokers about every pair with a consumer here; drop the others. A pair
+        whose lag cannot be read (a broker's error, or an answer that does not parse: a
+        queue without its offsets) keeps its last value this round, with a warning at most
+        every ``REFRESH_LOG_EVERY_S``; the other pairs, and the later rounds, go on."""
         wanted = self.pairs()
         for pair in sorted(wanted):
-            with contextlib.suppress(_Unknown):
-                lag = self.lag[pair] = await self._lag(*pair)
-                self.metrics.set_consumer_lag(*pair, lag.messages, lag.oldest_s)
+            try:
+                lag = await self._lag(*pair)
+            except _Unknown:
+                continue
+            except Exception as exc:  # an answer not as documented: this pair, this round
+                self._failures.warning("consumer lag of %s on %s: %r", *pair, exc)
+                continue
+            self.lag[pair] = lag
+            self.metrics.set_consumer_lag(*pair, lag.messages, lag.oldest_s)
         for pair in set(self.lag) - wanted:
             del self.lag[pair]
             self.metrics.forget_consumer_lag(*pair)
