@@ -35,6 +35,7 @@ class RemotingConnection(asyncio.Protocol):
         self.peer: str = "?"
         self.local_port = 0  # its own end's port: on a server, the port it came in on
         self.closed = False
+        self._lost: asyncio.Future[None] | None = None  # made by ``wait_lost``
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, so no isinstance check.
@@ -58,6 +59,8 @@ class RemotingConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
         if self._on_lost is not None:
             self._on_lost(self, exc)
 
@@ -69,5 +72,20 @@ class RemotingConnection(asyncio.Protocol):
         return True
 
     def close(self) -> None:
+        """Close once what is written has gone out (which a peer that reads nothing never
+        lets happen: ``abort`` then)."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+    def abort(self) -> None:
+        """Close now, dropping what is still to be written."""
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    async def wait_lost(self) -> None:
+        """Until the connection is gone (``connection_lost``)."""
+        if self.closed:
+            return
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._lost)  # one waiter cancelled leaves the others theirs

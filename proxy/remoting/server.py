@@ -16,9 +16,9 @@ import asyncio
 import inspect
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from ssl import SSLContext
-from typing import Union
+from typing import Any, Union
 
 from proxy.remoting.codes import DEFAULT_MAX_FRAME, ResponseCode
 from proxy.remoting.command import RemotingCommand
@@ -30,6 +30,9 @@ Reply = Union[RemotingCommand, Awaitable[RemotingCommand | None], None]  # noqa:
 Processor = Callable[[RemotingCommand, RemotingConnection], Reply]
 
 _opaques = itertools.count(1)
+
+# How long ``stop`` lets its connections write out what they hold before it aborts them.
+CLOSE_TIMEOUT_S = 5.0
 
 
 class ConnectionClosedError(Exception):
@@ -45,10 +48,13 @@ class RemotingServer:
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         on_closed: Callable[[RemotingConnection], None] | None = None,
+        close_timeout_s: float = CLOSE_TIMEOUT_S,
     ) -> None:
         """``on_closed`` is told of each connection that closes, after its pending
-        requests were cancelled."""
+        requests were cancelled. ``close_timeout_s``: how long ``stop`` waits for each
+        connection to write out what it holds before it aborts it."""
         self._processor = processor
+        self._close_timeout_s = close_timeout_s
         self._on_closed = on_closed
         self._max_frame = max_frame
         self._servers: list[asyncio.Server] = []  # one per listening socket
@@ -85,20 +91,42 @@ class RemotingServer:
         return conn
 
     async def stop(self) -> None:
+        """Stop listening and close every connection; returns once each is gone. A
+        connection closes once it has written out what it holds, which a peer that stopped
+        reading never lets it do: past ``close_timeout_s`` such a connection is aborted, so
+        a stop (a drain) always ends."""
         servers, self._servers = self._servers, []
         if not servers:
             return
         for server in servers:
             server.close()
-        for conn in list(self._connections):
+        conns = list(self._connections)
+        for conn in conns:
             conn.close()
-        self._connections.clear()
         for futures in self._pending.values():
             for future in futures:
                 future.cancel()
         self._pending.clear()
-        for server in servers:
-            await server.wait_closed()
+        await self._until_lost(conns)
+        self._connections.clear()
+        # Every connection is gone now, so the servers close at once (Python 3.12's
+        # asyncio waits for the connections here; 3.11's and uvloop's do not).
+        await _bounded([server.wait_closed() for server in servers], self._close_timeout_s)
+
+    async def _until_lost(self, conns: list[RemotingConnection]) -> None:
+        """Until every one of ``conns`` (closing) is gone; those still there after
+        ``close_timeout_s`` are aborted."""
+        if await _bounded([conn.wait_lost() for conn in conns], self._close_timeout_s):
+            return
+        stuck = [conn for conn in conns if not conn.closed]
+        log.warning(
+            "%d connection(s) did not take what was left to write within %.1f s (their "
+            "peers stopped reading): aborted",
+            len(stuck), self._close_timeout_s,
+        )  # fmt: skip
+        for conn in stuck:
+            conn.abort()
+        await _bounded([conn.wait_lost() for conn in stuck], self._close_timeout_s)
 
     async def request(
         self, conn: RemotingConnection, cmd: RemotingCommand, timeout: float
@@ -184,3 +212,17 @@ class RemotingServer:
                 waiter.set_exception(ConnectionClosedError(f"connection with {conn.peer} lost"))
         if self._on_closed is not None:
             self._on_closed(conn)
+
+
+async def _bounded(waits: list[Coroutine[Any, Any, None]], timeout: float) -> bool:
+    """Run ``waits`` for at most ``timeout`` seconds: True if all ended, else False (and
+    the rest are cancelled)."""
+    if not waits:
+        return True
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+    finally:
+        for task in tasks:
+            task.cancel()
+    return not pending

@@ -1,0 +1,63 @@
+"""RemotingServer on loopback: its stop, and the table of its own requests' answers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from proxy.remoting.codes import ResponseCode
+from proxy.remoting.command import RemotingCommand, encode
+from proxy.remoting.server import RemotingServer
+from testkit.waits import wait_until
+
+BIG = 16 * 1024 * 1024  # more than loopback's socket buffers hold: the rest waits in ours
+
+
+async def test_stop_aborts_a_connection_whose_peer_stopped_reading():
+    def answer(cmd, conn):
+        return cmd.make_response(ResponseCode.SUCCESS, body=b"x" * BIG)
+
+    server = RemotingServer(answer, close_timeout_s=0.2)
+    port = await server.start()
+    peer = socket.create_connection(("127.0.0.1", port))
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        peer.sendall(encode(RemotingCommand(code=11)))  # then never reads
+        (conn,) = await _connections(server)
+        assert conn.transport is not None
+        transport = conn.transport
+        await wait_until(lambda: transport.get_write_buffer_size() > 0, timeout=5)
+        await asyncio.wait_for(server.stop(), 5)  # no deadline: forever (3.12+)
+        assert conn.closed  # gone, not left writing to a peer that reads nothing
+    finally:
+        peer.close()
+
+
+async def test_stop_waits_for_a_reading_peer_to_get_what_was_written():
+    answered: list[int] = []
+
+    def answer(cmd, conn):
+        answered.append(cmd.code)
+        return cmd.make_response(ResponseCode.SUCCESS, body=b"y" * BIG)
+
+    server = RemotingServer(answer)
+    port = await server.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(encode(RemotingCommand(code=11)))
+        await writer.drain()
+        (conn,) = await _connections(server)
+        await wait_until(lambda: answered == [11], timeout=5)
+        # The answer is still being written: the stop waits for it, under its deadline.
+        read = asyncio.ensure_future(reader.read())
+        await asyncio.wait_for(server.stop(), 5)
+        assert conn.closed
+        data = await asyncio.wait_for(read, 5)  # the whole answer, then EOF
+        assert len(data) > BIG and data.endswith(b"y" * 1024)
+    finally:
+        writer.close()
+
+
+async def _connections(server: RemotingServer) -> list:
+    await wait_until(lambda: len(server._connections) == 1, timeout=5)
+    return list(server._connections)
