@@ -133,7 +133,13 @@ class RemotingServer:
     ) -> RemotingCommand:
         """Send a request of our own to the client on ``conn`` and wait at most ``timeout``
         seconds for its response (TimeoutError past it, ConnectionClosedError when the
-        connection goes). ``cmd`` gets an opaque of this server's."""
+        connection goes). ``cmd`` gets an opaque of this server's.
+
+        A connection has an entry in the table of awaited answers only while a request of
+        ours on it waits: never one for a connection already lost (``_on_lost`` removed
+        its entry, and nothing would remove a new one), so the table stays bounded."""
+        if conn.closed:
+            raise ConnectionClosedError(f"connection with {conn.peer} is closed")
         opaque = cmd.opaque = next(_opaques)
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         asked = self._asked.setdefault(conn, {})
@@ -144,6 +150,8 @@ class RemotingServer:
             return await asyncio.wait_for(future, timeout)
         finally:
             asked.pop(opaque, None)
+            if not asked and self._asked.get(conn) is asked:
+                del self._asked[conn]
 
     def send_oneway(self, conn: RemotingConnection, cmd: RemotingCommand) -> bool:
         """Send a one-way request of our own; False when the connection is gone."""

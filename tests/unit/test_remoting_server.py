@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
+
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand, encode
-from proxy.remoting.server import RemotingServer
+from proxy.remoting.server import ConnectionClosedError, RemotingServer
 from testkit.waits import wait_until
 
 BIG = 16 * 1024 * 1024  # more than loopback's socket buffers hold: the rest waits in ours
@@ -61,3 +63,34 @@ async def test_stop_waits_for_a_reading_peer_to_get_what_was_written():
 async def _connections(server: RemotingServer) -> list:
     await wait_until(lambda: len(server._connections) == 1, timeout=5)
     return list(server._connections)
+
+
+async def test_the_table_of_awaited_answers_keeps_no_connection_without_a_request():
+    server = RemotingServer(lambda cmd, conn: None)
+    port = await server.start()
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        (conn,) = await _connections(server)
+        # A request nobody answers: its entry goes with it.
+        with pytest.raises(TimeoutError):
+            await server.request(conn, RemotingCommand(code=39), 0.05)
+        assert server._asked == {}
+        # The connection lost: a request on it fails, and makes no entry again.
+        writer.close()
+        await wait_until(lambda: conn.closed, timeout=5)
+        for _ in range(3):
+            with pytest.raises(ConnectionClosedError):
+                await server.request(conn, RemotingCommand(code=39), 1.0)
+        assert server._asked == {}
+        # Lost while a request waits: the request fails at once, and no entry stays.
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        await wait_until(lambda: len(server._connections) == 1, timeout=5)
+        (conn,) = server._connections
+        waiting = asyncio.ensure_future(server.request(conn, RemotingCommand(code=39), 30))
+        await wait_until(lambda: conn in server._asked, timeout=5)
+        writer.close()
+        with pytest.raises(ConnectionClosedError):
+            await asyncio.wait_for(waiting, 5)
+        assert server._asked == {}
+    finally:
+        await server.stop()
