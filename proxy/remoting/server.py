@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from ssl import SSLContext
 from typing import Any, Union
 
+from proxy.observability.log_every import LogEvery
 from proxy.remoting.codes import DEFAULT_MAX_FRAME, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
@@ -33,6 +34,9 @@ _opaques = itertools.count(1)
 
 # How long ``stop`` lets its connections write out what they hold before it aborts them.
 CLOSE_TIMEOUT_S = 5.0
+# A request the processor fails on is logged once per this interval at most: a client that
+# sends the same bad body again and again (before any authentication) must not fill the log.
+FAILURE_LOG_EVERY_S = 60.0
 
 
 class ConnectionClosedError(Exception):
@@ -55,6 +59,7 @@ class RemotingServer:
         connection to write out what it holds before it aborts it."""
         self._processor = processor
         self._close_timeout_s = close_timeout_s
+        self._failures = LogEvery(log, FAILURE_LOG_EVERY_S)
         self._on_closed = on_closed
         self._max_frame = max_frame
         self._servers: list[asyncio.Server] = []  # one per listening socket
@@ -167,10 +172,7 @@ class RemotingServer:
         try:
             reply = self._processor(cmd, conn)
         except Exception as exc:
-            log.exception("request code %s failed", cmd.code)
-            reply = cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"
-            )
+            reply = self._failed(conn, cmd, exc)
         if reply is None or isinstance(reply, RemotingCommand):
             self._answer(conn, cmd, reply)
             return
@@ -194,13 +196,23 @@ class RemotingServer:
         exc = future.exception()
         reply: RemotingCommand | None
         if exc is not None:
-            log.error("request code %s failed", cmd.code, exc_info=exc)
-            reply = cmd.make_response(
-                ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"
-            )
+            reply = self._failed(conn, cmd, exc)
         else:
             reply = future.result()
         self._answer(conn, cmd, reply)
+
+    def _failed(
+        self, conn: RemotingConnection, cmd: RemotingCommand, exc: BaseException
+    ) -> RemotingCommand:
+        """The answer to a request the processor failed on: SYSTEM_ERROR with the error,
+        as a broker answers. Logged as one line, at most every ``FAILURE_LOG_EVERY_S``
+        (with its traceback at debug level): what fails it most often is a client's body
+        that does not parse, and such a client may send it with every request."""
+        self._failures.warning(
+            "request code %s from %s failed: %s: %s", cmd.code, conn.peer, type(exc).__name__, exc
+        )
+        log.debug("request code %s failed", cmd.code, exc_info=exc)
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
 
     @staticmethod
     def _answer(

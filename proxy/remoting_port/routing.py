@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import orjson
 
@@ -21,6 +22,7 @@ from proxy.brokers import master_address, route_masters
 from proxy.remoting import fastjson
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.fastjson import FastjsonError
 from proxy.remoting.message import decode_properties
 
 SEND_V2_BROKER_FIELD = "n"
@@ -82,12 +84,10 @@ def broker_named(cmd: RemotingCommand) -> str | None:
     """The broker a request names, or None when it names none (or its body does not
     parse: the broker would refuse it the same)."""
     if cmd.code in _QUEUES_IN_BODY:
-        try:
-            queues = fastjson.loads(cmd.body).get("mqSet") or []
-        except (ValueError, AttributeError):
-            return None
-        first = queues[0] if queues and isinstance(queues[0], dict) else {}
-        return first.get("brokerName") or None
+        queues = (_queue_lock(cmd) or {}).get("mqSet")
+        first = queues[0] if isinstance(queues, list) and queues else None
+        name = first.get("brokerName") if isinstance(first, dict) else None
+        return name if isinstance(name, str) and name else None
     fields = cmd.fields
     field = SEND_V2_BROKER_FIELD if cmd.code in _SHORT_HEADERS else BROKER_FIELD
     return fields.get(field) or None
@@ -97,10 +97,19 @@ def queue_set_empty(cmd: RemotingCommand) -> bool:
     """A queue lock or unlock for no queue at all (the client's rebalance may send one)."""
     if cmd.code not in _QUEUES_IN_BODY:
         return False
+    body = _queue_lock(cmd)
+    return body is not None and not body.get("mqSet")
+
+
+def _queue_lock(cmd: RemotingCommand) -> dict[str, Any] | None:
+    """A queue lock's body (LockBatchRequestBody), or None for one that is not an object.
+    Any client may send any bytes here, before it is authenticated: whatever they are,
+    they cost an answer, never an exception."""
     try:
-        return not fastjson.loads(cmd.body).get("mqSet")
-    except (ValueError, AttributeError):
-        return False
+        body = fastjson.loads(cmd.body)
+    except FastjsonError:
+        return None
+    return body if isinstance(body, dict) else None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ drain. The official Java client runs through it in tests/interop/test_remoting_c
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import orjson
 import pytest
@@ -214,6 +215,32 @@ async def test_a_torn_frame_closes_its_connection_only(port):
     client = connect()
     answer = await client.invoke(send_v2("T", proxy.cluster.brokers[0].name, b"ok"), TIMEOUT_S)
     assert answer.code == ResponseCode.SUCCESS
+
+
+MALFORMED_LOCKS = {
+    "nested too deep": b"[" * 100_000,
+    "an object nested too deep": b'{"mqSet":' * 100_000,
+    "a key object with keys of two types": b'{{1:2,"a":3}:4}',
+    "the queues an object": b'{"mqSet":{"a":1}}',
+    "the queues a number": b'{"mqSet":7}',
+    "a queue without its broker's name a string": b'{"mqSet":[{"brokerName":1}]}',
+}
+
+
+async def test_a_queue_lock_whose_body_does_not_parse_is_answered_without_a_traceback(port, caplog):
+    # Parsed before any authentication: each used to fail with a RecursionError, a
+    # TypeError or a KeyError, answered SYSTEM_ERROR with a traceback in the log.
+    _, connect = port
+    client = connect()
+    caplog.set_level(logging.WARNING)
+    for what, body in MALFORMED_LOCKS.items():
+        lock = RemotingCommand(RequestCode.LOCK_BATCH_MQ, {}, body)
+        answer = await client.invoke(lock, TIMEOUT_S)
+        assert (answer.code, answer.remark) == (
+            ResponseCode.VERSION_NOT_SUPPORTED,
+            "Request doesn't have field bname",
+        ), what
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
 
 
 async def test_each_request_of_the_port_is_on_the_metrics(port):

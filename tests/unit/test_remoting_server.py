@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import pytest
 
+from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand, encode
 from proxy.remoting.server import ConnectionClosedError, RemotingServer
@@ -94,3 +96,34 @@ async def test_the_table_of_awaited_answers_keeps_no_connection_without_a_reques
         assert server._asked == {}
     finally:
         await server.stop()
+
+
+async def test_a_failing_request_is_answered_and_logged_as_one_throttled_line(caplog):
+    def fails(cmd, conn):
+        if cmd.code == 1:
+            raise TypeError("'int' object is not iterable")  # say, a body of the wrong shape
+
+        async def later():
+            raise KeyError("mqSet")
+
+        return later()
+
+    caplog.set_level(logging.DEBUG, logger="proxy.remoting.server")
+    server = RemotingServer(fails)
+    port = await server.start()
+    client = RemotingClient(f"127.0.0.1:{port}")
+    try:
+        for code in [1, 2] * 10:
+            answer = await client.invoke(RemotingCommand(code=code), 5)
+            assert answer.code == ResponseCode.SYSTEM_ERROR
+            assert answer.remark in ("TypeError: 'int' object is not iterable", "KeyError: 'mqSet'")
+    finally:
+        await client.close()
+        await server.stop()
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, [r.getMessage() for r in lines]  # 20 failures, one line
+    (line,) = lines
+    assert line.exc_info is None  # and no traceback
+    message = line.getMessage()
+    assert message.startswith("request code 1 from 127.0.0.1:"), message
+    assert message.endswith(" failed: TypeError: 'int' object is not iterable"), message
