@@ -163,10 +163,16 @@ def cluster_brokers(body: bytes) -> dict[str, str]:
 def rewrite_route(body: bytes, address_of: Callable[[str], str]) -> bytes:
     """The route with each broker's master at ``address_of(its name)`` (its slaves left
     out: the proxy sends every request to a broker's master), as standard JSON (which every
-    client reads; fastjson's bare-number keys only old ones do)."""
+    client reads; fastjson's bare-number keys only old ones do).
+
+    A name server writes maps keyed by numbers with those keys bare, not only a broker's
+    addresses (``{0:"host:port"}``: any name server answering a client before 4.9.4) but
+    also a static topic's queue mappings (``"currIdMap":{0:0}``); in standard JSON every
+    key is a string, so they are written as ``"0"``, which every client reads back as the
+    number."""
     data = fastjson.loads(body)
     for broker in data.get("brokerDatas", []):
         master = master_address(broker)
         broker["brokerAddrs"] = {"0": address_of(broker.get("brokerName", ""))} if master else {}
     data["filterServerTable"] = {}
-    return orjson.dumps(data)
+    return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
