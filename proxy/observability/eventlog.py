@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from proxy.config import EventLogFormat
-from proxy.observability.eventlog_parts import PartWriter, open_part, prepare, salvage
+from proxy.observability.eventlog_parts import PartWriter, RowsLost, open_part, prepare, salvage
+from proxy.observability.log_every import LogEvery
 from proxy.observability.receive_event import ReceiveEvent
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ _BATCH = 1000
 # (and one taking of the GIL from the event loop) for a batch, not for each event. At the
 # queue's default 10,000 places this drops nothing below 200,000 events a second.
 _LINGER_S = 0.05
+LOSS_LOG_EVERY_S = 60.0
 
 
 @dataclass(slots=True)
@@ -63,6 +65,7 @@ class _OpenFile:
     opened: float  # monotonic, like the other times
     last_write: float
     dirty_since: float | None = None  # first write not yet flushed
+    rows: int = 0  # events taken and not lost: counted in ``written``
 
     @property
     def tmp_path(self) -> Path:
@@ -110,8 +113,14 @@ class EventLog:
         self.files_completed = 0
         self.files_recovered = 0
         self.files_discarded = 0  # left by a crash with nothing readable
-        self.failed = 0  # events lost to I/O errors
+        # Events lost: not in a file (an I/O error, an event that does not encode, the
+        # rows of a Parquet row group that failed with it, a file that did not complete).
+        # ``written`` counts the events taken into a file (a Parquet file's rows held for
+        # its next row group among them), less those lost since.
+        self.failed = 0
         self.cpu_s = 0.0  # the writer thread's CPU time
+        self._losses = LogEvery(log, LOSS_LOG_EVERY_S)  # the writer thread's only
+        self._losses_logged = False
         # Writer-thread state.
         self._files: dict[str, _OpenFile] = {}  # by date
         self._newest_date = ""
@@ -251,20 +260,41 @@ class EventLog:
                 f = None
             if f is None:
                 f = self._open(date)
+        except Exception as exc:  # I/O, a malformed event: lose the record, never the thread
+            self._lost(None, 1, exc)
+            return
+        f.rows += 1
+        self.written += 1
+        try:
             f.part.add(event)
-        except Exception:  # I/O or a malformed event: lose the record, never the thread
-            self.failed += 1
-            # A full disk fails every event: log the first and then a sample, not each.
-            if self.failed == 1 or self.failed % 10_000 == 0:
-                log.exception("event log: writing an event failed (%d so far)", self.failed)
+        except RowsLost as exc:  # a row group, this event's
+            self._lost(f, exc.rows, exc)
+            return
+        except Exception as exc:  # this event
+            self._lost(f, 1, exc)
             return
         now = time.monotonic()
         f.last_write = now
         if f.dirty_since is None and f.part.flushes:
             f.dirty_since = now
-        self.written += 1
         if date > self._newest_date:
             self._newest_date = date
+
+    def _lost(self, f: _OpenFile | None, rows: int, exc: BaseException) -> None:
+        """``rows`` events lost, counted in ``failed``, and no longer in ``written`` if they
+        were taken into ``f``. A full disk fails every event: the first loss is logged with
+        its traceback, then a line at most every ``LOSS_LOG_EVERY_S``."""
+        if f is not None:
+            f.rows -= rows
+            self.written -= rows
+        self.failed += rows
+        if self._losses_logged:
+            self._losses.warning(
+                "event log: %d events lost (%d so far): %r", rows, self.failed, exc
+            )
+            return
+        self._losses_logged = True
+        log.error("event log: %d events lost (%d so far)", rows, self.failed, exc_info=exc)
 
     def _housekeeping(self, now: float) -> None:
         for f in list(self._files.values()):
@@ -312,7 +342,10 @@ class EventLog:
         if self._files.get(f.date) is f:
             del self._files[f.date]
         try:
-            f.part.finish()
+            try:
+                f.part.finish()
+            except RowsLost as exc:  # its last row group: the rest of the file is whole
+                self._lost(f, exc.rows, exc)
             # fsync before the rename: a file that is visible must be whole, even after
             # a power loss.
             os.fsync(f.fh.fileno())
@@ -322,6 +355,9 @@ class EventLog:
             log.exception("event log: completing %s failed", f.tmp_path)
             with contextlib.suppress(OSError):
                 f.fh.close()
+            # Its rows are not published (a later start may still recover the hidden
+            # file: then they are on disk after all, and counted lost here).
+            self._lost(f, f.rows, RuntimeError(f"{f.tmp_path} did not complete"))
             return
         self.files_completed += 1
 

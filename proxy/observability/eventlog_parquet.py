@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from proxy.observability.eventlog_parts import RowsLost
+
 if TYPE_CHECKING:
     from proxy.observability.receive_event import ReceiveEvent
 
@@ -88,15 +90,21 @@ class ParquetPart:
         be lost in a crash all the same, in smaller, worse-compressed row groups."""
 
     def finish(self) -> None:
-        self._write_row_group()
-        self._writer.close()  # the footer; the file object stays open
-        self._fh.flush()
+        try:
+            self._write_row_group()
+        finally:  # the rows written before a last row group that failed stay readable
+            self._writer.close()  # the footer; the file object stays open
+            self._fh.flush()
 
     def _write_row_group(self) -> None:
         rows, self._rows = self._rows, []  # dropped if they cannot be written: not retried
         if not rows:
             return
-        self._writer.write_batch(record_batch(rows), row_group_size=len(rows))
+        try:
+            batch = record_batch(rows)  # an event of the wrong type fails here, for all
+            self._writer.write_batch(batch, row_group_size=len(rows))
+        except Exception as exc:  # gone either way; a file it broke fails at its finish
+            raise RowsLost(len(rows), exc) from exc
         written = self._fh.tell()
         self._row_bytes = max(1.0, (written - self._written) / len(rows))
         self._written = written

@@ -24,8 +24,20 @@ if TYPE_CHECKING:
     from proxy.observability.receive_event import ReceiveEvent
 
 
+class RowsLost(Exception):
+    """Rows a part took and could not write (a row group that did not encode or write):
+    ``rows`` of them, the event being added among them. The file goes on: if the failure
+    broke it, its ``finish`` fails, and its other rows are lost then."""
+
+    def __init__(self, rows: int, cause: BaseException) -> None:
+        super().__init__(f"{rows} rows lost: {type(cause).__name__}: {cause}")
+        self.rows = rows
+
+
 class PartWriter(Protocol):
-    """The content of one open part file, in one format."""
+    """The content of one open part file, in one format. ``add`` and ``finish`` raise
+    ``RowsLost`` for the rows they dropped; any other exception from ``add`` loses the
+    event being added, from ``finish`` the file."""
 
     # Whether ``flush`` does anything: the writer wakes within a flush interval of a write
     # only for a format that does.

@@ -143,14 +143,38 @@ async def test_parquet_rotates_by_its_rows_bytes_and_writes_row_groups(tmp_path:
 
 async def test_a_row_group_that_cannot_be_written_costs_only_its_rows(tmp_path: Path, monkeypatch):
     """A row group that fails to encode (here an event of the wrong type) is dropped and
-    counted; the rows after it are written, and the file is whole."""
-    monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 2)
+    its rows counted lost, not written; the rows after it are written, and the file is
+    whole."""
+    monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 3)
     bad = event(1)
     bad.wait_ms = "slow"  # type: ignore[assignment]
-    events = [event(0), bad, event(2), event(3), event(4)]
+    events = [event(0), bad, event(2), event(3), event(4), event(5), event(6)]
     log = await written(tmp_path, events, log_format=PARQUET)
-    assert log.failed == 1
-    assert [d["wait_ms"] for d in read_lines(visible_parts(tmp_path))] == [2, 3, 4]
+    assert (log.failed, log.written) == (3, 4)  # the row group of 0, bad and 2
+    assert [d["wait_ms"] for d in read_lines(visible_parts(tmp_path))] == [3, 4, 5, 6]
+
+
+async def test_a_last_row_group_that_cannot_be_written_costs_only_its_rows(
+    tmp_path: Path, monkeypatch
+):
+    """The row group written as the file completes: its rows are lost and counted, the
+    file still gets its footer, with the row groups before it."""
+    monkeypatch.setattr("proxy.observability.eventlog_parquet.ROW_GROUP_ROWS", 3)
+    bad = event(4)
+    bad.wait_ms = "slow"  # type: ignore[assignment]
+    events = [event(0), event(1), event(2), event(3), bad]
+    log = await written(tmp_path, events, log_format=PARQUET)
+    assert (log.failed, log.written, log.files_completed) == (2, 3, 1)
+    assert [d["wait_ms"] for d in read_lines(visible_parts(tmp_path))] == [0, 1, 2]
+
+
+async def test_a_file_that_cannot_complete_counts_all_its_rows_lost(tmp_path: Path, monkeypatch):
+    def refused(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("proxy.observability.eventlog.os.fsync", refused)
+    log = await written(tmp_path, [event(i) for i in range(5)], log_format=PARQUET)
+    assert (log.failed, log.written, log.files_completed) == (5, 0, 0)
 
 
 async def test_parquet_counts_the_rows_it_holds_towards_rotation(tmp_path: Path, monkeypatch):
