@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -284,11 +285,20 @@ class HandleRenewer:
             and e.checkpoint.next_visible_time - now_ms <= self.ahead_ms
         ]
         # Marked before the renewals run: a settle or a hand-over that comes in between
-        # must wait for them, not take the checkpoint they are about to replace.
-        for _, entry in due:
-            entry.renewing = asyncio.get_running_loop().create_future()
-        if due:
-            await asyncio.gather(*(self._renew(k, e, now_ms) for k, e in due))
+        # must wait for them, not take the checkpoint they are about to replace. Each mark
+        # is cleared when its renewal's task ends, however it ends: a round cancelled
+        # before its tasks started (the proxy closing) never runs their ``finally``, and a
+        # mark left set would keep its message from every later round, and every settle
+        # of it waiting.
+        loop = asyncio.get_running_loop()
+        tasks = []
+        for key, entry in due:
+            renewing = entry.renewing = loop.create_future()
+            task = loop.create_task(self._renew(key, entry, now_ms))
+            task.add_done_callback(functools.partial(_unmark, entry, renewing))
+            tasks.append(task)
+        if tasks:
+            await asyncio.gather(*tasks)
 
     async def _renew(self, key: HandleKey, entry: Renewal, now_ms: int) -> None:
         """Renew ``entry``, already marked ``renewing`` by the round."""
@@ -323,8 +333,7 @@ class HandleRenewer:
             if entry.failures >= self.max_failures and self._handles.get(key) is entry:
                 del self._handles[key]
         finally:
-            renewing.set_result(None)
-            entry.renewing = None
+            _unmark(entry, renewing)
 
     async def _change(self, popped: Popped, invisible_ms: int) -> str:
         client = await self.consumer.broker(popped.broker, popped.topic)
@@ -350,3 +359,12 @@ class HandleRenewer:
         self._handles.clear()
         self._acked.clear()
         self._last_seen.clear()
+
+
+def _unmark(entry: Renewal, renewing: asyncio.Future[None], *_: object) -> None:
+    """``entry``'s renewal ``renewing`` is over: its waiters go on, and the next round may
+    renew it. Idempotent: the renewal's own ``finally`` and its task's end both call it."""
+    if not renewing.done():
+        renewing.set_result(None)
+    if entry.renewing is renewing:
+        entry.renewing = None

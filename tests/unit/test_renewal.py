@@ -336,3 +336,28 @@ async def test_a_settle_or_hand_over_between_a_rounds_start_and_its_renewals_wai
     assert [e.checkpoint.pop_time for e in handed] == [NOW[0]]
     await r.renew_due()  # left: renews nothing more
     assert len(consumer.client.changes) == 1
+
+
+async def test_a_round_cancelled_before_its_renewals_start_leaves_no_mark():
+    """The proxy closing cancels the renewal loop: a round cancelled after it marked its
+    due messages and before their renewals began must not leave them marked, or no later
+    round would renew them and every settle of them would wait for nothing."""
+    consumer = _Consumer()
+    r = renewer(consumer)
+    NOW[0] = 1_000_000
+    r.add("c1", popped(6), 0)
+    NOW[0] = 1_000_000 + 51_000  # due
+    round_ = asyncio.ensure_future(r.renew_due())
+    await asyncio.sleep(0)  # the round marks the message and starts its renewal's task
+    round_.cancel()  # before that task has run a step
+    with contextlib.suppress(asyncio.CancelledError):
+        await round_
+    ck = PopCheckpointInfo.parse(popped(6).checkpoint)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    settling = await r.begin_settle("G", ck)
+    assert loop.time() - started < 0.5  # no renewal to wait for (it waited 2 s for none)
+    assert settling is not None and consumer.client.changes == []  # it never ran
+    r.end_settle(settling, settled=False)
+    await r.renew_due()  # the next round renews it
+    assert [ms for _, ms in consumer.client.changes] == [r.slice_ms]
