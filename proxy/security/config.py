@@ -43,7 +43,8 @@ class SecurityConfig:
     tls_ops: bool = False
     # The operator's user file (TOML or JSON): set, every RPC must be signed by one of them.
     users_file: str | None = None
-    # With a user file: enforce each user's permissions (false: authentication only).
+    # With a user file: enforce each user's permissions (false: authentication only; a
+    # user's source_ips hold either way).
     authorization: bool = True
     # How far a request's x-mq-date-time may be from the proxy's clock.
     clock_skew_s: float = 900.0

@@ -1,11 +1,12 @@
 """The one place an RPC is authenticated and authorized.
 
 ``Guard.check(rpc, request, metadata)`` verifies the request's ACL 2.0 signature against the
-user file, then (with authorization on) asks the user's permissions about every resource
-the RPC touches, which ``RESOURCES`` names per RPC. It raises ``Denied``; ``proxy.api.errors``
-turns that into the status the clients expect (UNAUTHORIZED for credentials, FORBIDDEN for
-permissions). Every denial is counted in ``rocketmq_proxy_auth_denied_total`` by RPC and
-reason; nothing secret (secret keys, signatures) reaches a log, a metric or a message.
+user file and the user's ``source_ips``, then (with authorization on) asks the user's
+permissions about every resource the RPC touches, which ``RESOURCES`` names per RPC. It
+raises ``Denied``; ``proxy.api.errors`` turns that into the status the clients expect
+(UNAUTHORIZED for credentials, FORBIDDEN for permissions and source addresses). Every
+denial is counted in ``rocketmq_proxy_auth_denied_total`` by RPC and reason; nothing
+secret (secret keys, signatures) reaches a log, a metric or a message.
 """
 
 from __future__ import annotations
@@ -166,9 +167,10 @@ class Guard:
         self, rpc: str, user: User, accesses: list[Access] | None, source: str | None
     ) -> User:
         """``user``, if it may connect from ``source`` and do each of ``accesses`` (None:
-        an RPC nobody may call)."""
-        if not self.authorization:
-            return user
+        an RPC nobody may call). Where a user may connect from (``source_ips``) is checked
+        with authorization off too: it limits who the user is, not what it may do, and
+        with authentication only an operator's ``source_ips`` would otherwise be dropped
+        without a word."""
         if not user.permissions.may_connect_from(source):
             log.debug("%s refused: %r may not connect from %s", rpc, user.access_key, source)
             raise Denied(
@@ -176,6 +178,8 @@ class Guard:
                 FORBIDDEN,
                 f"user {user.access_key!r} may not connect from {host_of(source) or source}",
             )
+        if not self.authorization:
+            return user
         if accesses is None:
             raise Denied(DenialKind.FORBIDDEN, FORBIDDEN, f"{rpc} is not allowed")
         for access in accesses:

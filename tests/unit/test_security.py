@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.config import load
+from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from proxy.security import signing
 from proxy.security.config import TlsMode
@@ -301,3 +302,28 @@ def test_the_example_files_load():
     config = load(str(root / "proxy-secure.example.toml"),
                   env={"RMQ_PROXY_SECURITY_BROKER_SECRET_KEY": "s"})  # fmt: skip
     assert config.security.tls and config.security.authentication
+
+
+def test_source_ips_hold_with_authentication_only(tmp_path):
+    """``authorization = false`` turns off what a user may do, not where it may connect
+    from: a rule the operator wrote in the user file is never dropped without a word."""
+    users = tmp_path / "users.toml"
+    users.write_text(
+        '[[users]]\naccess_key = "alice"\nsecret_key = "alice-secret"\n'
+        'source_ips = ["10.0.0.0/8"]\n'
+    )
+    guard = _guard(UserStore.load(users), authorization=False)
+    send = api.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name="anything"))])
+    assert guard.check("SendMessage", send, metadata(), "10.1.2.3:5000").access_key == "alice"
+    with pytest.raises(Denied) as err:
+        guard.check("SendMessage", send, metadata(), "192.0.2.9:5000")
+    assert (err.value.kind, err.value.reason) == (DenialKind.FORBIDDEN, "forbidden")
+    assert err.value.message == "user 'alice' may not connect from 192.0.2.9"
+    # The remoting port's requests alike.
+    cmd = RemotingCommand(RequestCode.HEART_BEAT, {signing.ACCESS_KEY_FIELD: "alice"}, b"{}")
+    cmd.fields[signing.SIGNATURE_FIELD] = signing.remoting_signature(
+        cmd.fields, cmd.body, "alice-secret"
+    )
+    assert guard.check_remoting(cmd, "10.1.2.3:5000").access_key == "alice"
+    with pytest.raises(Denied):
+        guard.check_remoting(cmd, "192.0.2.9:5000")
