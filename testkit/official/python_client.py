@@ -40,6 +40,14 @@ protobuf. Same command line as ``node/client.mjs``::
         whose checker commits what it is asked about; a message timed D seconds ahead, and
         another one recalled at once; then receives with a SimpleConsumer (acking) until the
         committed, the orphan and the timed one came and two more seconds passed.
+    orphans --endpoint HOST:PORT --topic T --producers N --count K [--warm-up-seconds W]
+        -> {"sent": [{"id", "producer"}], "checks": [{"id", "producer", "at_ms"}],
+            "errors": [...]}
+        N transactional Producers (each its own client), started W seconds before they send,
+        each send K transactional messages and end none; every checker commits what it is
+        asked about. Returns once every message was checked at least once and two more
+        seconds passed (checks of the same message after it was committed show there
+        too), or at the deadline.
 
     soak --endpoints "H:P;H:P" --role ROLE --topic T --control-dir DIR [--group G]
          [--prefix PFX] [--rate R] [--message-groups N] [--consume-ms MS]
@@ -192,6 +200,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     features.add_argument("--group", required=True)
     features.add_argument("--delay-seconds", type=int, default=4)
     features.add_argument("--deadline-seconds", type=float, default=60.0)
+    orphans = sub.add_parser("orphans", help="transactional producers leaving every message open")
+    orphans.add_argument("--endpoint", required=True, help="proxy gRPC address HOST:PORT")
+    orphans.add_argument("--topic", required=True)
+    orphans.add_argument("--producers", type=int, required=True)
+    orphans.add_argument("--count", type=int, required=True, help="open messages per producer")
+    orphans.add_argument("--warm-up-seconds", type=float, default=0.0, help="wait before sending")
+    orphans.add_argument("--deadline-seconds", type=float, default=90.0)
     soak = sub.add_parser("soak", help="one client role, events on stdout until told to stop")
     soak.add_argument("--endpoints", required=True, help='every proxy: "H:P;H:P"')
     soak.add_argument("--role", required=True, choices=SOAK_ROLES)
@@ -578,6 +593,57 @@ def features(args: argparse.Namespace) -> dict:
     return out
 
 
+def orphans(args: argparse.Namespace) -> dict:
+    from rocketmq import Message, Producer, TransactionChecker, TransactionResolution
+
+    lock = threading.Lock()
+    checks: list[dict] = []
+
+    class Checker(TransactionChecker):
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def check(self, message: Message) -> TransactionResolution:
+            at_ms = int(time.time() * 1000)
+            with lock:
+                checks.append({"id": message.message_id, "producer": self.index, "at_ms": at_ms})
+            return TransactionResolution.COMMIT
+
+    out: dict = {"sent": [], "errors": []}
+    producers = []
+    try:
+        for index in range(args.producers):
+            producer = Producer(
+                client_configuration(args.endpoint), topics=(args.topic,), checker=Checker(index)
+            )
+            producer.startup()
+            producers.append(producer)
+            route_endpoints(producer, args.topic)
+        time.sleep(args.warm_up_seconds)
+        for index, producer in enumerate(producers):
+            for i in range(args.count):
+                msg = Message()
+                msg.topic = args.topic
+                msg.body = f"orphan-{index}-{i}".encode()
+                receipt = producer.send(msg, producer.begin_transaction())
+                out["sent"].append({"id": receipt.message_id, "producer": index})
+        wanted = {m["id"] for m in out["sent"]}
+        deadline = time.monotonic() + args.deadline_seconds - 10
+        done_at = None
+        while time.monotonic() < deadline and (done_at is None or time.monotonic() < done_at):
+            with lock:
+                seen = {c["id"] for c in checks}
+            if done_at is None and wanted <= seen:
+                done_at = time.monotonic() + 2.0
+            time.sleep(0.1)
+        with lock:
+            out["checks"] = list(checks)
+    finally:
+        for producer in producers:
+            producer.shutdown()
+    return out
+
+
 class Events:
     """The soak's event lines on stdout, one JSON object each, written whole under a lock
     (the push consumer's listener threads and the checker write too)."""
@@ -769,6 +835,7 @@ def main(argv: list[str]) -> int:
             "push": push,
             "lite": lite,
             "features": features,
+            "orphans": orphans,
             "soak": soak,
         }[args.command]
         result = command(args)
