@@ -84,7 +84,7 @@ async def test_every_check_reaches_a_producer_whichever_connection_the_broker_pi
                 sent.append(result.msg_id)
             await wait_until(lambda: {m for m, _ in producers.seen} >= set(sent), 30)
             await wait_until(lambda: not any(b.transactions.half for b in cluster.brokers), 10)
-            first = {}
+            first: dict[str, str] = {}
             for msg_id, times in producers.seen:
                 first.setdefault(msg_id, times)
             assert first == dict.fromkeys(sent, "1"), producers.seen

@@ -56,6 +56,7 @@ def test_families_have_the_contract_names_and_types():
         "rocketmq_proxy_client_metrics_exports": "counter",
         "rocketmq_proxy_client_metrics_dropped": "counter",
         "rocketmq_proxy_front_connections": "counter",
+        "rocketmq_proxy_transaction_checks": "counter",
         "rocketmq_proxy_consumer_lag_messages": "gauge",
         "rocketmq_proxy_consumer_lag_oldest_seconds": "gauge",
     }
