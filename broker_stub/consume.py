@@ -15,6 +15,7 @@ from broker_stub.parts import BAD, NO_MESSAGE_REMARK, OK, Handlers
 from broker_stub.polling import PollingTable, PollKey, Waiter
 from broker_stub.pop import POP_ORDER_REVIVE_QUEUE, MessageFilter, PopRequest, PopResult
 from broker_stub.sql92 import Sql92Error, Sql92Filter
+from proxy.remoting import fastjson
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.connection import RemotingConnection
@@ -274,10 +275,10 @@ class ConsumeHandlers(Handlers):
         return cmd.make_response(OK, answer.encode())
 
     def batch_ack_message(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        try:
-            body = orjson.loads(cmd.body) if cmd.body else {}
+        try:  # read as a broker's fastjson2 reads it: a key written twice, its last value
+            body = fastjson.loads(cmd.body) if cmd.body else {}
             acks = body.get("acks") or []
-        except (orjson.JSONDecodeError, AttributeError):
+        except (fastjson.FastjsonError, AttributeError):
             raise RequestError(BAD, "the batch ack body is not JSON") from None
         if not acks:
             return cmd.make_response(ResponseCode.NO_MESSAGE)

@@ -2,7 +2,8 @@
 object (``{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}``, a ``Map<MessageQueue, ...>``)
 or by a number written bare (``{0:"addr"}``). Keys that are objects or arrays come back as
 tuples of their (key, value) pairs or items, so that they can key a dict; everything else is
-as ``json.loads`` gives it.
+as ``json.loads`` gives it. A key written twice keeps its last value, and its last place
+among the object's keys (``field``: a broker reads a field from the last key that names it).
 
 The text may come from anyone who reaches the remoting port, before any authentication (a
 heartbeat's or a queue lock's body): whatever it is, ``loads`` answers a value or raises
@@ -41,6 +42,18 @@ def loads(text: str | bytes) -> Any:
     if _skip(text, end) != len(text):
         raise FastjsonError(f"unexpected text at {end}")
     return value
+
+
+def field(obj: dict[Any, Any], *names: str) -> Any:
+    """The value a broker's fastjson2 reads into a field known by ``names`` (its name and
+    its ``alternateNames``): of those keys present, the one written last, since each key
+    read sets the field again; None when none is. ``loads`` keeps an object's keys in the
+    order of their last occurrence, so a repeated key counts where it was last written."""
+    found = None
+    for key, value in obj.items():
+        if key in names:
+            found = value
+    return found
 
 
 def _skip(text: str, at: int) -> int:
@@ -82,7 +95,9 @@ def _object(text: str, at: int, depth: int) -> tuple[dict[Any, Any], int]:
         if not text.startswith(":", at):
             raise FastjsonError(f"':' expected at {at}")
         value, at = _value(text, _skip(text, at + 1), depth)
-        out[_hashable(key)] = value
+        key = _hashable(key)
+        out.pop(key, None)  # a repeated key: its last value, in its last place (``field``)
+        out[key] = value
         at = _skip(text, at)
         if text.startswith("}", at):
             return out, at + 1

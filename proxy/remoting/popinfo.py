@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import orjson
 
+from proxy.remoting import fastjson
+
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 RETRY_NORMAL = 0  # the topic itself
@@ -108,7 +110,7 @@ class BatchAck:
     bits: bytes
 
     # Each field as fastjson writes it (the @JSONField short name) and the long name a
-    # reader also accepts.
+    # reader also accepts (``alternateNames``): of the two, the one written last counts.
     KEYS: ClassVar[dict[str, tuple[str, str]]] = {
         "consumer_group": ("c", "consumerGroup"),
         "topic": ("t", "topic"),
@@ -148,7 +150,8 @@ class BatchAck:
 
         def field(name: str, default: object = None) -> Any:
             short, long = cls.KEYS[name]
-            value = data.get(short, data.get(long, default))
+            value = fastjson.field(data, short, long)  # the last written wins, as a broker's
+            value = default if value is None else value
             if value is None:
                 raise KeyError(short)
             return value

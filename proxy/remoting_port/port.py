@@ -26,6 +26,7 @@ from typing import Protocol
 from proxy.brokers import BrokerPool, TopicNotFound
 from proxy.message_types import accepts, message_type_of
 from proxy.observability.receive_record import ReceiveRecorder
+from proxy.remoting.bodies import BodyReading, reading
 from proxy.remoting.client import RemotingError, RequestHook
 from proxy.remoting.codes import RequestCode, ResponseCode, code_name
 from proxy.remoting.command import RemotingCommand
@@ -183,8 +184,9 @@ class RemotingPort:
 
     def _process(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
         """``_answer``'s reply, observed when it is given."""
-        broker = self._broker_of(cmd, conn)
-        reply = self._answer(cmd, conn, broker)
+        body = reading(cmd)  # once: the guard checks, and the relay routes by, the same
+        broker = self._broker_of(cmd, conn, body)
+        reply = self._answer(cmd, conn, broker, body)
         if self._observe is None and self._recorder is None:
             return reply
         started = time.monotonic()
@@ -220,17 +222,25 @@ class RemotingPort:
         if self._recorder is not None and cmd.code in RECEIVES and answer is not None:
             self._recorder.record_receive(receive_record(cmd, answer, broker, wait_s), wait_s)
 
-    def _broker_of(self, cmd: RemotingCommand, conn: RemotingConnection) -> str | None:
+    def _broker_of(
+        self, cmd: RemotingCommand, conn: RemotingConnection, body: BodyReading
+    ) -> str | None:
         """The broker a request goes to: the one it names, else the one of the port it
         came in on (for a heartbeat, its only broker there); None for neither, or for a
         request no broker answers."""
         where = destination(cmd)
         own = self._port_brokers.get(conn.local_port)
         if where in (Destination.NAMED_BROKER, Destination.ANY_BROKER):
-            return broker_named(cmd) or own
+            return broker_named(cmd, body) or own
         return own if where is Destination.EVERY_BROKER else None
 
-    def _answer(self, cmd: RemotingCommand, conn: RemotingConnection, broker: str | None) -> Reply:
+    def _answer(
+        self,
+        cmd: RemotingCommand,
+        conn: RemotingConnection,
+        broker: str | None,
+        body: BodyReading,
+    ) -> Reply:
         where = destination(cmd)
         if where is Destination.NOT_SERVED:
             return cmd.make_response(
@@ -240,7 +250,7 @@ class RemotingPort:
         guard = self._security.guard if self._security is not None else None
         if guard is not None:
             try:
-                guard.check_remoting(cmd, self.address_of(conn.peer))
+                guard.check_remoting(cmd, body, self.address_of(conn.peer))
             except Denied as denied:
                 return cmd.make_response(ResponseCode.NO_PERMISSION, remark=denied.message)
             for name in CREDENTIAL_FIELDS:  # the client's; the broker gets the proxy's
@@ -252,7 +262,7 @@ class RemotingPort:
         session = self._session(conn)
         if where is Destination.EVERY_BROKER and broker is None:
             return self._every_broker(session, cmd)
-        if queue_set_empty(cmd):
+        if queue_set_empty(body):
             return cmd.make_response(ResponseCode.SUCCESS, body=b'{"lockOKMQSet":[]}')
         return self._forward(session, cmd, where, broker)
 

@@ -14,15 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 import orjson
 
 from proxy.brokers import master_address, route_masters
 from proxy.remoting import fastjson
+from proxy.remoting.bodies import BodyReading, QueueLock
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
-from proxy.remoting.fastjson import FastjsonError
 from proxy.remoting.message import decode_properties
 
 SEND_V2_BROKER_FIELD = "n"
@@ -80,36 +79,23 @@ def destination(cmd: RemotingCommand) -> Destination:
     return _DESTINATIONS.get(cmd.code, Destination.NOT_SERVED)
 
 
-def broker_named(cmd: RemotingCommand) -> str | None:
-    """The broker a request names, or None when it names none (or its body does not
-    parse: the broker would refuse it the same)."""
+def broker_named(cmd: RemotingCommand, body: BodyReading) -> str | None:
+    """The broker a request names, or None when it names none. A queue lock names it in
+    its body (``body``, read once for the guard and the relay): its first queue's; one that
+    cannot be read names none, and the broker it goes to refuses it as it would without
+    a proxy."""
     if cmd.code in _QUEUES_IN_BODY:
-        queues = (_queue_lock(cmd) or {}).get("mqSet")
-        first = queues[0] if isinstance(queues, list) and queues else None
-        name = first.get("brokerName") if isinstance(first, dict) else None
-        return name if isinstance(name, str) and name else None
+        if isinstance(body, QueueLock) and body.queues:
+            return body.queues[0].broker
+        return None
     fields = cmd.fields
     field = SEND_V2_BROKER_FIELD if cmd.code in _SHORT_HEADERS else BROKER_FIELD
     return fields.get(field) or None
 
 
-def queue_set_empty(cmd: RemotingCommand) -> bool:
+def queue_set_empty(body: BodyReading) -> bool:
     """A queue lock or unlock for no queue at all (the client's rebalance may send one)."""
-    if cmd.code not in _QUEUES_IN_BODY:
-        return False
-    body = _queue_lock(cmd)
-    return body is not None and not body.get("mqSet")
-
-
-def _queue_lock(cmd: RemotingCommand) -> dict[str, Any] | None:
-    """A queue lock's body (LockBatchRequestBody), or None for one that is not an object.
-    Any client may send any bytes here, before it is authenticated: whatever they are,
-    they cost an answer, never an exception."""
-    try:
-        body = fastjson.loads(cmd.body)
-    except FastjsonError:
-        return None
-    return body if isinstance(body, dict) else None
+    return isinstance(body, QueueLock) and not body.queues
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from proxy.remoting.bodies import BodyReading, UnreadableBody
 from proxy.remoting.codes import RequestCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.security import signing
@@ -36,6 +37,7 @@ STALE = "stale"  # signed outside the clock-skew window
 UNKNOWN_USER = "unknown_user"
 BAD_SIGNATURE = "bad_signature"
 FORBIDDEN = "forbidden"  # authenticated, but not allowed that resource
+UNNAMED = "unnamed_resource"  # a remoting request whose resources cannot be read
 
 # One HMAC for an unknown access key, so it costs what a known one does.
 _DUMMY_SECRET = "rmq-proxy-no-such-user"
@@ -135,18 +137,24 @@ class Guard:
         extract = RESOURCES.get(rpc)
         return self._authorize(rpc, user, extract(request) if extract else None, source)
 
-    def check_remoting(self, cmd: RemotingCommand, source: str | None = None) -> User:
+    def check_remoting(
+        self, cmd: RemotingCommand, body: BodyReading, source: str | None = None
+    ) -> User:
         """The user a request of the remoting port is from, by its ``AccessKey`` and
         ``Signature`` fields (the 4.x clients' ACL hook: HMAC-SHA1 over the sorted field
-        values and the body), if it may do what it asks; raises Denied."""
+        values and the body), if it may do what it asks; raises Denied. ``body`` is the
+        request's body as the broker will read it (``bodies.reading``): the one reading
+        the relay routes by too."""
         rpc = code_name(cmd.code, RequestCode)
         try:
-            return self._check_remoting(rpc, cmd, source)
+            return self._check_remoting(rpc, cmd, body, source)
         except Denied as denied:
             self._denied.labels(rpc, denied.reason).inc()
             raise
 
-    def _check_remoting(self, rpc: str, cmd: RemotingCommand, source: str | None) -> User:
+    def _check_remoting(
+        self, rpc: str, cmd: RemotingCommand, body: BodyReading, source: str | None
+    ) -> User:
         fields = cmd.fields
         access_key = fields.get(signing.ACCESS_KEY_FIELD)
         signature = fields.get(signing.SIGNATURE_FIELD)
@@ -161,7 +169,16 @@ class Guard:
             log.debug("%s from %s refused: %s for access key %r", rpc, source, reason, access_key)
             raise Denied(DenialKind.UNAUTHENTICATED, reason, "invalid credentials")
         extract = REMOTING_RESOURCES.get(cmd.code)
-        return self._authorize(rpc, user, extract(cmd) if extract else None, source)
+        if extract is None or not self.authorization:
+            return self._authorize(rpc, user, None, source)
+        try:
+            if isinstance(body, UnreadableBody):
+                raise body
+            accesses = extract(cmd, body)
+        except UnreadableBody as exc:
+            self._check_source(rpc, user, source)
+            raise Denied(DenialKind.FORBIDDEN, UNNAMED, str(exc)) from None
+        return self._authorize(rpc, user, accesses, source)
 
     def _authorize(
         self, rpc: str, user: User, accesses: list[Access] | None, source: str | None
@@ -171,13 +188,7 @@ class Guard:
         with authorization off too: it limits who the user is, not what it may do, and
         with authentication only an operator's ``source_ips`` would otherwise be dropped
         without a word."""
-        if not user.permissions.may_connect_from(source):
-            log.debug("%s refused: %r may not connect from %s", rpc, user.access_key, source)
-            raise Denied(
-                DenialKind.FORBIDDEN,
-                FORBIDDEN,
-                f"user {user.access_key!r} may not connect from {host_of(source) or source}",
-            )
+        self._check_source(rpc, user, source)
         if not self.authorization:
             return user
         if accesses is None:
@@ -194,6 +205,15 @@ class Guard:
                     f"user {user.access_key!r} may not {access.describe()}",
                 )
         return user
+
+    def _check_source(self, rpc: str, user: User, source: str | None) -> None:
+        if not user.permissions.may_connect_from(source):
+            log.debug("%s refused: %r may not connect from %s", rpc, user.access_key, source)
+            raise Denied(
+                DenialKind.FORBIDDEN,
+                FORBIDDEN,
+                f"user {user.access_key!r} may not connect from {host_of(source) or source}",
+            )
 
 
 def _snake(name: str) -> str:

@@ -4,20 +4,35 @@ the remoting twin of ``guard.RESOURCES``.
 A request that names a topic and a group is a subscription; one that names a topic only, a
 look at the topic, but a send's, a publication. A consumer's own retry topic
 (``%RETRY%<group>``) is its group's: a user that may subscribe the group to any topic may
-pull from it and send messages back to it. A code missing here is refused (fail closed).
+pull from it and send messages back to it. A code missing here is refused (fail closed),
+and so is a request whose resources cannot be named as the broker will read them: a body
+the shared reading (``proxy/remoting/bodies.py``) cannot read, an END_TRANSACTION without
+its topic.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
-from proxy.remoting import fastjson
+from proxy.remoting.bodies import BatchAcks, Heartbeat, QueueLock, RequestBody, UnreadableBody
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from proxy.security.access import Access
 
 RETRY_PREFIX = "%RETRY%"
+_B = TypeVar("_B", QueueLock, BatchAcks, Heartbeat)
+
+# What a request touches, from its header fields and its body as the broker reads it
+# (``proxy/remoting/bodies.py``: None for a body that names nothing); raises UnreadableBody
+# where a resource cannot be named.
+Extractor = Callable[[RemotingCommand, RequestBody | None], list[Access]]
+
+
+def _read_as(body: RequestBody | None, kind: type[_B]) -> _B:
+    if not isinstance(body, kind):  # a caller that did not read the body first
+        raise UnreadableBody(f"the body was not read as a {kind.__name__}")
+    return body
 
 
 def _subscription(group: str, topic: str) -> Access:
@@ -26,10 +41,10 @@ def _subscription(group: str, topic: str) -> Access:
     return Access("subscribe", topic, group)
 
 
-def _fields(*names: str) -> Callable[[RemotingCommand], list[Access]]:
+def _fields(*names: str) -> Extractor:
     """A subscription of (group field, topic field), or a look at the topic alone."""
 
-    def accesses(cmd: RemotingCommand) -> list[Access]:
+    def accesses(cmd: RemotingCommand, body: RequestBody | None) -> list[Access]:
         values = [cmd.fields.get(name, "") for name in names]
         if len(values) == 1:
             topic = values[0]
@@ -41,51 +56,41 @@ def _fields(*names: str) -> Callable[[RemotingCommand], list[Access]]:
     return accesses
 
 
-def _publish(field: str) -> Callable[[RemotingCommand], list[Access]]:
-    return lambda cmd: [Access("publish", cmd.fields.get(field, ""))]
+def _publish(field: str) -> Extractor:
+    return lambda cmd, body: [Access("publish", cmd.fields.get(field, ""))]
 
 
-def _body(cmd: RemotingCommand) -> dict[str, Any]:
-    try:
-        data = fastjson.loads(cmd.body) if cmd.body else {}
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+def _heartbeat(cmd: RemotingCommand, body: RequestBody | None) -> list[Access]:
+    """A consumer's heartbeat subscribes its group to each topic it lists (a producer's
+    names only groups, which no permission covers)."""
+    heartbeat = _read_as(body, Heartbeat)
+    return [_subscription(c.group, topic) for c in heartbeat.consumers for topic in c.topics]
 
 
-def _heartbeat(cmd: RemotingCommand) -> list[Access]:
-    """A consumer's heartbeat subscribes its group to each topic it lists."""
-    return [
-        _subscription(str(consumer.get("groupName", "")), str(sub.get("topic", "")))
-        for consumer in _body(cmd).get("consumerDataSet") or []
-        if isinstance(consumer, dict)
-        for sub in consumer.get("subscriptionDataSet") or []
-        if isinstance(sub, dict)
-    ]
+def _locks(cmd: RemotingCommand, body: RequestBody | None) -> list[Access]:
+    lock = _read_as(body, QueueLock)
+    return [_subscription(lock.group, q.topic) for q in lock.queues]
 
 
-def _locks(cmd: RemotingCommand) -> list[Access]:
-    body = _body(cmd)
-    group = str(body.get("consumerGroup", ""))
-    queues = [q for q in body.get("mqSet") or [] if isinstance(q, dict)]
-    return [_subscription(group, str(q.get("topic", ""))) for q in queues]
+def _batch_ack(cmd: RemotingCommand, body: RequestBody | None) -> list[Access]:
+    return [_subscription(a.group, a.topic) for a in _read_as(body, BatchAcks).acks]
 
 
-def _batch_ack(cmd: RemotingCommand) -> list[Access]:
-    acks = [a for a in _body(cmd).get("acks") or [] if isinstance(a, dict)]
-    return [_subscription(str(a.get("consumerGroup", "")), str(a.get("topic", ""))) for a in acks]
-
-
-def _end_transaction(cmd: RemotingCommand) -> list[Access]:
+def _end_transaction(cmd: RemotingCommand, body: RequestBody | None) -> list[Access]:
+    """The broker ends whichever half message the offsets name, once its producer group
+    matches; the topic is all the request says of where it was sent. Without one there is
+    nothing to check, so it is refused (``UnreadableBody``)."""
     topic = cmd.fields.get("topic")
-    return [Access("publish", topic)] if topic else []
+    if not topic:
+        raise UnreadableBody("END_TRANSACTION names no topic")
+    return [Access("publish", topic)]
 
 
-def _signature_only(cmd: RemotingCommand) -> list[Access]:
+def _signature_only(cmd: RemotingCommand, body: RequestBody | None) -> list[Access]:
     return []
 
 
-REMOTING_RESOURCES: dict[int, Callable[[RemotingCommand], list[Access]]] = {
+REMOTING_RESOURCES: dict[int, Extractor] = {
     RequestCode.GET_ROUTEINFO_BY_TOPIC: _fields("topic"),
     RequestCode.SEND_MESSAGE: _publish("topic"),
     RequestCode.SEND_MESSAGE_V2: _publish("b"),
@@ -110,6 +115,8 @@ REMOTING_RESOURCES: dict[int, Callable[[RemotingCommand], list[Access]]] = {
     RequestCode.UNLOCK_BATCH_MQ: _locks,
     RequestCode.HEART_BEAT: _heartbeat,
     RequestCode.UNREGISTER_CLIENT: _signature_only,
-    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _signature_only,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: lambda cmd, body: [
+        Access("group", "", cmd.fields.get("consumerGroup", ""))
+    ],
     RequestCode.CHECK_CLIENT_CONFIG: _signature_only,
 }

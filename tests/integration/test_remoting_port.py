@@ -13,8 +13,9 @@ import pytest
 from proxy.remoting.client import RemotingClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
-from proxy.remoting.headers import SendMessageHeader
+from proxy.remoting.headers import SendMessageHeader, now_ms
 from proxy.remoting.message import Prop, encode_properties
+from proxy.remoting.popinfo import PopCheckpointInfo, batch_ack_body
 from proxy.remoting_port.port import GO_AWAY_MIN_VERSION
 from proxy.security.config import SecurityConfig
 from proxy.security.signing import RemotingSigner, remoting_signature
@@ -376,3 +377,38 @@ async def test_each_pop_of_the_port_is_a_receive_record(start_proxy, tmp_path):
         ("remoting", "empty", 0, None),
     ]
     assert all(r["polling_ms"] == 200 and r["pops"] == 1 for r in records)
+
+
+async def test_a_guarded_batch_ack_is_checked_by_the_keys_the_broker_reads(guarded):
+    """A client writes a batch ack's group and topic under the short keys; a broker reads
+    the long ones too, the last written winning (tests/interop/test_remoting_bodies.py
+    holds the guard to the broker's own reading)."""
+    proxy, connect, seen = guarded
+    broker = proxy.cluster.brokers[0].name
+    alice = connect("alice", "alice-secret")
+    checkpoint = PopCheckpointInfo(0, now_ms(), 30_000, 0, 0, broker, 0, 0)
+
+    async def batch_ack(body: bytes) -> RemotingCommand:
+        request = RemotingCommand(RequestCode.BATCH_ACK_MESSAGE, {"bname": broker}, body)
+        return await alice.invoke(request, TIMEOUT_S)
+
+    own = await batch_ack(batch_ack_body(broker, "billing", "orders", [checkpoint]))
+    assert own.code != ResponseCode.NO_PERMISSION, own.remark
+    entry = {"consumerGroup": "billing", "c": "shipping", "t": "orders",
+             "q": 0, "so": 0, "pt": 0, "it": 30_000, "b": "AQ=="}  # fmt: skip
+    crafted = await batch_ack(orjson.dumps({"brokerName": broker, "acks": [entry]}))
+    assert crafted.code == ResponseCode.NO_PERMISSION
+    assert crafted.remark == "user 'alice' may not subscribe to 'orders' as group 'shipping'"
+    unnamed = await batch_ack(orjson.dumps({"acks": [{"c": ["billing"], "t": "orders"}]}))
+    assert unnamed.code == ResponseCode.NO_PERMISSION
+    acks = [c for c in seen if c.code == RequestCode.BATCH_ACK_MESSAGE]
+    assert len(acks) == 1  # only the client's own reached the broker
+    end = RemotingCommand(
+        RequestCode.END_TRANSACTION,
+        {"bname": broker, "producerGroup": "orders", "tranStateTableOffset": "0",
+         "commitLogOffset": "0", "commitOrRollback": "8", "fromTransactionCheck": "false",
+         "msgId": "m"},
+    )  # fmt: skip
+    refused = await alice.invoke(end, TIMEOUT_S)
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert refused.remark == "END_TRANSACTION names no topic"

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.config import load
+from proxy.remoting.bodies import reading
 from proxy.remoting.codes import RequestCode
 from proxy.remoting.command import RemotingCommand
 from proxy.security import signing
@@ -324,6 +325,7 @@ def test_source_ips_hold_with_authentication_only(tmp_path):
     cmd.fields[signing.SIGNATURE_FIELD] = signing.remoting_signature(
         cmd.fields, cmd.body, "alice-secret"
     )
-    assert guard.check_remoting(cmd, "10.1.2.3:5000").access_key == "alice"
+    body = reading(cmd)
+    assert guard.check_remoting(cmd, body, "10.1.2.3:5000").access_key == "alice"
     with pytest.raises(Denied):
-        guard.check_remoting(cmd, "192.0.2.9:5000")
+        guard.check_remoting(cmd, body, "192.0.2.9:5000")
