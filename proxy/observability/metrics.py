@@ -96,6 +96,12 @@ LIVE_GAUGES = (CONSUMER_LAG, CONSUMER_LAG_AGE)
 
 _PACKAGE = "rmq-notify-proxy"
 
+# Groups and topics are the clients' own names: on /metrics, the first this many (group,
+# topic) pairs a proxy counts keep their names, and any later one is counted under
+# OTHER_LABEL, so that no sequence of client requests grows /metrics without bound.
+MAX_LABELLED_PAIRS = 5_000
+OTHER_LABEL = "_other_"
+
 
 def _flag(value: bool) -> str:
     """Booleans become the label values "true"/"false" (RocketMQ's own spelling)."""
@@ -192,6 +198,15 @@ class ProxyMetrics:
             ["result"],
             registry=r,
         )
+        self._registrations_refused = Counter(
+            "rocketmq_proxy_client_registrations_refused",
+            "gRPC clients served but not registered with the brokers, past a bound of the "
+            "registrations: clients (max_registered_clients), group "
+            "(max_registered_per_group), topics (too many topics), connections (the open-"
+            "files budget's share for the registrations' connections).",
+            ["reason"],
+            registry=r,
+        )
         self._long_polls_limit = Gauge(
             "rocketmq_proxy_long_polls_limit",
             "Configured maximum of client long polls in flight.",
@@ -244,6 +259,7 @@ class ProxyMetrics:
         self._mode_switches_c: dict[tuple[str, str, str], Counter] = {}
         self._handed_back_c: dict[tuple[str], Counter] = {}
         self._sent_c: dict[tuple[str, str], Counter] = {}
+        self._pairs = LabelCap(MAX_LABELLED_PAIRS)
 
     # -- receive -----------------------------------------------------------------------------
 
@@ -258,6 +274,7 @@ class ProxyMetrics:
         wait_seconds: float,
     ) -> None:
         """One client ReceiveMessage answered: count it and observe its wait."""
+        group, topic = self._pairs.admit(group, topic)
         key = (group, topic, mode, is_long_polling, is_short_polling_hit, result)
         _child(
             self._receive_c,
@@ -281,6 +298,7 @@ class ProxyMetrics:
         _child(self._in_flight_c, self._in_flight, (mode,)).dec()
 
     def mode_switch(self, group: str, topic: str, to: str) -> None:
+        group, topic = self._pairs.admit(group, topic)
         _child(self._mode_switches_c, self._mode_switches, (group, topic, to)).inc()
 
     def handed_back(self, reason: str, count: int = 1) -> None:
@@ -321,6 +339,7 @@ class ProxyMetrics:
     # -- producers ---------------------------------------------------------------------------
 
     def sent(self, topic: str, result: str, count: int = 1) -> None:
+        _, topic = self._pairs.admit("", topic)
         _child(self._sent_c, self._sent, (topic, result)).inc(count)
 
     # -- the clients' own metrics ------------------------------------------------------------
@@ -343,6 +362,9 @@ class ProxyMetrics:
 
     def front_connection(self, result: str) -> None:
         self._front.labels(result).inc()
+
+    def registration_refused(self, reason: str) -> None:
+        self._registrations_refused.labels(reason).inc()
 
     def client_export(self, result: str) -> None:
         self._client_exports.labels(result).inc()
@@ -428,6 +450,26 @@ class GroupMetrics:
 
 KeyT = TypeVar("KeyT", bound=tuple[object, ...])
 MetricT = TypeVar("MetricT", bound=MetricWrapperBase)
+
+
+class LabelCap:
+    """The (group, topic) label pairs a metric family set may name: the first ``limit``
+    seen keep their names; later ones become (OTHER_LABEL, OTHER_LABEL)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._admitted: set[tuple[str, str]] = set()
+        self.overflowed = 0  # label sets counted as OTHER_LABEL
+
+    def admit(self, group: str, topic: str) -> tuple[str, str]:
+        pair = (group, topic)
+        if pair in self._admitted:
+            return pair
+        if len(self._admitted) < self.limit:
+            self._admitted.add(pair)
+            return pair
+        self.overflowed += 1
+        return OTHER_LABEL, OTHER_LABEL
 
 
 def _child(

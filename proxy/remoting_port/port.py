@@ -70,6 +70,14 @@ Observer = Callable[[str, str, float, str, bool], None]
 CREDENTIAL_FIELDS = (ACCESS_KEY_FIELD, SIGNATURE_FIELD, "SecurityToken")
 
 
+# The request-code label of a request refused before it is served: the client chose its
+# code, so the label is the refusal's.
+REFUSED_CODES: dict[int, str] = {
+    ResponseCode.REQUEST_CODE_NOT_SUPPORTED: "not_served",
+    ResponseCode.NO_PERMISSION: "refused",
+}
+
+
 class Security(Protocol):
     """What the port needs of the proxy's security (``SecurityRuntime``): its guard, once
     started, and the proxy's own broker credentials."""
@@ -183,13 +191,29 @@ class RemotingPort:
     # -- requests -------------------------------------------------------------------------
 
     def _process(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:
-        """``_answer``'s reply, observed when it is given."""
+        """``_answer``'s reply, observed when it is given.
+
+        What a client names becomes a label only once the port serves the request: one
+        it refuses (a code not served, a guard's refusal) is observed under the fixed
+        name of its refusal, with no broker and no receive record, and a broker is named
+        only once known (``_known``); /metrics stays bounded whatever clients send."""
+        started = time.monotonic()
         body = reading(cmd)  # once: the guard checks, and the relay routes by, the same
+        refusal = self._refusal(cmd, conn, body)
+        if refusal is not None:
+            if self._observe is not None:
+                self._observe(
+                    REFUSED_CODES.get(refusal.code, "refused"),
+                    code_name(refusal.code, ResponseCode),
+                    time.monotonic() - started,
+                    "",
+                    False,
+                )
+            return refusal
         broker = self._broker_of(cmd, conn, body)
         reply = self._answer(cmd, conn, broker, body)
         if self._observe is None and self._recorder is None:
             return reply
-        started = time.monotonic()
         if reply is None or isinstance(reply, RemotingCommand):
             self._observed(cmd, reply, broker or "", started)
             return reply
@@ -210,6 +234,7 @@ class RemotingPort:
         self, cmd: RemotingCommand, answer: RemotingCommand | None, broker: str, started: float
     ) -> None:
         wait_s = time.monotonic() - started
+        broker = broker if self._known(broker) else ""
         poll_s = long_poll_s(cmd)
         if self._observe is not None:
             self._observe(
@@ -234,15 +259,13 @@ class RemotingPort:
             return broker_named(cmd, body) or own
         return own if where is Destination.EVERY_BROKER else None
 
-    def _answer(
-        self,
-        cmd: RemotingCommand,
-        conn: RemotingConnection,
-        broker: str | None,
-        body: BodyReading,
-    ) -> Reply:
-        where = destination(cmd)
-        if where is Destination.NOT_SERVED:
+    def _refusal(
+        self, cmd: RemotingCommand, conn: RemotingConnection, body: BodyReading
+    ) -> RemotingCommand | None:
+        """The answer to a request the port does not take: a code it does not serve, or
+        one the guard refuses; None for the rest (the client's credentials removed: the
+        broker gets the proxy's)."""
+        if destination(cmd) is Destination.NOT_SERVED:
             return cmd.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 remark=f" request type {cmd.code} not supported",
@@ -253,8 +276,23 @@ class RemotingPort:
                 guard.check_remoting(cmd, body, self.address_of(conn.peer))
             except Denied as denied:
                 return cmd.make_response(ResponseCode.NO_PERMISSION, remark=denied.message)
-            for name in CREDENTIAL_FIELDS:  # the client's; the broker gets the proxy's
+            for name in CREDENTIAL_FIELDS:
                 cmd.fields.pop(name, None)
+        return None
+
+    def _known(self, broker: str) -> bool:
+        """A broker of the cluster (a route or the cluster's list named it), not merely a
+        name a client wrote."""
+        return bool(broker) and self._address(broker) is not None
+
+    def _answer(
+        self,
+        cmd: RemotingCommand,
+        conn: RemotingConnection,
+        broker: str | None,
+        body: BodyReading,
+    ) -> Reply:
+        where = destination(cmd)
         if self.draining and cmd.version >= GO_AWAY_MIN_VERSION:
             return cmd.make_response(ResponseCode.GO_AWAY, remark="please go away")
         if where is Destination.NAME_SERVER:

@@ -255,10 +255,49 @@ async def test_each_request_of_the_port_is_on_the_metrics(port):
     port = {"protocol_type": "remoting_port", "is_long_polling": "false"}
     sent = total(text, count, **port, request_code="send_message_v2", broker=broker)
     assert sent == 1 and total(text, count, **port, response_code="success") == 1
+    # The code a client chose is no label: a refusal is counted under its own name.
     refused = total(
-        text, count, **port, request_code="12345", response_code="request_code_not_supported"
+        text, count, **port, request_code="not_served", response_code="request_code_not_supported"
     )
     assert refused == 1
+    assert "12345" not in text.decode()
+
+
+def series(text: bytes, prefix: str) -> int:
+    return sum(1 for line in text.decode().splitlines() if line.startswith(prefix))
+
+
+async def test_a_flood_of_refused_and_unknown_names_leaves_metrics_bounded(guarded):
+    """10,000 requests a client made up (a broker, a group and a topic of its own each),
+    refused by the guard: /metrics gains no series and none of their names, and the port
+    serves a real request meanwhile."""
+    proxy, connect, _ = guarded
+    broker = proxy.cluster.brokers[0].name
+    alice, mallory = connect("alice", "alice-secret"), connect()
+    first = await alice.invoke(send_v2("orders", broker, b"first"), TIMEOUT_S)
+    assert first.code == ResponseCode.SUCCESS, first.remark
+    refused = await mallory.invoke(RemotingCommand(RequestCode.POP_MESSAGE, {}), TIMEOUT_S)
+    assert refused.code == ResponseCode.NO_PERMISSION
+    before = proxy.metrics.render()[0]
+
+    async def flood(first: int) -> None:
+        for i in range(first, first + 2_500):
+            fields = pop_fields(f"g-{i}", f"t-{i}", bname=f"b-{i}")
+            client = alice if i % 2 else mallory  # forbidden, and unsigned
+            answer = await client.invoke(
+                RemotingCommand(RequestCode.POP_MESSAGE, fields), TIMEOUT_S
+            )
+            assert answer.code == ResponseCode.NO_PERMISSION, answer.remark
+
+    flooding = asyncio.gather(*(flood(n * 2_500) for n in range(4)))
+    sent = await alice.invoke(send_v2("orders", broker, b"served"), TIMEOUT_S)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await flooding
+    after = proxy.metrics.render()[0]
+    assert b"g-1" not in after and b"b-1" not in after and b"t-1" not in after
+    # Every label set the flood and the send make was there after one of each.
+    for family in ("rocketmq_proxy_rpc_latency_seconds_bucket", "rocketmq_proxy_receive_total"):
+        assert series(after, family) == series(before, family), family
 
 
 USERS = """

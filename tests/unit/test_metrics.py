@@ -11,7 +11,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.observability.client_totals import ClientHistograms
-from proxy.observability.metrics import ProxyMetrics
+from proxy.observability.metrics import OTHER_LABEL, ProxyMetrics
 from testkit.metrics_text import samples as metric_samples
 
 
@@ -56,6 +56,7 @@ def test_families_have_the_contract_names_and_types():
         "rocketmq_proxy_client_metrics_exports": "counter",
         "rocketmq_proxy_client_metrics_dropped": "counter",
         "rocketmq_proxy_front_connections": "counter",
+        "rocketmq_proxy_client_registrations_refused": "counter",
         "rocketmq_proxy_transaction_checks": "counter",
         "rocketmq_proxy_consumer_lag_messages": "gauge",
         "rocketmq_proxy_consumer_lag_oldest_seconds": "gauge",
@@ -302,3 +303,15 @@ def test_a_workers_lag_set_is_published_whole_and_without_what_left(tmp_path):
     worker.publish_live_gauges()
     assert seen()["rocketmq_proxy_consumer_lag_messages"] == {("H", "T"): 0.0}
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"live-gauges_{os.getpid()}.json"]
+
+
+def test_past_the_cap_new_group_topic_pairs_are_counted_as_other():
+    m = ProxyMetrics()
+    m._pairs.limit = 3  # MAX_LABELLED_PAIRS, made small
+    for i in range(10):
+        m.receive_done(f"g{i}", "t", "notify", True, False, "empty", 0.01)
+    m.receive_done("g0", "t", "notify", True, False, "empty", 0.01)  # admitted before
+    counted = samples(m, "rocketmq_proxy_receive_total")
+    groups = {dict(k)["group"]: v for k, v in counted.items()}
+    assert groups == {"g0": 2.0, "g1": 1.0, "g2": 1.0, OTHER_LABEL: 7.0}
+    assert m._pairs.overflowed == 7
