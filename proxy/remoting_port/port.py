@@ -60,6 +60,10 @@ HEARTBEAT_REPEAT_S = 5.0
 # The first version of the Java client that understands GO_AWAY (after V5_3_1): it opens a
 # new connection and sends the request again there.
 GO_AWAY_MIN_VERSION = 476
+# Long polls that hold no message, answered GO_AWAY when the port starts to drain.
+CUT_ON_DRAIN = frozenset(
+    {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.NOTIFICATION}
+)
 # A draining port waits this long at most for the sends in flight before it closes.
 DRAIN_S = REQUEST_TIMEOUT_S
 # The name server's list of the cluster is asked for at most this often.
@@ -135,6 +139,12 @@ class RemotingPort:
         self._sends = 0  # forwarded requests in flight that are no long poll
         self._no_sends = asyncio.Event()
         self.draining = False
+        # Long polls that GO_AWAY may cut (``_poll_until_drain``), and those cut whose
+        # answer is not yet written.
+        self._drain_started = asyncio.Event()
+        self._cuttable = 0
+        self._cut = 0
+        self._cuts_answered = asyncio.Event()
         self.port = 0
 
     async def listen(
@@ -172,10 +182,16 @@ class RemotingPort:
     async def close(self) -> None:
         """Drain, then close every connection. While draining, a request of a client that
         understands it is answered GO_AWAY: the client opens a new connection (through its
-        balancer, to another proxy) and sends the request there. The sends in flight get
-        ``DRAIN_S`` to end; long polls are cut: a 4.x consumer pulls again from where it
-        was, so nothing is lost."""
+        balancer, to another proxy) and sends the request there. Such a client's parked
+        pulls and notifications are answered GO_AWAY at once, so a consumer that sends
+        nothing else hears it too. The sends in flight get ``DRAIN_S`` to end; the other
+        long polls are cut: a 4.x consumer pulls again from where it was, so nothing is
+        lost."""
         self.draining = True
+        self._drain_started.set()
+        if self._cuttable or self._cut:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cuts_answered.wait(), DRAIN_S)
         if self._sends:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._no_sends.wait(), DRAIN_S)
@@ -338,6 +354,8 @@ class RemotingPort:
             return refusal
         poll = long_poll_s(cmd)
         if poll is not None:
+            if cmd.code in CUT_ON_DRAIN and cmd.version >= GO_AWAY_MIN_VERSION:
+                return await self._poll_until_drain(session, broker, address, cmd, poll)
             return await session.forward(broker, address, cmd, poll + POLL_MARGIN_S)
         self._sends += 1
         self._no_sends.clear()
@@ -347,6 +365,52 @@ class RemotingPort:
             self._sends -= 1
             if not self._sends:
                 self._no_sends.set()
+
+    async def _poll_until_drain(
+        self,
+        session: ClientSession,
+        broker: str,
+        address: str,
+        cmd: RemotingCommand,
+        poll_s: float,
+    ) -> RemotingCommand | None:
+        """A long poll that holds no message (a pull, a notification), cut with GO_AWAY
+        when the port starts draining: a consumer that only polls is told to move too,
+        not left parked until the port closes under it. Its next pull starts from the
+        same offset elsewhere, so nothing is lost."""
+        forward = asyncio.ensure_future(
+            session.forward(broker, address, cmd, poll_s + POLL_MARGIN_S)
+        )
+        drain = asyncio.ensure_future(self._drain_started.wait())
+        self._cuttable += 1
+        try:
+            await asyncio.wait((forward, drain), return_when=asyncio.FIRST_COMPLETED)
+            cut = not forward.done()
+            if cut:
+                self._cut += 1  # counted down once the server has written the answer
+        finally:
+            drain.cancel()
+            self._cuttable -= 1
+            self._check_cuts()
+        if not cut:
+            return forward.result()
+        forward.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await forward
+        task = asyncio.current_task()
+        if task is not None:  # the server's callback, which writes the answer, comes first
+            task.add_done_callback(self._cut_answered)
+        else:
+            self._cut_answered(None)
+        return cmd.make_response(ResponseCode.GO_AWAY, remark="please go away")
+
+    def _cut_answered(self, _task: object) -> None:
+        self._cut -= 1
+        self._check_cuts()
+
+    def _check_cuts(self) -> None:
+        if not self._cut and not self._cuttable:
+            self._cuts_answered.set()
 
     async def _type_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """A send its topic's ``message.type`` does not take, refused as the Apache proxy

@@ -21,6 +21,7 @@ from proxy.security.config import SecurityConfig
 from proxy.security.signing import RemotingSigner, remoting_signature
 from testkit.event_log import part_files, read_records
 from testkit.metrics_text import total
+from testkit.waits import wait_until
 from tests.support.remoting import pop_fields
 
 TIMEOUT_S = 5.0
@@ -204,6 +205,24 @@ async def test_a_draining_port_tells_new_clients_to_go_away(port):
     old.version = GO_AWAY_MIN_VERSION - 1
     served = await client.invoke(old, TIMEOUT_S)
     assert served.code == ResponseCode.SUCCESS
+
+
+async def test_a_draining_port_tells_a_parked_consumer_to_go_away(port):
+    """A consumer that only polls sends nothing while its poll is parked: the drain answers
+    the poll itself, GO_AWAY, before the port closes (a poll of an older client is cut
+    when the port closes, as before)."""
+    proxy, connect = port
+    client = connect()
+    broker = proxy.cluster.brokers[0].name
+    fields = {"consumerGroup": "G", "topic": "T", "queueId": "-1", "pollTime": "20000",
+              "bornTime": str(now_ms()), "bname": broker}  # fmt: skip
+    poll = RemotingCommand(RequestCode.NOTIFICATION, fields)
+    poll.version = GO_AWAY_MIN_VERSION
+    parked = asyncio.ensure_future(client.invoke(poll, 30.0))
+    await wait_until(lambda: proxy.remoting._cuttable == 1, 5.0)
+    await asyncio.wait_for(proxy.remoting.close(), 10.0)
+    answer = await asyncio.wait_for(parked, 5.0)
+    assert (answer.code, answer.remark) == (ResponseCode.GO_AWAY, "please go away")
 
 
 async def test_a_torn_frame_closes_its_connection_only(port):
