@@ -69,6 +69,9 @@ RESOURCES: dict[str, Callable[[Any], list[Access]]] = {
     "NotifyClientTermination": lambda r: [],
     "Telemetry": lambda r: [],
     "SendMessage": lambda r: [Access("publish", m.topic.name) for m in r.messages],
+    # Ending or recalling a message is its producer's: the Apache proxy asks PUB on its topic.
+    "EndTransaction": lambda r: [Access("publish", r.topic.name)],
+    "RecallMessage": lambda r: [Access("publish", r.topic.name)],
     "ReceiveMessage": lambda r: [Access("subscribe", r.message_queue.topic.name, r.group.name)],
     "AckMessage": _subscribe,
     "ChangeInvisibleDuration": _subscribe,

@@ -168,3 +168,54 @@ def run_client(tmp_path):
         return _run_client(lang, *args, timeout=timeout, home=home, env=env)
 
     return run
+
+
+#: The users file of the production-profile proxy: one user that may publish and subscribe
+#: anything, but not as a super user, so that each request is checked against its rules.
+PRODUCTION_USER = ("interop-user", "interop-secret")
+PRODUCTION_USERS = f"""
+[[users]]
+access_key = "{PRODUCTION_USER[0]}"
+secret_key = "{PRODUCTION_USER[1]}"
+publish = ["*"]
+subscribe = [{{ group = "*", topic = "*" }}]
+"""
+#: What production turns on together (docs/operations.md): two workers, the clients
+#: registered with the brokers (the default), the remoting port, a users file, and gRPC
+#: connections that age out.
+PRODUCTION_CONFIG = """
+workers = 2
+remoting_port = {remoting_port}
+grpc_max_connection_age_s = 30.0
+[security]
+users_file = "{users}"
+"""
+
+
+@pytest.fixture(scope="session")
+def production_proxy(real_cluster, tmp_path_factory):
+    """Ours as production runs it (``PRODUCTION_CONFIG``) in front of the session's real
+    brokers; clients sign as ``PRODUCTION_USER`` (``production_env``)."""
+    from rocketmq_local.launcher import free_port_block
+
+    root = tmp_path_factory.mktemp("production-proxy")
+    users = root / "users.toml"
+    users.write_text(PRODUCTION_USERS)
+    config = root / "proxy.toml"
+    config.write_text(PRODUCTION_CONFIG.format(remoting_port=free_port_block(), users=users))
+    proxy = start_proxy(
+        root, (), mode="adaptive", namesrv=real_cluster.namesrv_address,
+        extra_args=("--config", str(config)),
+    )  # fmt: skip
+    try:
+        yield proxy
+    finally:
+        complaint = proxy.stop()
+    assert complaint is None, f"{complaint}\n{proxy.logs()}"
+
+
+#: The environment the official clients' drivers sign with for the production proxy.
+production_env = {
+    "RMQ_INTEROP_ACCESS_KEY": PRODUCTION_USER[0],
+    "RMQ_INTEROP_SECRET_KEY": PRODUCTION_USER[1],
+}

@@ -35,7 +35,7 @@ from proxy.remoting.headers import INIT_MODE_MIN
 from proxy.remoting.message import Prop
 from rocketmq_local import admin
 from testkit.metrics_text import samples
-from testkit.official.harness import start_proxy
+from tests.interop.conftest import production_env
 
 pytestmark = [pytest.mark.interop, pytest.mark.real, pytest.mark.timeout(300)]
 
@@ -48,33 +48,20 @@ READ_TIMEOUT_S = 30.0
 APACHE_WARM_UP_S = 21.0
 
 
-@pytest.fixture(scope="module")
-def two_worker_proxy(real_cluster, tmp_path_factory):
-    """Ours with two worker processes (the producers' connections spread over both)."""
-    proxy = start_proxy(
-        tmp_path_factory.mktemp("tx-two-workers"),
-        (),
-        mode="notify",
-        namesrv=real_cluster.namesrv_address,
-        extra_args=("--workers", "2"),
-    )
-    try:
-        yield proxy
-    finally:
-        complaint = proxy.stop()
-    assert complaint is None, f"{complaint}\n{proxy.logs()}"
-
-
-@pytest.fixture(params=["ours", "ours-two-workers", "apache"])
+@pytest.fixture(params=["ours", "ours-production", "apache"])
 def peer(request, proxy_pool, real_cluster):
-    """(name, gRPC endpoint, metrics address or None) of the proxy under test."""
+    """(name, gRPC endpoint, metrics address or None, the driver's environment) of the
+    proxy under test: ours as the interop tests run it, ours as production runs it (two
+    workers, over which the producers' connections spread, the remoting port, a users
+    file, connection ages), the Apache proxy."""
     if request.param == "apache":
-        return request.param, request.getfixturevalue("apache_proxy").grpc_address, None
+        apache = request.getfixturevalue("apache_proxy")
+        return request.param, apache.grpc_address, None, None
     if request.param == "ours":
         proxy = proxy_pool.get("real", "notify", real_cluster.namesrv_address)
-    else:
-        proxy = request.getfixturevalue("two_worker_proxy")
-    return request.param, proxy.grpc, proxy.http
+        return request.param, proxy.grpc, proxy.http, None
+    proxy = request.getfixturevalue("production_proxy")
+    return request.param, proxy.grpc, proxy.http, production_env
 
 
 def check_outcomes(http: str) -> dict[str, float]:
@@ -112,7 +99,7 @@ async def committed_check_numbers(namesrv: str, topic: str, ids: set[str]) -> di
 
 
 def test_every_orphan_is_ended_at_its_first_check(peer, real_cluster, run_client):
-    name, endpoint, http = peer
+    name, endpoint, http, env = peer
     namesrv = real_cluster.namesrv_address
     topic = f"tx-orphans-{uuid.uuid4().hex[:10]}"
     admin.create_topic(namesrv, topic, message_type="TRANSACTION")
@@ -121,7 +108,7 @@ def test_every_orphan_is_ended_at_its_first_check(peer, real_cluster, run_client
         "python", "orphans", "--endpoint", endpoint, "--topic", topic,
         "--producers", PRODUCERS, "--count", PER_PRODUCER,
         "--warm-up-seconds", APACHE_WARM_UP_S if name == "apache" else 0,
-        "--deadline-seconds", DRIVER_TIMEOUT - 10, timeout=DRIVER_TIMEOUT,
+        "--deadline-seconds", DRIVER_TIMEOUT - 10, timeout=DRIVER_TIMEOUT, env=env,
     )  # fmt: skip
     sent = {m["id"] for m in out["sent"]}
     assert len(sent) == PRODUCERS * PER_PRODUCER, out
