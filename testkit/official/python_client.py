@@ -361,9 +361,7 @@ def push(args: argparse.Namespace) -> dict:
     """A PushConsumer: the listener records each call; done once --expect ids succeeded
     (then a moment for the last acks to leave)."""
     from rocketmq import (
-        ClientConfiguration,
         ConsumeResult,
-        Credentials,
         FilterExpression,
         MessageListener,
         PushConsumer,
@@ -404,9 +402,7 @@ def push(args: argparse.Namespace) -> dict:
                         done.set()
             return result
 
-    config = ClientConfiguration(
-        args.endpoint, Credentials(), request_timeout=REQUEST_TIMEOUT_SECONDS
-    )
+    config = client_configuration(args.endpoint)  # with the environment's credentials
     consumer = PushConsumer(config, args.group, Listener(), {args.topic: FilterExpression("*")})
     consumer.startup()
     try:

@@ -133,10 +133,24 @@ class Target:
         return group
 
 
+#: The production profile (``production_proxy``): only the Python client's driver signs
+#: requests, so it is the client that runs there.
+PRODUCTION = pytest.param(("production", "adaptive"), marks=[pytest.mark.real], id="production")
+PRODUCTION_LANGS = ("python",)
+
+
+def langs_of(target: Target, langs: tuple[str, ...]) -> tuple[str, ...]:
+    """The clients a scenario runs with on ``target``: those of ``langs`` that can."""
+    return PRODUCTION_LANGS if target.backend == "production" else langs
+
+
 @pytest.fixture
 def target(request, proxy_pool) -> Target:
     """The (backend, mode) proxy of this test's parameter, and a way to make fresh topics."""
     backend, mode = request.param
+    if backend == "production":
+        namesrv = request.getfixturevalue("real_cluster").namesrv_address
+        return Target(backend, mode, request.getfixturevalue("production_proxy"), namesrv)
     if backend == "real":
         namesrv = request.getfixturevalue("real_cluster").namesrv_address
         proxy = proxy_pool.get(backend, mode, namesrv)
@@ -157,15 +171,19 @@ def new_topic(target) -> Callable[[str], str]:
 
 
 @pytest.fixture
-def run_client(tmp_path):
+def run_client(request, tmp_path):
     """``run_client(lang, *args, timeout=..., env=...)`` -> the driver's JSON; HOME is a fresh
     temp dir per run (runs overlap), so each client's log stays apart and is shown if it
-    fails; ``env`` adds to the driver's environment (RMQ_INTEROP_TLS, ...)."""
+    fails; ``env`` adds to the driver's environment (RMQ_INTEROP_TLS, ...). A test on the
+    production target signs as its user."""
     runs = itertools.count(1)
+    callspec = getattr(request.node, "callspec", None)
+    param = callspec.params.get("target") if callspec is not None else None
+    signed = production_env if param is not None and param[0] == "production" else {}
 
     def run(lang: str, *args, timeout: float, env: dict[str, str] | None = None) -> dict:
         home = tmp_path / f"home-{next(runs)}-{lang}-{args[0] if args else ''}"
-        return _run_client(lang, *args, timeout=timeout, home=home, env=env)
+        return _run_client(lang, *args, timeout=timeout, home=home, env={**signed, **(env or {})})
 
     return run
 

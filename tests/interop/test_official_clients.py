@@ -21,11 +21,14 @@ import pytest
 
 from testkit.official import scenarios as scenario
 from testkit.official.harness import LANGS
-from tests.interop.conftest import DEFAULT_MODE, MODES, targets
+from tests.interop.conftest import DEFAULT_MODE, MODES, PRODUCTION, langs_of, targets
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]
 
 EVERY_MODE = targets(MODES, backends=("real",)) + targets((DEFAULT_MODE,), backends=("stubs",))
+# The production profile too (tests/interop/conftest.py ``production_proxy``): sends,
+# receives, acks, push consumers with the features production turns on together.
+EVERY_MODE_AND_PRODUCTION = [*EVERY_MODE, PRODUCTION]
 DEFAULT_ONLY = targets((DEFAULT_MODE,))
 
 
@@ -34,7 +37,7 @@ def test_start_only(proxy, new_topic, run_client):
     scenario.for_each_client(LANGS, scenario.start_only, run_client, proxy, topic=new_topic)
 
 
-@pytest.mark.parametrize("target", EVERY_MODE, indirect=True)
+@pytest.mark.parametrize("target", EVERY_MODE_AND_PRODUCTION, indirect=True)
 def test_receive_ack_and_change_invisible_duration(target, proxy, run_client):
     """Both receive scenarios, every client, side by side (the waits overlap); in the
     default mode, redelivery without an ack beside them (it waits out an invisible time
@@ -53,7 +56,7 @@ def test_receive_ack_and_change_invisible_duration(target, proxy, run_client):
     if target.mode == DEFAULT_MODE:
         scenarios += (scenario.redelivery_without_ack,)
     scenario.for_each_client(
-        LANGS,
+        langs_of(target, LANGS),
         scenarios,
         run_client,
         proxy,
@@ -67,7 +70,7 @@ def test_each_client_receives_another_clients_messages(proxy, new_topic, run_cli
 
 
 #: Push and FIFO in notify mode (pop-with-notify) and in the default mode, both backends.
-PUSH_MODES = targets(tuple(dict.fromkeys(("notify", DEFAULT_MODE))))
+PUSH_MODES = [*targets(tuple(dict.fromkeys(("notify", DEFAULT_MODE)))), PRODUCTION]
 
 
 @pytest.mark.timeout(420)
@@ -77,7 +80,7 @@ def test_push_consumer_standard_and_fifo(target, proxy, new_topic, run_client):
     slice, and a FIFO group consumed in order; 5 of the 9 runs side by side (each client
     is a process, a Java one a JVM, on the machine's cores with the brokers')."""
     scenario.for_each_client(
-        LANGS,
+        langs_of(target, LANGS),
         (scenario.push_nack_then_ack, scenario.push_outlasts_the_slice, scenario.push_fifo),
         run_client,
         proxy,
