@@ -62,3 +62,9 @@ def test_make_test_runs_the_check_on_every_python_the_package_claims():
     assert others, "no CHECK_PYTHONS in the Makefile"
     assert others[1].split() == claimed[1:]
     assert "$(MAKE) --no-print-directory check-pythons" in _recipe("test")
+
+
+def test_the_readme_stays_the_front_door():
+    """The README is the front door: under 1,600 words; the rest belongs in docs/."""
+    words = len((REPO / "README.md").read_text().split())
+    assert words < 1600, f"README.md has {words} words"
