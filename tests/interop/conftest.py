@@ -191,12 +191,19 @@ def run_client(request, tmp_path):
 #: The users file of the production-profile proxy: one user that may publish and subscribe
 #: anything, but not as a super user, so that each request is checked against its rules.
 PRODUCTION_USER = ("interop-user", "interop-secret")
+#: A user of one consumer group only (tests/interop/test_remoting_bodies.py).
+BILLING_USER = ("billing-user", "billing-secret")
 PRODUCTION_USERS = f"""
 [[users]]
 access_key = "{PRODUCTION_USER[0]}"
 secret_key = "{PRODUCTION_USER[1]}"
 publish = ["*"]
 subscribe = [{{ group = "*", topic = "*" }}]
+
+[[users]]
+access_key = "{BILLING_USER[0]}"
+secret_key = "{BILLING_USER[1]}"
+subscribe = [{{ group = "billing", topic = "*" }}]
 """
 #: What production turns on together (docs/operations.md): two workers, the clients
 #: registered with the brokers (the default), the remoting port, a users file, and gRPC

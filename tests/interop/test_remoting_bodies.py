@@ -17,6 +17,7 @@ names a group, checked here like the rest.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 from dataclasses import dataclass, field
@@ -24,11 +25,17 @@ from dataclasses import dataclass, field
 import pytest
 
 from proxy.remoting.bodies import UnreadableBody, read_body
-from proxy.remoting.codes import RequestCode
+from proxy.remoting.client import RemotingClient
+from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
+from proxy.remoting.headers import now_ms
+from proxy.remoting.popinfo import PopCheckpointInfo, batch_ack_body
 from proxy.remoting_port.routing import Destination, destination
 from proxy.security.remoting_access import REMOTING_RESOURCES
+from proxy.security.signing import RemotingSigner
+from rocketmq_local import admin
 from rocketmq_local.broker_reading import BODIES, HEADERS, Request, read_all
+from tests.interop.conftest import BILLING_USER
 
 pytestmark = [pytest.mark.real]
 
@@ -281,3 +288,37 @@ def test_the_guard_checks_what_the_broker_acts_on():
         if checked != acted:
             wrong.append(f"{case.name}: the guard checked {checked}, the broker acts on {acted}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_crafted_batch_ack_is_refused_on_real_brokers(production_proxy, real_cluster):
+    """The production profile's remoting port on the session's real brokers, a user of
+    group ``billing`` only: its batch ack as a client writes it passes the guard; one that
+    names ``billing`` under the long key and another group under the short key, which the
+    broker reads, is refused (that it then reaches no broker, tests/integration/
+    test_remoting_port.py holds)."""
+    host, port = production_proxy.remoting.rsplit(":", 1)
+    broker = min(admin.masters(real_cluster.namesrv_address))
+    checkpoint = PopCheckpointInfo(0, now_ms(), 30_000, 0, 0, broker, 0, 0)
+
+    async def batch_acks() -> tuple[RemotingCommand, RemotingCommand]:
+        client = RemotingClient(f"{host}:{port}", request_hook=RemotingSigner(*BILLING_USER))
+        try:
+            own = RemotingCommand(
+                RequestCode.BATCH_ACK_MESSAGE, {"bname": broker},
+                batch_ack_body(broker, "billing", "orders", [checkpoint]),
+            )  # fmt: skip
+            entry = ack(consumerGroup="billing", c="shipping", t="orders")
+            crafted = RemotingCommand(
+                RequestCode.BATCH_ACK_MESSAGE, {"bname": broker},
+                json.dumps({"brokerName": broker, "acks": [entry]}).encode(),
+            )  # fmt: skip
+            return await client.invoke(own, 10.0), await client.invoke(crafted, 10.0)
+        finally:
+            await client.close()
+
+    own, crafted = asyncio.run(batch_acks())
+    assert own.code != ResponseCode.NO_PERMISSION, own.remark
+    assert crafted.code == ResponseCode.NO_PERMISSION
+    assert crafted.remark == (
+        f"user {BILLING_USER[0]!r} may not subscribe to 'orders' as group 'shipping'"
+    )
