@@ -8,11 +8,15 @@ handshake record, 0x16; an HTTP/2 one with the ``PRI`` of its preface) and relay
 as they come, to the gRPC server's TLS or plaintext port on loopback. Each connection stays
 one connection end to end: the gRPC server's GOAWAYs reach the client; a side that stops
 sending (a FIN) is passed on and the other may still answer; a side that closes closes the
-relay. A relay's connection to the gRPC server that does not open (the open-files limit,
-the loopback ports) closes the client at once, logged and counted, never silently; and
-the front never opens more relays than the open-files limit leaves room for
-(``relay_limit``): a client past it is closed at once, logged and counted, before any
-descriptor the rest of the process needs runs out. Each
+relay. A relay's connection to the gRPC server that does not open (the loopback ports, the
+open-files limit) closes the client at once, logged and counted, never silently. Each
+relay takes its three descriptors (``FDS_PER_RELAY``) from the process's open-files budget
+(``proxy.descriptors.process_budget``) before it opens and gives them back once both its
+sides are gone: every front of the process (the gRPC port's, the remoting port's, one per
+broker port) and the brokers' registration slots share that one budget, so a client the
+budget has no room for is closed at once, logged and counted (``refused_limit``), before
+any descriptor the rest of the process needs (``FD_RESERVE``) runs out. ``max_relays``
+caps one front below the budget, if it is given. Each
 relay holds at most ``HIGH_WATER`` bytes for a side that is not reading: past it, the other
 side is not read until it drains. A relay that is closed while a side still holds unsent
 bytes it does not read is aborted after ``CLOSE_FLUSH_S``.
@@ -40,6 +44,7 @@ from collections.abc import Callable
 from typing import cast
 
 from proxy.api.connections import grpc_peer
+from proxy.descriptors import DescriptorBudget, process_budget
 from proxy.observability.log_every import LogEvery
 from proxy.security import proxy_protocol
 from proxy.security.proxy_protocol import Opening, ProxyHeaderError
@@ -62,21 +67,14 @@ CLOSE_FLUSH_S = 5.0
 # Descriptors one relay holds: the client's socket and both ends of its loopback
 # connection to the gRPC server (this process holds both).
 FDS_PER_RELAY = 3
-# Descriptors kept from the relays for the rest of the process (broker connections, the
-# event log, gRPC's own): this many, or an eighth of the limit if that is more.
-FD_RESERVE = 256
 
 
 def relay_limit() -> int:
-    """The relays the open-files soft limit leaves room for (``FD_RESERVE`` kept)."""
-    try:
-        import resource
-    except ImportError:
-        return 1 << 30  # no such limit (not POSIX)
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return 1 << 30
-    return max(1, (soft - max(FD_RESERVE, soft // 8)) // FDS_PER_RELAY)
+    """The relays the process's open-files budget would give one front that had it all
+    (``proxy.descriptors``, ``FD_RESERVE`` kept): a figure to show, not a share to take.
+    The fronts take their relays from ``process_budget()`` itself, so what they open
+    together never passes it."""
+    return max(1, process_budget().total // FDS_PER_RELAY)
 
 
 class Transport(enum.StrEnum):
@@ -99,12 +97,16 @@ class TlsFront:
         proxy_protocol: bool = False,
         count: Callable[[str], None] | None = None,
         max_relays: int | None = None,
+        budget: DescriptorBudget | None = None,
     ) -> None:
         """``count(result)``: told of each connection's fate (``ProxyMetrics
         .front_connection``): its kind once relayed, ``refused_<kind>``,
         ``refused_proxy_header``, ``refused_limit`` or ``connect_failed``.
-        ``max_relays``: relays open (or closing) at most; None: ``relay_limit()``."""
-        self.max_relays = relay_limit() if max_relays is None else max_relays
+        ``budget``: where each relay takes its descriptors (None: the process's, shared
+        with every other front and the registrations); ``max_relays``: relays open (or
+        closing) on this front at most, below the budget (None: as many as it gives)."""
+        self.budget = process_budget() if budget is None else budget
+        self.max_relays = max_relays
         self._ports = {Transport.PLAINTEXT: plaintext_port, Transport.TLS: tls_port}
         self.proxy_protocol = proxy_protocol
         self._refusals = refusals
@@ -184,13 +186,18 @@ class TlsFront:
     def status(self) -> dict[str, object]:
         """``open``: relays serving a client; ``accepted``: connections relayed to the gRPC
         server (counted once their relay opened); ``connect_failed``: ones whose relay did
-        not open; ``refused_limit``: ones closed at once, ``max_relays`` being open."""
+        not open; ``refused_limit``: ones closed at once, the budget (or ``max_relays``)
+        having no room; ``max_relays``: the most this front may open (its own cap, else
+        the whole budget's worth); ``budget``: the process's descriptors, held by every
+        front and the registrations together."""
+        cap = self.budget.total // FDS_PER_RELAY
         return {
             "open": len(self._relays),
             "accepted": {t.value: n for t, n in self.counts.items()},
             "connect_failed": self.connect_failures,
-            "max_relays": self.max_relays,
+            "max_relays": cap if self.max_relays is None else min(cap, self.max_relays),
             "refused_limit": self.refused_limit,
+            "budget": self.budget.status(),
             "refused": {t.value: n for t, n in self.refused.items()},
             "proxy_protocol": {
                 "on": self.proxy_protocol,
@@ -226,16 +233,20 @@ class TlsFront:
         )
 
     def _admit(self, transport: asyncio.BaseTransport) -> bool:
-        """Whether a new client gets a relay; past ``max_relays`` it is reset at once."""
-        if len(self._relays) + len(self._closing) < self.max_relays:
+        """Whether a new client gets a relay: its descriptors fit in the budget (and this
+        front is below ``max_relays``); else it is reset at once."""
+        here = len(self._relays) + len(self._closing)
+        if (self.max_relays is None or here < self.max_relays) and self.budget.take(FDS_PER_RELAY):
             return True
         self.refused_limit += 1
         self._count("refused_limit")
         peer = transport.get_extra_info("peername")
         client = grpc_peer(peer[0], peer[1]) if peer else "unknown"
         self._log(
-            f"client {client} refused: {self.max_relays} relays are open, as many as the "
-            f"open-files limit leaves room for; raise it (ulimit -n)"
+            f"client {client} refused: {here} relays are open, as many as the open-files "
+            f"limit leaves room for beside the process's other connections "
+            f"({self.budget.held} of the {self.budget.total} descriptors it leaves held); "
+            f"raise it (ulimit -n)"
         )
         cast(asyncio.Transport, transport).abort()
         return False
@@ -265,6 +276,9 @@ class TlsFront:
 
     def _gone(self, relay: _Relay) -> None:
         self._closing.discard(relay)
+        if relay.budgeted:  # once, however many of its sides call back
+            relay.budgeted = False
+            self.budget.give(FDS_PER_RELAY)
 
 
 def peer_address(peer: str) -> str:
@@ -277,6 +291,7 @@ class _Relay:
     """One client connection and its connection to the gRPC server."""
 
     __slots__ = (
+        "budgeted",
         "client",
         "client_done",
         "client_gone",
@@ -301,6 +316,8 @@ class _Relay:
     def __init__(self, front: TlsFront, downstream: asyncio.Transport) -> None:
         self.front = front
         self.downstream = downstream
+        # Whether it holds FDS_PER_RELAY of the front's budget (admitted, not yet gone).
+        self.budgeted = False
         peer = downstream.get_extra_info("peername")
         self.client = grpc_peer(peer[0], peer[1]) if peer else "unknown"
         self.origin: str | None = None  # the client a PROXY header named, "host:port"
@@ -482,6 +499,7 @@ class _ClientSide(asyncio.Protocol):
             return
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         self.relay = _Relay(self.front, cast(asyncio.Transport, transport))
+        self.relay.budgeted = True  # _admit took its descriptors
         self.front._relays.add(self.relay)
 
     def data_received(self, data: bytes) -> None:

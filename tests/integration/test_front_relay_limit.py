@@ -15,7 +15,8 @@ import grpc
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.api.v2 import service_pb2_grpc
-from proxy.security.front import FD_RESERVE, FDS_PER_RELAY
+from proxy.descriptors import FD_RESERVE
+from proxy.security.front import FDS_PER_RELAY
 from testkit.metrics_text import total
 from testkit.processes import terminate
 from testkit.waits import wait_until

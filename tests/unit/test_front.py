@@ -414,3 +414,36 @@ def test_the_process_raises_its_open_files_limit_to_the_hard_one():
     now, hard = out.split("now ")[1].split()[0], out.split("hard ")[-1].split()[0]
     assert now == hard and f"got {hard}" in out, out
     assert f"open files: soft limit raised from 64 to the hard limit {hard}" in out, out
+
+
+async def test_fronts_share_one_budget_and_give_back_what_their_relays_held(upstreams):
+    """Two fronts of one process (the gRPC port's, a remoting port's) take their relays'
+    descriptors from one budget: what one holds the other cannot open, and a relay gone
+    gives its three back."""
+    from proxy.descriptors import DescriptorBudget
+    from proxy.security.front import FDS_PER_RELAY
+
+    plain, _ = upstreams
+    budget = DescriptorBudget(2 * FDS_PER_RELAY)
+    ports = {Transport.PLAINTEXT: plain.port, Transport.TLS: None}
+    first, first_port = await _front(ports, budget=budget)
+    second, second_port = await _front(ports, budget=budget)
+    held: list[asyncio.StreamWriter] = []
+    try:
+        for port in (first_port, first_port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            held.append(writer)
+            writer.write(PREFACE)
+            assert await asyncio.wait_for(reader.read(65536), 5) == b"plain:" + PREFACE
+        assert budget.held == 2 * FDS_PER_RELAY
+        assert await _exchange(second_port, PREFACE) == b""  # no room left in the process
+        assert second.refused_limit == 1 and second.status()["budget"] == budget.status()
+        held.pop().close()  # a relay of the first front goes: its descriptors come back
+        await wait_until(lambda: budget.held == FDS_PER_RELAY, timeout=10)
+        assert await _exchange(second_port, PREFACE) == b"plain:" + PREFACE
+    finally:
+        for writer in held:
+            writer.close()
+        await first.close()
+        await second.close()
+    assert budget.held == 0
