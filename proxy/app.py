@@ -208,8 +208,15 @@ class ProxyApp:
         # The address routes advertise is known once the gRPC port is bound (start).
         self.route = RouteActivity(self.pool, config.advertise_address or "")
         # Each gRPC client registered with the brokers, for RocketMQ's own tools.
+        # Only what the guard allows; bounded per process, per group and in connections,
+        # which share the process's open-files budget with the fronts' relays.
         self.registrations = (
-            Registrations(self.pool, max_clients=config.max_registered_clients)
+            Registrations(
+                self.pool,
+                max_clients=config.max_registered_clients,
+                max_per_group=config.max_registered_per_group,
+                on_refused=self.metrics.registration_refused,
+            )
             if config.max_registered_clients
             else None
         )

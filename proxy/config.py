@@ -350,9 +350,17 @@ class ProxyConfig:
     gc_full_collection_s: float = 600.0
     # Register each gRPC client with the brokers of its topics (a HEART_BEAT on its behalf
     # every 30 s), so that mqadmin consumerConnection / producerConnection and the dashboard
-    # list it; at most this many clients per proxy process, 0 = none. docs/operations.md,
-    # "RocketMQ's own tools".
+    # list it; at most this many clients per proxy process, 0 = none. Only what the guard
+    # allows a client is registered; one past a bound is served, not registered (counted in
+    # rocketmq_proxy_client_registrations_refused_total). docs/operations.md, "RocketMQ's
+    # own tools".
     max_registered_clients: int = 10_000
+    # Of those, at most this many per group (a consumer group, or a topic a producer
+    # publishes to). A broker lists one client per group on each connection, so each client
+    # of a group takes a registration connection to each broker of its own: this bounds
+    # the connections one group makes. All of them together hold at most a quarter of the
+    # process's open-files budget (docs/operations.md, "RocketMQ's own tools").
+    max_registered_per_group: int = 1_000
     # Seconds between refreshes of rocketmq_proxy_consumer_lag_messages: the lag of each
     # (group, topic) with a consumer registered here, from each broker of the topic
     # (GET_CONSUME_STATS); 0 = off. docs/operations.md, "Consumer lag".
@@ -395,6 +403,8 @@ class ProxyConfig:
             raise ValueError("lag_refresh_s must not be negative (0 = off)")
         if self.max_registered_clients < 0:
             raise ValueError("max_registered_clients must not be negative (0 = none)")
+        if self.max_registered_per_group < 1:
+            raise ValueError("max_registered_per_group must be positive")
         if self.remoting_port is not None and not 0 <= self.remoting_port <= 65535:
             raise ValueError("remoting_port must be a port number (0 = a free one)")
         if self.remoting_advertise_address is not None:

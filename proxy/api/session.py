@@ -272,7 +272,7 @@ class SessionActivity:
             if answer.status.code == Code.OK and self.registrations is not None:
                 known = registered(client_id, client.language, client.version, command.settings)
                 if known is not None:
-                    self.registrations.add(known)
+                    await self.registrations.add(known)
             if topics and self.transactions is not None:
                 register = functools.partial(self._register_producer, topics)
                 async for out in self._stream(commands, answer, register, pace):

@@ -30,9 +30,27 @@ which a gRPC client does not have). Asked for its thread stacks too (``consumerS
 (``ask``) and puts the client's answer in. A request to consume a message directly
 (``mqadmin consumeMessage``) gets an error that says it is not served.
 
-What it costs a broker: per client, one HEART_BEAT every 30 s from each proxy it is
-connected to; per proxy, as many connections as its largest group has clients. At most
-``max_clients`` clients are registered per proxy; past it new ones are not (counted).
+Who is registered: only what the guard allowed (``proxy.api.session``): a consumer's
+group and topics if its user may subscribe the group to each of them, a producer's topics
+if it may publish to each; the session authorizes every Settings, the first and each later
+one, before it comes here. Later Settings replace the client's registration.
+
+What it may cost, bounded, since a client chooses its id, its groups and its topics:
+
+- ``max_clients`` clients registered per proxy process (``max_registered_clients``);
+- ``max_per_group`` of them per group (``max_registered_per_group``): a group's clients
+  each need a slot of their own, so this bounds the slots one group makes;
+- ``MAX_TOPICS`` topics per client (each is a route to follow every round);
+- ``max_connections`` slot connections, taken from the process's open-files budget
+  (``proxy.descriptors``) that the fronts' relays share: a quarter of it by default
+  (``CONNECTION_SHARE``), so registrations never crowd out the clients' own connections,
+  and never past what the budget has left.
+
+A client past a bound is served as any other but not registered (or no longer, when its
+later Settings passed one): counted by ``Refusal`` (``on_refused``, on ``/metrics``) and
+logged at most once a minute. What it costs a broker: per client, one HEART_BEAT every
+30 s from each proxy it is connected to; per proxy, as many connections as its largest
+group has clients, at most ``max_connections`` over all brokers.
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ import json
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +71,8 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.background import start_background, stop_background
 from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.descriptors import DescriptorBudget, process_budget
+from proxy.observability.log_every import LogEvery
 from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.client import RemotingError
 from proxy.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
@@ -68,6 +89,27 @@ STACKS_TIMEOUT_S = 3.0
 Ask = Callable[[str, api.TelemetryCommand, str, float], Awaitable[api.TelemetryCommand | None]]
 # Heartbeats in flight at once in a round.
 CONCURRENT_CALLS = 32
+# The clients of one group registered per proxy process, by default (a group's clients each
+# take a slot of their own: this bounds the slots, and the connections, one group makes).
+MAX_PER_GROUP = 1_000
+# Topics one client is registered with at most (subscriptions and producer topics): each is
+# a route the heartbeat round follows, and a group the broker lists.
+MAX_TOPICS = 100
+# The share of the process's open-files budget the slot connections may hold: the rest is
+# the clients' own connections' (the fronts' relays).
+CONNECTION_SHARE = 0.25
+# At most one line a minute about the clients not registered; the lines between counted.
+REFUSAL_LOG_EVERY_S = 60.0
+
+
+class Refusal(enum.StrEnum):
+    """Why a client the guard allowed is served but not registered: the ``reason`` label
+    of ``rocketmq_proxy_client_registrations_refused_total``, a fixed set."""
+
+    CLIENTS = "clients"  # max_clients are registered
+    GROUP = "group"  # one of its groups has max_per_group registered
+    TOPICS = "topics"  # it names more than MAX_TOPICS topics
+    CONNECTIONS = "connections"  # its slot would pass max_connections, or the budget
 
 
 class ConsumeType(enum.StrEnum):
@@ -233,6 +275,8 @@ class _Slot:
     groups: set[str] = field(default_factory=set)
     clients: set[str] = field(default_factory=set)
     connections: dict[str, BrokerClient] = field(default_factory=dict)  # by broker address
+    # The broker addresses a descriptor is held for (opened or to open), from the budget.
+    reserved: set[str] = field(default_factory=set)
 
 
 class Registrations:
@@ -245,26 +289,48 @@ class Registrations:
         pool: BrokerPool,
         *,
         max_clients: int,
+        max_per_group: int = MAX_PER_GROUP,
+        budget: DescriptorBudget | None = None,
+        max_connections: int | None = None,
+        on_refused: Callable[[str], None] | None = None,
         heartbeat_s: float = HEARTBEAT_S,
         timeout_s: float = 3.0,
     ) -> None:
+        """``budget``: where slot connections take their descriptors (None: the process's,
+        which the fronts share); ``max_connections``: the most they hold (None:
+        ``CONNECTION_SHARE`` of the budget); ``on_refused(reason)``: told of each client
+        not registered (``ProxyMetrics.registration_refused``)."""
         self.pool = pool
         self.max_clients = max_clients
+        self.max_per_group = max_per_group
+        self.budget = process_budget() if budget is None else budget
+        self.max_connections = (
+            int(self.budget.total * CONNECTION_SHARE)
+            if max_connections is None
+            else max_connections
+        )
         self.heartbeat_s = heartbeat_s
         self.timeout_s = timeout_s
         self._clients: dict[str, Registered] = {}
         self._since_ms: dict[str, int] = {}  # when each client was first registered
         self._slot_of: dict[str, int] = {}
         self._slots: list[_Slot] = []
+        self._per_group: Counter[str] = Counter()  # clients registered per group
+        self._reserved = 0  # descriptors the slots hold of the budget
         # Brokers (by address) each client was named to, for its unregistration.
         self._named_to: dict[str, set[str]] = {}
         self._new: set[str] = set()  # to heartbeat at once
         self._leaving: list[tuple[Registered, int]] = []
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.refused = 0  # clients past max_clients
+        self.refusals: Counter[Refusal] = Counter()  # clients not registered, by reason
+        self._on_refused = on_refused or (lambda reason: None)
+        self._refusals_log = LogEvery(log, REFUSAL_LOG_EVERY_S)
         self.heartbeats_sent = 0
         self.heartbeats_failed = 0
+        # Heartbeats not sent: the broker joined a client's route after it was registered,
+        # and its slot got no descriptor for a connection to it.
+        self.heartbeats_refused = 0
         self.rounds = 0  # full heartbeat rounds done
         # Relays a command to a client's Telemetry stream and awaits its reply (the
         # session's ``ask``); None: thread stacks are not asked for.
@@ -277,21 +343,38 @@ class Registrations:
         """Stop, and close every slot: the brokers forget all the clients at once."""
         task, self._task = self._task, None
         await stop_background(task)
-        for slot in self._slots:
-            for connection in slot.connections.values():
-                await connection.close()
-        self._slots.clear()
+        slots, self._slots = self._slots, []
+        for slot in slots:
+            await self._close_slot(slot)
 
-    def status(self) -> dict[str, int]:
+    @property
+    def refused(self) -> int:
+        """Clients not registered (past a bound), all reasons."""
+        return sum(self.refusals.values())
+
+    def status(self) -> dict[str, object]:
+        """The clients registered, the slots and their connections (open, and held of the
+        budget: ``reserved``, at most ``max_connections``), and what was refused."""
         return {
             "clients": len(self._clients),
+            "groups": len(self._per_group),
             "slots": len(self._slots),
             "connections": sum(len(s.connections) for s in self._slots),
+            "reserved": self._reserved,
+            "max_clients": self.max_clients,
+            "max_per_group": self.max_per_group,
+            "max_connections": self.max_connections,
             "refused": self.refused,
+            "refused_by": {r.value: self.refusals[r] for r in Refusal},
             "heartbeats_sent": self.heartbeats_sent,
             "heartbeats_failed": self.heartbeats_failed,
+            "heartbeats_refused": self.heartbeats_refused,
             "rounds": self.rounds,
         }
+
+    def clients_of(self, group: str) -> int:
+        """The clients of ``group`` registered here."""
+        return self._per_group.get(group, 0)
 
     def consumed(self) -> set[tuple[str, str]]:
         """The (group, topic) pairs of the consumers registered here."""
@@ -304,35 +387,111 @@ class Registrations:
 
     # -- called by the Telemetry handlers --------------------------------------------------
 
-    def add(self, client: Registered) -> None:
-        """Register ``client`` (again, when its settings change)."""
-        before = self._clients.get(client.client_id)
-        if before == client:
-            return
-        if before is not None:
-            self.remove(client.client_id)
+    async def add(self, client: Registered) -> Refusal | None:
+        """Register ``client``, or again with its new settings, which replace the old ones;
+        the bound that refuses it, if one does: then it is not registered (any more).
+        The guard has allowed what it names (the session asks it)."""
+        if self._clients.get(client.client_id) == client:
+            return None
+        self.remove(client.client_id)
+        refusal = self._over(client)
+        if refusal is None:
+            brokers = await self._brokers_of(client)  # the routes, before the slot
+            self.remove(client.client_id)  # added meanwhile, by another of its streams
+            refusal = self._over(client) or self._place(client, {a for _, a in brokers})
+        if refusal is not None:
+            self._refuse(client, refusal)
+        return refusal
+
+    def _over(self, client: Registered) -> Refusal | None:
+        """The count that ``client`` (not registered now) would pass, if any."""
+        if len(client.subscriptions) + len(client.producer_topics) > MAX_TOPICS:
+            return Refusal.TOPICS
         if len(self._clients) >= self.max_clients:
-            self.refused += 1
-            return
-        index = next((i for i, s in enumerate(self._slots) if not (s.groups & client.groups)), None)
+            return Refusal.CLIENTS
+        if any(self._per_group[g] >= self.max_per_group for g in client.groups):
+            return Refusal.GROUP
+        return None
+
+    def _place(self, client: Registered, addresses: set[str]) -> Refusal | None:
+        """Put ``client`` in the first slot that has none of its groups and holds (or can
+        get from the budget) a connection to each broker of its topics; a new slot if
+        none does. CONNECTIONS if the budget has no room for one."""
+        index = None
+        for i, slot in enumerate(self._slots):
+            if not (slot.groups & client.groups) and self._reserve(slot, addresses):
+                index = i
+                break
         if index is None:
-            self._slots.append(_Slot())
+            slot = _Slot()
+            if not self._reserve(slot, addresses):
+                return Refusal.CONNECTIONS
+            self._slots.append(slot)
             index = len(self._slots) - 1
         slot = self._slots[index]
         slot.groups |= client.groups
         slot.clients.add(client.client_id)
+        self._per_group.update(client.groups)
         self._clients[client.client_id] = client
         self._since_ms.setdefault(client.client_id, int(time.time() * 1000))
         self._slot_of[client.client_id] = index
         self._new.add(client.client_id)
         self._kick.set()
+        return None
+
+    def _reserve(self, slot: _Slot, addresses: Iterable[str]) -> bool:
+        """Hold a descriptor for each of ``addresses`` the slot has none for: within
+        ``max_connections`` and the budget, or none at all."""
+        needed = set(addresses) - slot.reserved
+        if not needed:
+            return True
+        if self._reserved + len(needed) > self.max_connections:
+            return False
+        if not self.budget.take(len(needed)):
+            return False
+        self._reserved += len(needed)
+        slot.reserved |= needed
+        return True
+
+    def _refuse(self, client: Registered, refusal: Refusal) -> None:
+        self.refusals[refusal] += 1
+        self._on_refused(refusal.value)
+        self._refusals_log.warning(
+            "client %r is served but not registered with the brokers: %s; %d refused so far",
+            client.client_id, self._why(client, refusal), self.refused,
+        )  # fmt: skip
+
+    def _why(self, client: Registered, refusal: Refusal) -> str:
+        if refusal is Refusal.TOPICS:
+            topics = len(client.subscriptions) + len(client.producer_topics)
+            return f"it names {topics} topics, more than {MAX_TOPICS}"
+        if refusal is Refusal.CLIENTS:
+            return f"{self.max_clients} clients are registered (max_registered_clients)"
+        if refusal is Refusal.GROUP:
+            group = next(
+                g for g in sorted(client.groups) if self._per_group[g] >= self.max_per_group
+            )
+            return (
+                f"group {group!r} has {self.max_per_group} clients registered "
+                f"(max_registered_per_group)"
+            )
+        return (
+            f"its slot needs connections to brokers the registrations have no descriptors "
+            f"for ({self._reserved} held of their {self.max_connections}; "
+            f"{self.budget.held} of the process's {self.budget.total} held in all)"
+        )
 
     def remove(self, client_id: str) -> None:
-        """Unregister ``client_id`` (it ended its last stream here, or said it terminates)."""
+        """Unregister ``client_id`` (it ended its last stream here, or said it terminates,
+        or its new settings are refused)."""
         client = self._clients.pop(client_id, None)
         if client is None:
             return
         self._since_ms.pop(client_id, None)
+        self._per_group.subtract(client.groups)
+        for group in client.groups:
+            if self._per_group[group] <= 0:
+                del self._per_group[group]
         index = self._slot_of.pop(client_id)
         slot = self._slots[index]
         slot.groups -= client.groups
@@ -377,6 +536,9 @@ class Registrations:
             if self._slot_of.get(client.client_id) != index:
                 return  # it left meanwhile
             connection = self._connection(index, name, address)
+            if connection is None:
+                self.heartbeats_refused += 1
+                continue
             try:
                 await connection.heartbeat_for(
                     client.heartbeat_body(), client.language, client.version, self.timeout_s
@@ -399,10 +561,15 @@ class Registrations:
                 found[broker.address] = broker.name
         return [(name, address) for address, name in found.items()]
 
-    def _connection(self, index: int, name: str, address: str) -> BrokerClient:
+    def _connection(self, index: int, name: str, address: str) -> BrokerClient | None:
+        """The slot's connection to a broker, opened now if it is not yet; None when it has
+        no descriptor for it and the budget has none to give (a broker that joined a
+        client's route after it was placed)."""
         slot = self._slots[index]
         connection = slot.connections.get(address)
         if connection is None:
+            if not self._reserve(slot, (address,)):
+                return None
             connection = self.pool.extra_connection(name, address, self.on_broker_request)
             slot.connections[address] = connection
         return connection
@@ -479,6 +646,14 @@ class Registrations:
         """Close the slots at the end of the list that no client uses (their connections
         with them); a slot in the middle stays for the next client that fits it."""
         while self._slots and not self._slots[-1].clients:
-            slot = self._slots.pop()
-            for connection in slot.connections.values():
-                await connection.close()
+            await self._close_slot(self._slots.pop())
+
+    async def _close_slot(self, slot: _Slot) -> None:
+        """Close a slot's connections and give their descriptors back to the budget."""
+        self._reserved -= len(slot.reserved)
+        self.budget.give(len(slot.reserved))
+        slot.reserved.clear()
+        connections = list(slot.connections.values())
+        slot.connections.clear()
+        for connection in connections:
+            await connection.close()

@@ -62,7 +62,7 @@ async def test_every_check_reaches_a_producer_whichever_connection_the_broker_pi
         try:
             for i in range(PRODUCERS):
                 processor.register([TOPIC], producers.sink)
-                registrations.add(
+                await registrations.add(
                     Registered(f"producer-{i}", LanguageCode.PYTHON, 413, producer_topics=(TOPIC,))
                 )
             # Every producer named on both brokers: one slot each, beside the processor's.
