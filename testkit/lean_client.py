@@ -394,3 +394,42 @@ class SettingsClient(LeanClient):
             self._commands.put_nowait(None)
             self._telemetry.cancel()
         await super().close()
+
+
+class TelemetryStream:
+    """One Telemetry stream of ``client_id`` over a LeanClient's channel (many streams may
+    share one): ``settle`` writes one Settings and reads the command the proxy writes next
+    (its answer), as an official client writes its settings at the start and again when a
+    consumer subscribes anew. ``metadata``: more headers (a signature) for the stream's
+    start, the only time a stream sends any."""
+
+    def __init__(
+        self,
+        client: LeanClient,
+        client_id: str,
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self._commands: asyncio.Queue[api.TelemetryCommand | None] = asyncio.Queue()
+        commands = self._commands
+
+        async def stream():
+            while (command := await commands.get()) is not None:
+                yield command
+
+        headers = (
+            ("x-mq-client-id", client_id),
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"),
+            ("x-mq-client-version", "5.0.0"),
+            *metadata,
+        )
+        self.call = client.stub.Telemetry(stream(), metadata=headers)
+
+    async def settle(self, settings: pb.Settings, timeout_s: float = 15) -> api.TelemetryCommand:
+        self._commands.put_nowait(api.TelemetryCommand(settings=settings))
+        return await asyncio.wait_for(self.call.read(), timeout_s)
+
+    def close(self) -> None:
+        """End the stream (the client's side, then the call): the proxy sees it go."""
+        self._commands.put_nowait(None)
+        self.call.cancel()

@@ -13,7 +13,9 @@
 Every unary RPC goes through ``_unary``: the guard (authentication and authorization, when
 security is on), the client-id check, an ``ApiError`` turned into the response's status
 (the clients read that, not the gRPC status), and the latency sample. ReceiveMessage and
-Telemetry are streams: ``_guard`` checks them here, the activities do the rest.
+Telemetry are streams: ``_guard`` checks them here, the activities do the rest; each
+Settings a Telemetry stream carries is authorized for the stream's user as it comes
+(``_settings_guard``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from proxy.api.lite import LiteActivity
 from proxy.api.receive import ReceiveActivity
 from proxy.api.route import RouteActivity
 from proxy.api.send import SendActivity
-from proxy.api.session import SessionActivity
+from proxy.api.session import SessionActivity, SettingsGuard
 from proxy.api.transaction import TransactionActivity
 from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
@@ -42,6 +44,7 @@ from proxy.api.v2 import service_pb2_grpc
 from proxy.observability.metrics import ProxyMetrics
 from proxy.security.front import peer_address
 from proxy.security.guard import Denied, Guard
+from proxy.security.users import User
 
 
 class _Answer(Protocol):
@@ -111,16 +114,34 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._observe(rpc, response.status.code, time.perf_counter() - start)
         return response
 
-    def _guard(self, rpc: str, request: object, context: Context) -> None:
-        """Raise the ApiError of a request the guard refuses (nothing without security)."""
+    def _guard(self, rpc: str, request: object, context: Context) -> User | None:
+        """The user of a request the guard allows, or the ApiError of one it refuses (None
+        without security)."""
         if self.guard is None:
-            return
+            return None
         try:
-            self.guard.check(
+            return self.guard.check(
                 rpc, request, context.invocation_metadata(), self.address_of(context.peer())
             )
         except Denied as denied:
             raise denied_error(denied) from None
+
+    def _settings_guard(self, user: User | None, context: Context) -> SettingsGuard | None:
+        """How each Settings of a Telemetry stream of ``user`` is authorized: by the guard,
+        for the user the stream's start authenticated, from where it connected (None
+        without security: every Settings is allowed, within the registrations' bounds)."""
+        guard = self.guard
+        if guard is None or user is None:
+            return None
+        source = self.address_of(context.peer())
+
+        def authorize(settings: pb.Settings) -> None:
+            try:
+                guard.authorize("Telemetry", user, settings, source)
+            except Denied as denied:
+                raise denied_error(denied) from None
+
+        return authorize
 
     def _observe(self, rpc: str, code: int, seconds: float) -> None:
         self.metrics.rpc("grpc", _snake(rpc), code_name(code), seconds)
@@ -153,12 +174,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self, request_iterator: AsyncIterator[api.TelemetryCommand], context: Context
     ) -> AsyncIterator[api.TelemetryCommand]:
         try:
-            self._guard("Telemetry", None, context)
+            user = self._guard("Telemetry", None, context)
         except ApiError as err:
             yield api.TelemetryCommand(status=err.status)
             return
+        authorize = self._settings_guard(user, context)
         with self._open("Telemetry", context):
-            async for command in self.session.telemetry(request_iterator, context):
+            async for command in self.session.telemetry(request_iterator, context, authorize):
                 yield command
 
     # -- messages -------------------------------------------------------------------------

@@ -1,15 +1,25 @@
 """A client's session: Heartbeat, the Settings exchange on Telemetry, termination, and the
-transaction checks a producer's Telemetry stream carries.
+commands the proxy writes on a Telemetry stream (a producer's transaction checks, a lite
+consumer's lost lite topics, a consumer's request for its thread stacks).
 
-The proxy keeps no session state beyond the open Telemetry streams of producers, which it
-names to the brokers so that their transaction checks reach a producer
-(``processor/transaction.py``), and of lite consumers, to which it passes the brokers'
-word that a lite topic was taken from them (``processor/lite.py``). A consumer's settings
-say whether its group is FIFO (``subscription.fifo``, from the group's config on the
-brokers) and carry a lite group's quota. Heartbeats and termination tell the handle renewer
-whether a push consumer is still there; a lite consumer's termination drops its lite
-subscriptions on the brokers. What one stream carries (its outbox, its pace, its end in a
-drain) is ``proxy.api.outbox``.
+A Telemetry stream is authenticated at its start (``MessagingService``), and each Settings
+it writes, the first and every later one, is authorized for the stream's user before
+anything of it is done (``ClientOf.authorize``, the guard's ``Guard.authorize``): a
+consumer's group must be allowed to subscribe to each of its topics, a producer must be
+allowed to publish to each of its. A refused Settings is answered FORBIDDEN, counted, and
+changes nothing; the stream goes on. With no users file every Settings is allowed.
+
+What the allowed Settings make the proxy keep: the client's registration with the brokers
+(``processor/registrations.py``, within its bounds; a later Settings replaces it), a
+producer's topics, which it names to the brokers so that their transaction checks reach it
+(``processor/transaction.py``), and a lite consumer's group, to which it passes the brokers'
+word that a lite topic was taken from it (``processor/lite.py``). A consumer's settings say
+whether its group is FIFO (``subscription.fifo``, from the group's config on the brokers)
+and carry a lite group's quota. Heartbeats and termination tell the handle renewer whether
+a push consumer is still there; a lite consumer's termination drops its lite subscriptions
+on the brokers. What one stream carries (its outbox, its pace, its end in a drain) is
+``proxy.api.outbox``; how many streams there may be, ``STREAMS_PER_CLIENT`` and
+``max_telemetry_streams``.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -43,25 +53,45 @@ from proxy.api.v2 import service_pb2 as api
 from proxy.config import ProxyConfig
 from proxy.groups import GroupConfig, GroupSettings
 from proxy.processor.lite import LiteProcessor
-from proxy.processor.registrations import Registrations, registered
+from proxy.processor.registrations import Registered, Registrations, registered
 from proxy.processor.renewal import HandleRenewer
 from proxy.processor.transaction import TransactionProcessor
 
 # Telemetry streams one client id may hold open on this proxy. An official client holds
-# one per proxy (two for a moment when it reopens it); each open stream costs the proxy
-# about 30 kB (bench/hostile.py). Past the cap a stream is answered TOO_MANY_REQUESTS and
-# ended, so a client that leaks streams, or opens them on purpose, costs bounded memory
-# (and all clients together at most ``max_telemetry_streams``).
+# one per proxy (two for a moment when it reopens it). Past the cap a stream is answered
+# TOO_MANY_REQUESTS and ended, so a client that leaks streams, or opens them on purpose,
+# costs bounded memory (and all clients together at most ``max_telemetry_streams``); a
+# stream that writes commands faster than ``COMMANDS_PER_S`` is ended too.
 STREAMS_PER_CLIENT = 8
+
+
+# What a Telemetry stream's user may set: raises the ApiError (FORBIDDEN) of Settings the
+# user may not make (``MessagingService`` builds it from the guard and the user the
+# stream's start authenticated); None: no users file, every Settings is allowed.
+SettingsGuard = Callable[[pb.Settings], None]
 
 
 @dataclass(frozen=True, slots=True)
 class ClientOf:
-    """Who holds a Telemetry stream: its id, and the language and version it names."""
+    """Who holds a Telemetry stream: its id, the language and version it names, and what
+    its user may set."""
 
     client_id: str
     language: str
     version: str
+    authorize: SettingsGuard | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """A client command's answer (None: nothing to answer) and, for Settings that were
+    allowed and answered OK, what they name: a producer's topics, who the client is for
+    the registrations, the settings themselves."""
+
+    command: api.TelemetryCommand | None
+    topics: list[str] = field(default_factory=list)
+    known: Registered | None = None
+    settings: pb.Settings | None = None
 
 
 class SessionActivity:
@@ -91,6 +121,7 @@ class SessionActivity:
         self.commands_per_s = COMMANDS_PER_S
         self.streams_refused = 0
         self.streams_too_fast = 0
+        self.settings_refused = 0  # Settings the stream's user may not make (FORBIDDEN)
         self.draining = False
         # The outbox of each registered consumer's stream, by client id, and the replies
         # awaited from clients by nonce (``ask``: a broker's question relayed to a client).
@@ -106,6 +137,7 @@ class SessionActivity:
             "clients": len(self._per_client),
             "streams_refused": self.streams_refused,
             "streams_too_fast": self.streams_too_fast,
+            "settings_refused": self.settings_refused,
         }
 
     def drain(self) -> int:
@@ -177,15 +209,20 @@ class SessionActivity:
         self,
         commands: AsyncIterator[api.TelemetryCommand],
         context: Context,
+        authorize: SettingsGuard | None = None,
     ) -> AsyncIterator[api.TelemetryCommand]:
-        """Answer each Settings the client writes with the completed settings, status OK;
-        while a producer's stream is open, write it the transaction checks of its topics.
+        """Answer each Settings the client writes: FORBIDDEN if its user may not make it
+        (``authorize``; None: every Settings is allowed), else the completed settings,
+        status OK, and the client registered as they say (``_answer``).
 
-        A consumer's stream only ever carries those answers, so it is served here, in
-        turn with the client's commands: no task and no queue per open stream, which
-        every idle client keeps. A producer's stream also carries checks, written while
-        the client is silent, so from its first settings on it gets a reader task and a
-        bounded outbox (``_producer_stream``)."""
+        A stream that carries only those answers is served here, in turn with the
+        client's commands: no task and no queue for it. That is a consumer's with
+        registrations off. A stream the proxy also writes to while the client is silent
+        (a producer's transaction checks, a lite consumer's lost lite topics, a
+        registered consumer's request for its thread stacks) gets, from its first
+        allowed settings on, a reader task and a bounded outbox (``_stream``): its later
+        commands, later Settings among them, are answered by the reader as the first
+        were."""
         try:
             client_id = check.require_client_id(context)
         except ApiError as err:
@@ -205,7 +242,7 @@ class SessionActivity:
         self._streams[task] = DrainEnd.of(language)
         self._per_client[client_id] = held + 1
         version = check.metadata_value(context, "x-mq-client-version")
-        client = ClientOf(client_id, language or "", version or "")
+        client = ClientOf(client_id, language or "", version or "", authorize)
         try:
             async for out in self._serve(commands, client):
                 yield out
@@ -265,47 +302,53 @@ class SessionActivity:
             if (refused := self._too_fast(pace)) is not None:
                 yield refused
                 return
-            answer, topics = await self._answer(command)
+            answered = await self._answer(command, client)
+            answer = answered.command
             if answer is None:
                 continue
-            known = None
-            if answer.status.code == Code.OK and self.registrations is not None:
-                known = registered(client_id, client.language, client.version, command.settings)
-                if known is not None:
-                    await self.registrations.add(known)
-            if topics and self.transactions is not None:
-                register = functools.partial(self._register_producer, topics)
-                async for out in self._stream(commands, answer, register, pace):
+            if answered.topics and self.transactions is not None:
+                register = functools.partial(self._register_producer, answered.topics)
+                async for out in self._stream(commands, answer, register, pace, client):
                     yield out
                 return
-            lite_group = _lite_group(command)
+            lite_group = _lite_group(answered)
             if lite_group is not None and self.lite is not None:
                 register = functools.partial(self._register_lite, lite_group, client_id)
-                async for out in self._stream(commands, answer, register, pace):
+                async for out in self._stream(commands, answer, register, pace, client):
                     yield out
                 return
-            if known is not None and known.consumer_group:
-                # A registered consumer: the brokers may ask it things (its thread stacks)
-                # through this proxy, so its stream carries the proxy's commands too.
+            known = answered.known
+            if self.registrations is not None and known is not None and known.consumer_group:
+                # A consumer with registrations on: the brokers may ask it things (its
+                # thread stacks) through this proxy, so its stream carries the proxy's
+                # commands too.
                 register = functools.partial(self._register_askable, client_id)
-                async for out in self._stream(commands, answer, register, pace):
+                async for out in self._stream(commands, answer, register, pace, client):
                     yield out
                 return
             yield answer
 
-    async def _answer(
-        self, command: api.TelemetryCommand
-    ) -> tuple[api.TelemetryCommand | None, list[str]]:
+    async def _answer(self, command: api.TelemetryCommand, client: ClientOf) -> _Answered:
         """The answer to a client's command (None: nothing to answer, e.g. the result of a
-        check we sent), and the topics a producer's settings publish to."""
+        check we sent). A Settings is authorized first (``client.authorize``), before
+        anything of it reaches a broker: refused, it is answered FORBIDDEN (as the Apache
+        proxy answers a command its authorization refuses) and changes nothing. Allowed,
+        the client is registered with the brokers as these settings say (again, for its
+        later ones: they replace the earlier), within the registrations' bounds."""
         kind = command.WhichOneof("command")
         if kind in ("thread_stack_trace", "verify_message_result"):
             reply = self._asked.get(getattr(command, kind).nonce)
             if reply is not None and not reply.done():
                 reply.set_result(command)  # the answer to a question we relayed
-            return None, []
+            return _Answered(None)
         if kind != "settings":
-            return None, []
+            return _Answered(None)
+        try:
+            if client.authorize is not None:
+                client.authorize(command.settings)
+        except ApiError as err:
+            self.settings_refused += 1
+            return _Answered(api.TelemetryCommand(status=err.status))
         group = await self._group_config(command.settings)
         try:
             settings = answer_settings(
@@ -319,9 +362,16 @@ class SessionActivity:
                 client_metrics=self.config.client_metrics,
             )
         except ApiError as err:
-            return api.TelemetryCommand(status=err.status), []
-        topics = [t.name for t in command.settings.publishing.topics]
-        return api.TelemetryCommand(status=ok(), settings=settings), topics
+            return _Answered(api.TelemetryCommand(status=err.status))
+        known = registered(client.client_id, client.language, client.version, command.settings)
+        if known is not None and self.registrations is not None:
+            await self.registrations.add(known)  # or not, past a bound: it is served anyway
+        return _Answered(
+            api.TelemetryCommand(status=ok(), settings=settings),
+            [t.name for t in command.settings.publishing.topics],
+            known,
+            command.settings,
+        )
 
     def _register_producer(
         self, topics: list[str], outbox: asyncio.Queue[api.TelemetryCommand | None]
@@ -350,6 +400,7 @@ class SessionActivity:
         first: api.TelemetryCommand,
         register: Callable[[asyncio.Queue[api.TelemetryCommand | None]], Callable[[], None]],
         pace: CommandPace,
+        client: ClientOf,
     ) -> AsyncIterator[api.TelemetryCommand]:
         """The rest of a stream that also carries the server's commands (a producer's
         transaction checks, a lite consumer's lost lite topics): the answer ``first``, then
@@ -357,7 +408,7 @@ class SessionActivity:
         outbox: asyncio.Queue[api.TelemetryCommand | None] = asyncio.Queue(OUTBOX_LIMIT)
         outbox.put_nowait(first)
         forget = register(outbox)
-        reader = asyncio.get_running_loop().create_task(self._read(commands, outbox, pace))
+        reader = asyncio.get_running_loop().create_task(self._read(commands, outbox, pace, client))
         try:
             while (command := await outbox.get()) is not None:
                 yield command
@@ -372,13 +423,17 @@ class SessionActivity:
         commands: AsyncIterator[api.TelemetryCommand],
         outbox: asyncio.Queue[api.TelemetryCommand | None],
         pace: CommandPace,
+        client: ClientOf,
     ) -> None:
+        """The client's commands after its first settings: each answered as the first was
+        (``_answer``: a later Settings authorized, then registered in place of the earlier
+        ones, so a consumer's new subscription reaches the brokers and its group's lag)."""
         try:
             async for command in commands:
                 if (refused := self._too_fast(pace)) is not None:
                     end_with(outbox, refused)
                     return
-                answer, _ = await self._answer(command)
+                answer = (await self._answer(command, client)).command
                 if answer is not None:
                     await outbox.put(answer)
         finally:
@@ -391,11 +446,9 @@ class SessionActivity:
 _LITE_CONSUMERS = (pb.ClientType.LITE_PUSH_CONSUMER, pb.ClientType.LITE_SIMPLE_CONSUMER)
 
 
-def _lite_group(command: api.TelemetryCommand) -> str | None:
-    """The group of a lite consumer's settings, else None."""
-    if command.WhichOneof("command") != "settings":
+def _lite_group(answered: _Answered) -> str | None:
+    """The group of a lite consumer's settings that were allowed, else None."""
+    settings = answered.settings
+    if settings is None or settings.client_type not in _LITE_CONSUMERS:
         return None
-    settings = command.settings
-    if settings.client_type not in _LITE_CONSUMERS or not settings.subscription.group.name:
-        return None
-    return settings.subscription.group.name
+    return settings.subscription.group.name or None

@@ -2,9 +2,13 @@
 
 ``Guard.check(rpc, request, metadata)`` verifies the request's ACL 2.0 signature against the
 user file and the user's ``source_ips``, then (with authorization on) asks the user's
-permissions about every resource the RPC touches, which ``RESOURCES`` names per RPC. It
-raises ``Denied``; ``proxy.api.errors`` turns that into the status the clients expect
-(UNAUTHORIZED for credentials, FORBIDDEN for permissions and source addresses). Every
+permissions about every resource the RPC touches, which ``RESOURCES`` names per RPC. A
+Telemetry stream is authenticated once, at its start; each Settings it carries later is
+authorized for that stream's user (``Guard.authorize``), as the Apache proxy authorizes
+each command of the stream: its topics and group are what the proxy registers with the
+brokers and relays transaction checks of in the client's name. Both raise ``Denied``;
+``proxy.api.errors`` turns that into the status the clients expect (UNAUTHORIZED for
+credentials, FORBIDDEN for permissions and source addresses). Every
 denial is counted in ``rocketmq_proxy_auth_denied_total`` by RPC and reason; nothing
 secret (secret keys, signatures) reaches a log, a metric or a message.
 """
@@ -60,14 +64,36 @@ def _subscribe(request: Any) -> list[Access]:
     return [Access("subscribe", request.topic.name, request.group.name)]
 
 
-# What each RPC touches. Session RPCs (Heartbeat, Telemetry, NotifyClientTermination) need
-# a valid signature only: they reach no topic. An RPC missing here is refused (fail closed).
+def _settings(settings: Any) -> list[Access]:
+    """What a Telemetry stream's Settings (a ``pb.Settings``; None: the stream's start,
+    which touches nothing) would have the proxy do in the client's name, as the Apache
+    proxy authorizes a Settings command: a producer publishes to each of its topics (it is
+    registered for them and gets their transaction checks); a consumer subscribes its group
+    to each of its topics (it is registered with them, its group's lag is published), or,
+    naming none, subscribes its group to some topic."""
+    if settings is None:
+        return []
+    kind = settings.WhichOneof("pub_sub")
+    if kind == "publishing":
+        return [Access("publish", t.name) for t in settings.publishing.topics]
+    if kind == "subscription":
+        group = settings.subscription.group.name
+        entries = settings.subscription.subscriptions
+        if not entries:
+            return [Access("retry", f"%RETRY%{group}", group)]
+        return [Access("subscribe", e.topic.name, group) for e in entries]
+    return []  # neither: answered UNRECOGNIZED_CLIENT_TYPE, nothing done
+
+
+# What each RPC touches. Heartbeat and NotifyClientTermination need a valid signature only:
+# they reach no topic; so does a Telemetry stream's start, and each Settings it carries is
+# authorized with ``Guard.authorize``. An RPC missing here is refused (fail closed).
 RESOURCES: dict[str, Callable[[Any], list[Access]]] = {
     "QueryRoute": lambda r: [Access("see", r.topic.name)],
     "QueryAssignment": _subscribe,
     "Heartbeat": lambda r: [],
     "NotifyClientTermination": lambda r: [],
-    "Telemetry": lambda r: [],
+    "Telemetry": _settings,
     "SendMessage": lambda r: [Access("publish", m.topic.name) for m in r.messages],
     # Ending or recalling a message is its producer's: the Apache proxy asks PUB on its topic.
     "EndTransaction": lambda r: [Access("publish", r.topic.name)],
@@ -112,6 +138,22 @@ class Guard:
         (``source``: the client's ``host:port``); raises Denied."""
         try:
             return self._check(rpc, request, metadata, source)
+        except Denied as denied:
+            self._denied.labels(_snake(rpc), denied.reason).inc()
+            raise
+
+    def authorize(self, rpc: str, user: User, request: Any, source: str | None = None) -> None:
+        """Whether ``user``, authenticated at the start of a stream of ``rpc``, may do what
+        ``request``, a later message of that stream, asks (a Telemetry stream's Settings);
+        raises Denied, counted as ``check``'s denials are. The user is looked up again: a
+        user the reloaded user file dropped is refused, one it changed is asked with its
+        permissions now."""
+        try:
+            current = self.users.get(user.access_key)
+            if current is None:
+                raise Denied(DenialKind.UNAUTHENTICATED, UNKNOWN_USER, "invalid credentials")
+            extract = RESOURCES.get(rpc)
+            self._authorize(rpc, current, extract(request) if extract else None, source)
         except Denied as denied:
             self._denied.labels(_snake(rpc), denied.reason).inc()
             raise

@@ -19,6 +19,7 @@ from proxy.api.v2 import definition_pb2 as pb
 from proxy.api.v2 import service_pb2 as api
 from proxy.security.config import SecurityConfig, TlsMode
 from testkit.event_log import part_files, read_records
+from testkit.lean_client import TelemetryStream, consumer_settings
 from testkit.waits import wait_until
 from tests.support.secure_client import SecureLeanClient
 from tests.support.tls_ca import make_ca
@@ -191,6 +192,54 @@ async def test_authorization_forbids_and_route_does_not_leak(secure_proxy, clien
     text = await _metrics(proxy)
     assert _denied(text, "send_message", "forbidden") == 1.0
     assert _denied(text, "query_route", "forbidden") == 2.0
+
+
+async def test_telemetry_settings_register_only_what_the_user_may(secure_proxy, clients, ca):
+    """A Telemetry stream's start needs a signature only, but each Settings it carries is
+    authorized: one naming a group or topic the user may not use is answered FORBIDDEN (as
+    the Apache proxy answers a refused command), counted, and registers nothing with the
+    brokers and relays no transaction check; the stream goes on, and its allowed Settings
+    register as they say."""
+    proxy = await secure_proxy()
+    registrations = proxy.registrations
+    assert registrations is not None
+    alice = clients(proxy, ca, access_key="alice", secret_key=SECRET)
+    signed = tuple(h for h in alice.metadata if h[0] != "x-mq-client-id")
+    consumer = TelemetryStream(alice, "alice-consumer", signed)
+    producer = TelemetryStream(alice, "alice-producer", signed)
+
+    def consumer_of(group: str, topic: str) -> pb.Settings:
+        return consumer_settings(pb.ClientType.PUSH_CONSUMER, group, topic, 1000)
+
+    def producer_of(topic: str) -> pb.Settings:
+        publishing = pb.Publishing(topics=[pb.Resource(name=topic)])
+        return pb.Settings(client_type=pb.ClientType.PRODUCER, publishing=publishing)
+
+    try:
+        for settings in (consumer_of("billing", "hidden"), consumer_of("audit-readers", "orders")):
+            refused = await consumer.settle(settings)
+            assert refused.status.code == pb.Code.FORBIDDEN and not refused.HasField("settings")
+        assert registrations.status()["clients"] == 0
+        allowed = await consumer.settle(consumer_of("billing", "orders"))
+        assert allowed.status.code == pb.Code.OK and allowed.HasField("settings")
+        assert registrations.consumed() == {("billing", "orders")}
+        # A later Settings on the open stream is authorized as the first was: refused, the
+        # registration stays as the allowed one made it.
+        later = await consumer.settle(consumer_of("billing", "hidden"))
+        assert later.status.code == pb.Code.FORBIDDEN
+        assert registrations.consumed() == {("billing", "orders")}
+        refused = await producer.settle(producer_of("hidden"))
+        assert refused.status.code == pb.Code.FORBIDDEN
+        assert registrations.status()["clients"] == 1
+        assert "hidden" not in proxy.transactions._sinks  # no check of it relayed here
+        assert (await producer.settle(producer_of("orders"))).status.code == pb.Code.OK
+        await wait_until(lambda: registrations.status()["clients"] == 2, timeout=5)
+        assert "orders" in proxy.transactions._sinks
+        assert proxy.session.status()["settings_refused"] == 4
+        assert _denied(await _metrics(proxy), "telemetry", "forbidden") == 4.0
+    finally:
+        consumer.close()
+        producer.close()
 
 
 async def test_secrets_never_in_status_metrics_or_event_log(secure_proxy, clients, ca, tmp_path):

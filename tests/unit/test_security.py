@@ -248,6 +248,56 @@ def test_guard_authorization_per_rpc(store):
     _guard(store, authorization=False).check("SendMessage", send, metadata())
 
 
+def _settings_denied(guard, user, settings, source=None) -> Denied:
+    with pytest.raises(Denied) as err:
+        guard.authorize("Telemetry", user, settings, source)
+    return err.value
+
+
+def test_telemetry_settings_are_authorized_for_the_streams_user(store):
+    """A stream's start needs a signature only; each Settings it carries is what the proxy
+    would register and relay in the user's name: a consumer subscribes its group to each
+    topic, a producer publishes to each topic (the Apache proxy's Settings contexts)."""
+    registry = CollectorRegistry()
+    guard = Guard(store, registry, clock=lambda: NOW)
+    alice = guard.check("Telemetry", None, metadata())  # the stream's start: no resource
+
+    def consumer(group: str, *topics: str) -> pb.Settings:
+        entries = [pb.SubscriptionEntry(topic=pb.Resource(name=t)) for t in topics]
+        sub = pb.Subscription(group=pb.Resource(name=group), subscriptions=entries)
+        return pb.Settings(client_type=pb.ClientType.PUSH_CONSUMER, subscription=sub)
+
+    def producer(*topics: str) -> pb.Settings:
+        publishing = pb.Publishing(topics=[pb.Resource(name=t) for t in topics])
+        return pb.Settings(client_type=pb.ClientType.PRODUCER, publishing=publishing)
+
+    guard.authorize("Telemetry", alice, consumer("billing", "orders"))
+    guard.authorize("Telemetry", alice, consumer("audit-eu", "anything", "else"))
+    guard.authorize("Telemetry", alice, consumer("billing"))  # no topic: the group's own
+    guard.authorize("Telemetry", alice, producer("orders", "orders-eu"))
+    guard.authorize("Telemetry", alice, pb.Settings())  # neither: nothing to allow
+    for settings, what in [
+        (consumer("billing", "orders", "payments"), "'payments' as group 'billing'"),
+        (consumer("audit-eu", "secret"), "'secret'"),  # denied to every group
+        (consumer("anyone"), "group 'anyone'"),
+        (producer("orders", "orders-internal"), "publish to 'orders-internal'"),
+    ]:
+        denied = _settings_denied(guard, alice, settings)
+        assert (denied.kind, denied.reason) == (DenialKind.FORBIDDEN, "forbidden")
+        assert what in denied.message, denied.message
+    counted = registry.get_sample_value(
+        "rocketmq_proxy_auth_denied_total", {"rpc": "telemetry", "reason": "forbidden"}
+    )
+    assert counted == 4
+    # The user as the user file says now: a reload that drops it refuses its streams' next
+    # Settings; authentication only lets every Settings of a known user through.
+    guard.users = UserStore([])
+    denied = _settings_denied(guard, alice, consumer("billing", "orders"))
+    assert (denied.kind, denied.reason) == (DenialKind.UNAUTHENTICATED, "unknown_user")
+    open_guard = _guard(store, authorization=False)
+    open_guard.authorize("Telemetry", alice, producer("orders-internal"))
+
+
 def test_every_served_rpc_has_resources():
     """Every RPC of the v2 API the proxy serves is in the guard's table: one missing is
     refused to every user of a users file (EndTransaction was, so no producer of a users
