@@ -31,6 +31,7 @@ from proxy.background import waiting_at
 from proxy.brokers import BrokerPool
 from proxy.collector import FullCollections
 from proxy.config import ProxyConfig
+from proxy.descriptors import process_budget
 from proxy.drain import Drain
 from proxy.fleet.members import Members
 from proxy.fleet.settle import FleetSettles
@@ -278,6 +279,7 @@ class ProxyApp:
                 observe=functools.partial(self.metrics.rpc, "remoting_port"),
                 security=self.security,
                 recorder=self.receive.recorder,
+                budget=process_budget(),
             )
             if config.remoting_port is not None
             else None
@@ -483,7 +485,9 @@ class ProxyApp:
         config, tls = self.config, self.security.tls
         host, mode = config.grpc_host, config.security.tls_mode
         if mode is TlsMode.DISABLED and not config.security.proxy_protocol:
-            return await port.listen(host, wanted, reuse_port=self.reuse_port, broker=broker)
+            return await port.listen(
+                host, wanted, reuse_port=self.reuse_port, broker=broker, direct=True
+            )
         plaintext = (
             None if mode is TlsMode.ENFORCING else await port.listen("127.0.0.1", 0, broker=broker)
         )

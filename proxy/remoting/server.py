@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from ssl import SSLContext
 from typing import Any, Union
 
+from proxy.descriptors import DescriptorBudget
 from proxy.observability.log_every import LogEvery
 from proxy.remoting.codes import DEFAULT_MAX_FRAME, ResponseCode
 from proxy.remoting.command import RemotingCommand
@@ -70,6 +71,10 @@ class RemotingServer:
         # Responses awaited to the server's own requests, by connection and opaque.
         self._asked: dict[RemotingConnection, dict[int, asyncio.Future[RemotingCommand]]] = {}
         self.port = 0
+        # The budget each accepted connection holds a descriptor of (``start``).
+        self._budgets: dict[RemotingConnection, DescriptorBudget] = {}
+        self.refused = 0  # connections closed for want of a descriptor
+        self._refusals = LogEvery(log, FAILURE_LOG_EVERY_S)
 
     async def start(
         self,
@@ -78,21 +83,34 @@ class RemotingServer:
         *,
         reuse_port: bool = False,
         ssl: SSLContext | None = None,
+        budget: DescriptorBudget | None = None,
     ) -> int:
         """Listen; returns the bound port (pass 0 for a free one). Each call adds a
         listening socket (a TLS one with ``ssl``), all served alike. ``reuse_port``: share
-        the port with other processes (SO_REUSEPORT), as a proxy's workers do."""
+        the port with other processes (SO_REUSEPORT), as a proxy's workers do. ``budget``:
+        each connection accepted here holds one descriptor of it, and one it has none
+        for is closed at once (a socket clients reach directly; behind a front, the
+        front's relay holds the budget)."""
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            self._accept, host, port, reuse_port=reuse_port or None, ssl=ssl
+            lambda: self._accept(budget), host, port, reuse_port=reuse_port or None, ssl=ssl
         )
         self._servers.append(server)
         self.port = server.sockets[0].getsockname()[1]
         return self.port
 
-    def _accept(self) -> RemotingConnection:
+    def _accept(self, budget: DescriptorBudget | None) -> asyncio.Protocol:
+        if budget is not None and not budget.take(1):
+            self.refused += 1
+            self._refusals.warning(
+                "closing a connection: the process holds all the descriptors its "
+                "open-files limit leaves for clients (%d)", budget.total,
+            )  # fmt: skip
+            return _Refused()
         conn = RemotingConnection(self._on_command, self._on_lost, self._max_frame)
         self._connections.add(conn)
+        if budget is not None:
+            self._budgets[conn] = budget
         return conn
 
     async def stop(self) -> None:
@@ -225,6 +243,9 @@ class RemotingServer:
 
     def _on_lost(self, conn: RemotingConnection, exc: Exception | None) -> None:
         self._connections.discard(conn)
+        budget = self._budgets.pop(conn, None)
+        if budget is not None:
+            budget.give(1)
         for future in self._pending.pop(conn, ()):
             future.cancel()
         for waiter in self._asked.pop(conn, {}).values():
@@ -232,6 +253,13 @@ class RemotingServer:
                 waiter.set_exception(ConnectionClosedError(f"connection with {conn.peer} lost"))
         if self._on_closed is not None:
             self._on_closed(conn)
+
+
+class _Refused(asyncio.Protocol):
+    """A connection accepted past the budget: closed as soon as it is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.abort()  # type: ignore[attr-defined]  # every stream transport has it
 
 
 async def _bounded(waits: list[Coroutine[Any, Any, None]], timeout: float) -> bool:

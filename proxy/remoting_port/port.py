@@ -24,6 +24,7 @@ from ssl import SSLContext
 from typing import Protocol
 
 from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.descriptors import DescriptorBudget
 from proxy.message_types import accepts, message_type_of
 from proxy.observability.receive_record import ReceiveRecorder
 from proxy.remoting.bodies import BodyReading, reading
@@ -105,6 +106,7 @@ class RemotingPort:
         observe: Observer | None = None,
         security: Security | None = None,
         recorder: ReceiveRecorder | None = None,
+        budget: DescriptorBudget | None = None,
     ) -> None:
         """``advertise``: the address routes name for every broker (the port's own, as
         clients reach it); when empty, the bound host and port. ``broker_advertise``: the
@@ -115,8 +117,11 @@ class RemotingPort:
         guard on, each request must be signed by a user of the users file allowed to do
         what it asks (as on the gRPC port), and goes on signed with the proxy's own
         broker credentials, if any; with it off, a request goes on as the client signed
-        it, and the broker checks it."""
+        it, and the broker checks it. ``budget``: the process's open-files budget, which
+        each client's broker connections and each client a socket of ``listen(...,
+        direct=True)`` takes take from."""
         self.pool = pool
+        self._budget = budget
         self._security = security
         # Each pull and pop is a receive record (mode ``remoting``): its metrics and, with
         # an event log, its event, as a gRPC client's ReceiveMessage is.
@@ -155,11 +160,15 @@ class RemotingPort:
         reuse_port: bool = False,
         ssl: SSLContext | None = None,
         broker: str | None = None,
+        direct: bool = False,
     ) -> int:
         """Serve clients on ``host:port`` (TLS ones with ``ssl``); the port bound. Called
         once for the port itself, or once per kind of client behind the TLS front; and
-        the same for each broker's own port, with ``broker``."""
-        bound = await self._server.start(host, port, reuse_port=reuse_port, ssl=ssl)
+        the same for each broker's own port, with ``broker``. ``direct``: clients reach
+        this socket themselves, not through a front, so each holds a descriptor of the
+        budget (a front's relay holds its own)."""
+        budget = self._budget if direct else None
+        bound = await self._server.start(host, port, reuse_port=reuse_port, ssl=ssl, budget=budget)
         if broker is not None:
             self._port_brokers[bound] = broker
         return bound
@@ -326,8 +335,9 @@ class RemotingPort:
             security = self._security
             signer = security.signer if security is not None and security.guard else None
             session = ClientSession(
-                conn, self._server.request, self._server.send_oneway, request_hook=signer
-            )
+                conn, self._server.request, self._server.send_oneway,
+                request_hook=signer, budget=self._budget,
+            )  # fmt: skip
             self._sessions[conn] = session
         return session
 

@@ -6,6 +6,11 @@ a client's registration (producer group, consumer group) per connection, and it 
 requests for a client (a transaction check, a notice that a group's consumers changed, a
 request for the client's running info) on that client's connection. The session relays
 those to the client and its answer back, so no table of who is where is needed.
+
+Each of those connections holds a descriptor of the process's open-files budget
+(``proxy/descriptors.py``), shared with every front and the registrations: a client that
+would take a broker connection past it gets SYSTEM_ERROR for that request, and the proxy's
+own connections keep working.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
+from proxy.descriptors import DescriptorBudget
 from proxy.remoting.client import RemotingClient, RemotingError, RequestHook
 from proxy.remoting.codes import ResponseCode
 from proxy.remoting.command import RemotingCommand
@@ -44,9 +50,13 @@ class ClientSession:
         *,
         connect_timeout_s: float = 3.0,
         request_hook: RequestHook | None = None,
+        budget: DescriptorBudget | None = None,
     ) -> None:
         """``request_hook`` signs each request sent on to a broker (the proxy's own
-        credentials, once the proxy has checked the client's)."""
+        credentials, once the proxy has checked the client's); each broker connection
+        holds a descriptor of ``budget``."""
+        self._budget = budget
+        self._held = 0  # descriptors of the budget this session's connections hold
         self.conn = conn
         self._request_hook = request_hook
         self._ask = ask
@@ -63,9 +73,15 @@ class ClientSession:
         """The brokers this client has sent to."""
         return list(self._upstreams)
 
-    def _upstream(self, broker: str, address: str) -> RemotingClient:
+    def _upstream(self, broker: str, address: str) -> RemotingClient | None:
+        """This client's connection to ``broker``; None when the budget has no descriptor
+        for a new one."""
         client = self._upstreams.get(broker)
         if client is None or client.address != address:
+            if self._budget is not None:
+                if not self._budget.take(1):
+                    return None
+                self._held += 1
             if client is not None:  # the broker moved: calls on the old one may still end
                 self._retired.append(client)
             client = RemotingClient(
@@ -84,6 +100,11 @@ class ClientSession:
         None for a one-way request. A broker that cannot be reached, or does not answer in
         time, is the client's SYSTEM_ERROR: the 4.x producer then retries another broker."""
         upstream = self._upstream(broker, address)
+        if upstream is None:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                remark="the proxy holds as many connections as its open-files limit allows",
+            )
         out = replace(cmd, ext_fields=dict(cmd.fields))  # invoke sets its own opaque
         try:
             if cmd.is_oneway:
@@ -118,3 +139,6 @@ class ClientSession:
         upstreams = [*self._upstreams.values(), *self._retired]
         self._upstreams, self._retired = {}, []
         await asyncio.gather(*(c.close() for c in upstreams), return_exceptions=True)
+        if self._budget is not None:
+            self._budget.give(self._held)
+        self._held = 0

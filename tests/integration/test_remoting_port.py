@@ -10,14 +10,16 @@ import logging
 import orjson
 import pytest
 
-from proxy.remoting.client import RemotingClient
+from proxy import descriptors
+from proxy.descriptors import DescriptorBudget
+from proxy.remoting.client import RemotingClient, RemotingError
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import SendMessageHeader, now_ms
 from proxy.remoting.message import Prop, encode_properties
 from proxy.remoting.popinfo import PopCheckpointInfo, batch_ack_body
 from proxy.remoting_port.port import GO_AWAY_MIN_VERSION
-from proxy.security.config import SecurityConfig
+from proxy.security.config import SecurityConfig, TlsMode
 from proxy.security.signing import RemotingSigner, remoting_signature
 from testkit.event_log import part_files, read_records
 from testkit.metrics_text import total
@@ -470,3 +472,39 @@ async def test_a_guarded_batch_ack_is_checked_by_the_keys_the_broker_reads(guard
     refused = await alice.invoke(end, TIMEOUT_S)
     assert refused.code == ResponseCode.NO_PERMISSION
     assert refused.remark == "END_TRANSACTION names no topic"
+
+
+async def test_the_remoting_port_holds_its_clients_within_the_process_budget(
+    start_proxy, monkeypatch
+):
+    """Clients of a port they reach directly (TLS off) hold a descriptor of the process's
+    open-files budget each, and so does each of their connections to a broker: past it a
+    client is closed at once (or its request refused), and what a client held comes back
+    when it leaves."""
+    budget = DescriptorBudget(4)
+    monkeypatch.setattr(descriptors, "_process", budget)
+    proxy = await start_proxy(
+        brokers=1, topics=("T",), security=SecurityConfig(tls_mode=TlsMode.DISABLED),
+        proxy_options={"remoting_port": 0},
+    )  # fmt: skip
+    broker = proxy.cluster.brokers[0].name
+    address = f"127.0.0.1:{proxy.remoting_port}"
+    first = RemotingClient(address)
+    second = RemotingClient(address)
+    try:
+        sent = await first.invoke(send_v2("T", broker, b"one"), TIMEOUT_S)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        assert budget.held == 2  # its socket, its broker connection
+        sent = await second.invoke(send_v2("T", broker, b"two"), TIMEOUT_S)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        assert budget.held == 4
+        third = RemotingClient(address)
+        with pytest.raises(RemotingError):  # no descriptor left: closed at once
+            await third.invoke(send_v2("T", broker, b"three"), TIMEOUT_S)
+        await third.close()
+        assert budget.refused >= 1
+        await first.close()
+        await wait_until(lambda: budget.held == 2, 5.0)
+    finally:
+        await first.close()
+        await second.close()
