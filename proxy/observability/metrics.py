@@ -101,6 +101,10 @@ _PACKAGE = "rmq-notify-proxy"
 # OTHER_LABEL, so that no sequence of client requests grows /metrics without bound.
 MAX_LABELLED_PAIRS = 5_000
 OTHER_LABEL = "_other_"
+# The label values of two counters whose every value is known in advance (the
+# ``CheckOutcome`` and ``Refusal`` enums of proxy/processor, which tests hold equal).
+TRANSACTION_CHECK_RESULTS = ("relayed", "no_producer", "unreadable")
+REGISTRATION_REFUSALS = ("clients", "group", "topics", "connections")
 
 
 def _flag(value: bool) -> str:
@@ -189,6 +193,10 @@ class ProxyMetrics:
             ["result"],
             registry=r,
         )
+        # Fixed label sets start at 0, so that a dashboard or an alert sees the series
+        # before the first event (``rate`` of a missing series is no data, not 0).
+        for result in TRANSACTION_CHECK_RESULTS:
+            self._transaction_checks.labels(result)
         self._front = Counter(
             "rocketmq_proxy_front_connections",
             "Client connections of the gRPC port's front by what became of them: relayed "
@@ -207,6 +215,8 @@ class ProxyMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in REGISTRATION_REFUSALS:
+            self._registrations_refused.labels(reason)
         self._long_polls_limit = Gauge(
             "rocketmq_proxy_long_polls_limit",
             "Configured maximum of client long polls in flight.",
