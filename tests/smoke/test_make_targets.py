@@ -370,6 +370,41 @@ def test_make_bench_account(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_make_bench_memory(tmp_path):
+    """Every kind of poll is run and measured from its RSS readings (after the warm-up, per
+    1,000 polls, over the last half) and its tracked objects, and most of its polls ended
+    as the kind says. The bound (50 KB per 1,000 polls, a flat last half) is the
+    full run's: over a few hundred polls the allocator alone moves RSS by more, so the run
+    here reports only (--no-check). That a poll leaves no cycle is
+    tests/unit/test_notify_poll.py."""
+    polls = 400
+    output = make(
+        tmp_path, "bench-memory", f"RESULTS={tmp_path}",
+        f"BENCH_ARGS=--polls {polls} --concurrency 50 --no-check", timeout=240,
+    )  # fmt: skip
+    result = load_json(tmp_path / "poll-memory.json", output)
+    kinds = result["kinds"]
+    ends = {
+        "answered": "found",
+        "empty": "empty",
+        "cancelled": "cancelled",
+        "deadline": "deadline_exceeded",
+    }
+    assert list(kinds) == list(ends), kinds.keys()
+    for kind, row in kinds.items():
+        assert row["polls"] == polls and row["warmup"] > 0, (kind, row)
+        assert len(row["samples"]) > 10 and row["samples"][-1][0] == polls, (kind, row)
+        assert row["rss_after_warmup_mb"] > 0, (kind, row)
+        for figure in ("kb_per_1000_polls", "last_half_growth_kb", "objects_per_1000_polls"):
+            assert isinstance(row[figure], int | float), (kind, figure, row)
+        assert isinstance(row["within_bound"], bool) and isinstance(row["flat"], bool), row
+        run = row["polls_run"]  # with the wind-down past the last reading
+        assert sum(row["outcomes"].values()) == run, (kind, row["outcomes"])
+        assert row["outcomes"].get(ends[kind], 0) > run / 2, (kind, row["outcomes"])
+    assert result["checked"] is False, result.keys()
+
+
+@pytest.mark.timeout(300)
 def test_make_bench_calibrate(tmp_path):
     output = make(
         tmp_path, "bench-calibrate", f"RESULTS={tmp_path}", "BENCH_ARGS=--messages 3 --await-s 4",
