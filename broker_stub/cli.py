@@ -86,6 +86,11 @@ def broker_main(argv: list[str] | None = None) -> None:
         help="checks of an open half message before it is discarded (transactionCheckMax, "
         "default 15)",
     )
+    parser.add_argument(
+        "--acl-file",
+        help="ACL 2.0 users and rules (JSON) this broker answers AUTH_GET_USER / AUTH_GET_ACL "
+        "with, for a proxy with security.auth_source = cluster (broker_stub/auth.py)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     _logging(args.log_level)
@@ -104,6 +109,7 @@ def broker_main(argv: list[str] | None = None) -> None:
             register_interval=args.register_interval,
             max_reconsume_times=args.max_reconsume_times,
             transaction_check_max=args.transaction_check_max,
+            acl_file=args.acl_file,
         )
     )
     run_until_signalled(

@@ -41,6 +41,9 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # RECALL_MESSAGE (RocketMQ: recallMessageEnable, off by default; on in the stub)
     recall_message_enable: bool = True
+    # ACL 2.0's users and rules this broker answers AUTH_GET_USER / AUTH_GET_ACL with
+    # (broker_stub/auth.py); None: no users
+    acl_file: str | None = None
 
     # broker-side long polling
     # (client, lite topic) subscriptions a broker holds (maxLiteSubscriptionCount)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from broker_stub.admin import AdminHandlers
+from broker_stub.auth import AuthHandlers
 from broker_stub.config import BrokerConfig
 from broker_stub.consume import ConsumeHandlers
 from broker_stub.groups import GroupTable
@@ -76,6 +77,7 @@ class BrokerProcessor:
         produce, consume, admin = (
             ProduceHandlers(parts), ConsumeHandlers(parts), AdminHandlers(parts)
         )  # fmt: skip
+        auth = AuthHandlers(config.acl_file)
         self.handlers: dict[int, Callable[[RemotingCommand, RemotingConnection], Reply]] = {
             RequestCode.SEND_MESSAGE: produce.send_message,
             RequestCode.SEND_MESSAGE_V2: produce.send_message,
@@ -110,6 +112,10 @@ class BrokerProcessor:
             RequestCode.LITE_SUBSCRIPTION_CTL: lite.subscription_ctl,
             RequestCode.GET_BROKER_LITE_INFO: lite.broker_lite_info,
             RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+            RequestCode.AUTH_GET_USER: auth.get_user,
+            RequestCode.AUTH_LIST_USER: auth.list_users,
+            RequestCode.AUTH_GET_ACL: auth.get_acl,
+            RequestCode.AUTH_LIST_ACL: auth.list_acls,
         }
 
     def __call__(self, cmd: RemotingCommand, conn: RemotingConnection) -> Reply:

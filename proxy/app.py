@@ -299,8 +299,8 @@ class ProxyApp:
         answers "not ready" while the proxy starts and drains."""
 
         async def start_security() -> None:
-            await self.security.start()
-            self.service.guard = self.security.guard  # built from the user file just read
+            await self.security.start(self.pool.ask_any_broker)
+            self.service.guard = self.security.guard  # built from the users just read
 
         async def start_ops() -> None:
             self.http_port = await self.ops.start(

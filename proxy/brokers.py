@@ -11,6 +11,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ import orjson
 
 from proxy.background import shared_lookup
 from proxy.message_types import MessageType, topic_message_type
+from proxy.remoting import fastjson
 from proxy.remoting.broker_client import BrokerClient, CallObserver
 from proxy.remoting.client import (
     RemotingClient,
@@ -120,6 +122,13 @@ def master_address(broker: Mapping[str, Any]) -> str | None:
     return addresses.get(0) or addresses.get("0") or None
 
 
+def cluster_brokers(body: bytes) -> dict[str, str]:
+    """A name server's ClusterInfo (GET_BROKER_CLUSTER_INFO) -> each broker's master
+    address, by broker name."""
+    table = fastjson.loads(body).get("brokerAddrTable") or {}
+    return {name: m for name, b in table.items() if (m := master_address(b))}
+
+
 def route_masters(route: Mapping[str, Any]) -> dict[str, str]:
     """A TopicRouteData's master address of each broker, by broker name."""
     brokers = route.get("brokerDatas") or []
@@ -177,6 +186,9 @@ class BrokerPool:
         self._retry_at: dict[str, float] = {}
         self._brokers: dict[str, BrokerClient] = {}
         self._retired: list[BrokerClient] = []
+        # Clients of brokers known from the name server's list of the cluster only, for
+        # admin requests (``ask_any_broker``) before any route named them.
+        self._listed_clients: dict[str, BrokerClient] = {}
         # Requests brokers send us (a transaction check, a lite unsubscribe), by request
         # code; each handler gets the broker's name (``serve``).
         self._served: dict[int, Callable[[str, RemotingCommand], RemotingCommand | None]] = {}
@@ -405,10 +417,34 @@ class BrokerPool:
     def brokers(self) -> dict[str, BrokerClient]:
         return dict(self._brokers)
 
+    async def ask_any_broker(self, request: RemotingCommand) -> RemotingCommand:
+        """The answer of one broker of the cluster, picked at random as the Apache proxy
+        picks one for its admin reads, to ``request`` (a copy, signed as the pool's are):
+        a broker some route named, else one of the name server's list of the cluster.
+        Raises RemotingError."""
+        clients = list(self._brokers.values()) or await self._cluster_clients()
+        if not clients:
+            raise RemotingError("no broker of the cluster is known")
+        client = random.choice(clients)
+        copy = replace(request, ext_fields=dict(request.fields))
+        return await client.remoting.invoke(copy, self._timeout)
+
+    async def _cluster_clients(self) -> list[BrokerClient]:
+        if not self._listed_clients:
+            answer = await self.ask_name_server(
+                RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO)
+            )
+            if answer.code == ResponseCode.SUCCESS and answer.body:
+                for name, address in cluster_brokers(answer.body).items():
+                    self._listed_clients[name] = BrokerClient(
+                        name, address, observer=self._observer, request_hook=self._request_hook
+                    )
+        return list(self._listed_clients.values())
+
     async def close(self) -> None:
         for lookup in list(self._lookups.values()):
             lookup.cancel()
         for namesrv in self._namesrvs:
             await namesrv.close()
-        for client in [*self._brokers.values(), *self._retired]:
+        for client in [*self._brokers.values(), *self._retired, *self._listed_clients.values()]:
             await client.close()

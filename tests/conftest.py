@@ -107,12 +107,14 @@ async def start_proxy():
         event_log_dir: str | None = None,
         security=None,  # a SecurityConfig; None: security off
         proxy_options: dict | None = None,  # other ProxyConfig fields
+        broker_options: dict | None = None,  # other BrokerConfig fields of the stubs
         **receive,
     ):
         receive.setdefault("min_polling_ms", 200)
         cluster = None
         if namesrv is None:
-            cluster = StubCluster(brokers, template=BrokerConfig(topics=list(topics)))
+            template = BrokerConfig(topics=list(topics), **(broker_options or {}))
+            cluster = StubCluster(brokers, template=template)
             await cluster.start()
             namesrv = cluster.namesrv_address
         config = ProxyConfig(

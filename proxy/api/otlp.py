@@ -109,6 +109,7 @@ class ClientMetricsService:
         guard = self._guard()
         if guard is not None:
             try:
+                await guard.load_signed("Telemetry", metadata)
                 guard.check("Telemetry", None, metadata)  # a signature; no topic is touched
             except Denied as denied:
                 await self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, "denied",

@@ -105,7 +105,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     ) -> ResponseT:
         start = time.perf_counter()
         try:
-            self._guard(rpc, request, context)
+            await self._guard(rpc, request, context)
             check.require_client_id(context)
             with self._open(rpc, context):
                 response = await handler(request, context)
@@ -114,15 +114,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._observe(rpc, response.status.code, time.perf_counter() - start)
         return response
 
-    def _guard(self, rpc: str, request: object, context: Context) -> User | None:
+    async def _guard(self, rpc: str, request: object, context: Context) -> User | None:
         """The user of a request the guard allows, or the ApiError of one it refuses (None
-        without security)."""
-        if self.guard is None:
+        without security). A user of the cluster's (auth_source "cluster") is read first
+        if it is not cached."""
+        guard = self.guard
+        if guard is None:
             return None
+        metadata = context.invocation_metadata()
         try:
-            return self.guard.check(
-                rpc, request, context.invocation_metadata(), self.address_of(context.peer())
-            )
+            await guard.load_signed(rpc, metadata)
+            return guard.check(rpc, request, metadata, self.address_of(context.peer()))
         except Denied as denied:
             raise denied_error(denied) from None
 
@@ -174,7 +176,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self, request_iterator: AsyncIterator[api.TelemetryCommand], context: Context
     ) -> AsyncIterator[api.TelemetryCommand]:
         try:
-            user = self._guard("Telemetry", None, context)
+            user = await self._guard("Telemetry", None, context)
         except ApiError as err:
             yield api.TelemetryCommand(status=err.status)
             return
@@ -192,7 +194,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: api.ReceiveMessageRequest, context: Context) -> None:
         try:
-            self._guard("ReceiveMessage", request, context)
+            await self._guard("ReceiveMessage", request, context)
         except ApiError as err:
             self._observe("ReceiveMessage", err.code, 0.0)
             await context.write(api.ReceiveMessageResponse(status=err.status))

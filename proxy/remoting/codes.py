@@ -46,6 +46,17 @@ class RequestCode(IntEnum):
     GET_CONSUMER_RUNNING_INFO = 307  # broker -> client: mqadmin consumerStatus
     CONSUME_MESSAGE_DIRECTLY = 309  # broker -> client: mqadmin consumeMessage
     RECALL_MESSAGE = 370
+    # ACL 2.0's users and rules, kept by each broker (mqadmin createUser, updateAcl, ...).
+    AUTH_CREATE_USER = 3001
+    AUTH_UPDATE_USER = 3002
+    AUTH_DELETE_USER = 3003
+    AUTH_GET_USER = 3004
+    AUTH_LIST_USER = 3005
+    AUTH_CREATE_ACL = 3006
+    AUTH_UPDATE_ACL = 3007
+    AUTH_DELETE_ACL = 3008
+    AUTH_GET_ACL = 3009
+    AUTH_LIST_ACL = 3010
     SEND_MESSAGE_V2 = 310
     LITE_PULL_MESSAGE = 361
     SEND_BATCH_MESSAGE = 320

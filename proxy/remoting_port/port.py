@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from ssl import SSLContext
 from typing import Protocol
 
-from proxy.brokers import BrokerPool, TopicNotFound
+from proxy.brokers import BrokerPool, TopicNotFound, cluster_brokers
 from proxy.descriptors import DescriptorBudget
 from proxy.message_types import accepts, message_type_of
 from proxy.observability.receive_record import ReceiveRecorder
@@ -37,7 +37,6 @@ from proxy.remoting_port.records import RECEIVES, receive_record
 from proxy.remoting_port.routing import (
     Destination,
     broker_named,
-    cluster_brokers,
     destination,
     long_poll_s,
     queue_set_empty,
@@ -223,18 +222,41 @@ class RemotingPort:
         name of its refusal, with no broker and no receive record, and a broker is named
         only once known (``_known``); /metrics stays bounded whatever clients send."""
         started = time.monotonic()
+        guard = self._security.guard if self._security is not None else None
+        if guard is not None and guard.needs_load(cmd.fields.get(ACCESS_KEY_FIELD)):
+            return self._process_loaded(guard, cmd, conn, started)
+        return self._process_checked(cmd, conn, started)
+
+    async def _process_loaded(
+        self, guard: Guard, cmd: RemotingCommand, conn: RemotingConnection, started: float
+    ) -> RemotingCommand | None:
+        """``_process`` once the user the request names is read from the cluster."""
+        try:
+            await guard.load(code_name(cmd.code, RequestCode), cmd.fields.get(ACCESS_KEY_FIELD))
+        except Denied as denied:
+            refusal = cmd.make_response(ResponseCode.NO_PERMISSION, remark=denied.message)
+            return self._refused(refusal, started)
+        reply = self._process_checked(cmd, conn, started)
+        return reply if reply is None or isinstance(reply, RemotingCommand) else await reply
+
+    def _refused(self, refusal: RemotingCommand, started: float) -> RemotingCommand:
+        if self._observe is not None:
+            self._observe(
+                REFUSED_CODES.get(refusal.code, "refused"),
+                code_name(refusal.code, ResponseCode),
+                time.monotonic() - started,
+                "",
+                False,
+            )
+        return refusal
+
+    def _process_checked(
+        self, cmd: RemotingCommand, conn: RemotingConnection, started: float
+    ) -> Reply:
         body = reading(cmd)  # once: the guard checks, and the relay routes by, the same
         refusal = self._refusal(cmd, conn, body)
         if refusal is not None:
-            if self._observe is not None:
-                self._observe(
-                    REFUSED_CODES.get(refusal.code, "refused"),
-                    code_name(refusal.code, ResponseCode),
-                    time.monotonic() - started,
-                    "",
-                    False,
-                )
-            return refusal
+            return self._refused(refusal, started)
         broker = self._broker_of(cmd, conn, body)
         reply = self._answer(cmd, conn, broker, body)
         if self._observe is None and self._recorder is None:

@@ -139,13 +139,6 @@ def route_brokers(body: bytes) -> dict[str, str]:
     return route_masters(fastjson.loads(body))
 
 
-def cluster_brokers(body: bytes) -> dict[str, str]:
-    """A name server's ClusterInfo (GET_BROKER_CLUSTER_INFO) -> each broker's master
-    address, by broker name."""
-    table = fastjson.loads(body).get("brokerAddrTable") or {}
-    return {name: m for name, b in table.items() if (m := master_address(b))}
-
-
 def rewrite_route(body: bytes, address_of: Callable[[str], str]) -> bytes:
     """The route with each broker's master at ``address_of(its name)`` (its slaves left
     out: the proxy sends every request to a broker's master), as standard JSON (which every

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.security.users import User
+from proxy.security.acl import Action, ResourceType
+from proxy.security.cluster_users import ClusterPermissions
+from proxy.security.users import Permissions, User
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,8 +20,21 @@ class Access:
     topic: str
     group: str = ""
 
-    def allowed(self, user: User) -> bool:
+    def refusal(self, user: User, source: str | None) -> str | None:
+        """Why ``user`` may not do this from ``source`` (None: it may). A cluster user is
+        asked as the brokers ask (``contexts``), in their words."""
         p = user.permissions
+        if isinstance(p, ClusterPermissions):
+            for rtype, name, actions in self.contexts():
+                why = p.refusal(rtype, name, actions, source)
+                if why is not None:
+                    return why
+            return None
+        if self._allowed(p):
+            return None
+        return f"user {user.access_key!r} may not {self.describe()}"
+
+    def _allowed(self, p: Permissions) -> bool:
         if self.action == "publish":
             return p.may_publish(self.topic)
         if self.action == "subscribe":
@@ -27,6 +42,23 @@ class Access:
         if self.action in ("retry", "group"):
             return p.may_subscribe_some(self.group)
         return p.may_see(self.topic)
+
+    def contexts(self) -> list[tuple[ResourceType, str, tuple[Action, ...]]]:
+        """The (resource, actions) pairs a 5.5.0 broker or the Apache proxy authorizes for
+        this, each of which must be allowed: a subscription is the group's and the topic's,
+        a route is seen with either Pub or Sub on its topic."""
+        if self.action == "publish":
+            return [(ResourceType.TOPIC, self.topic, (Action.PUB,))]
+        if self.action == "subscribe":
+            return [
+                (ResourceType.GROUP, self.group, (Action.SUB,)),
+                (ResourceType.TOPIC, self.topic, (Action.SUB,)),
+            ]
+        if self.action == "retry":
+            return [(ResourceType.GROUP, self.group, (Action.SUB,))]
+        if self.action == "group":
+            return [(ResourceType.GROUP, self.group, (Action.SUB, Action.GET))]
+        return [(ResourceType.TOPIC, self.topic, (Action.PUB, Action.SUB))]
 
     def describe(self) -> str:
         if self.action == "group":

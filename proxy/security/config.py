@@ -19,6 +19,16 @@ class TlsMode(enum.StrEnum):
     DISABLED = "disabled"
 
 
+class AuthSource(enum.StrEnum):
+    """``security.auth_source``: where the proxy reads its clients' users and permissions."""
+
+    # The operator's user file (users_file); no file: no authentication.
+    FILE = "file"
+    # The cluster's own ACL 2.0 users and rules (mqadmin createUser / updateAcl), read from
+    # the brokers with the proxy's broker credentials and cached (cluster_users_*).
+    CLUSTER = "cluster"
+
+
 @dataclass
 class SecurityConfig:
     # Which clients the gRPC port takes: permissive (TLS and plaintext), enforcing (TLS
@@ -41,8 +51,21 @@ class SecurityConfig:
     proxy_protocol: bool = False
     # Serve the ops HTTP port over TLS too, with the same certificate.
     tls_ops: bool = False
+    # Where users and their permissions come from: "file" (users_file) or "cluster" (the
+    # brokers' ACL 2.0 users and rules; needs broker_access_key, a user that may read them).
+    auth_source: AuthSource = AuthSource.FILE
     # The operator's user file (TOML or JSON): set, every RPC must be signed by one of them.
     users_file: str | None = None
+    # auth_source "cluster": a user and its rules are read again after this many seconds,
+    # so a change made with mqadmin takes effect within it (the Apache proxy's
+    # userCacheRefreshSeconds).
+    cluster_users_refresh_s: float = 20.0
+    # auth_source "cluster": users kept, the least recently used leaving first
+    # (userCacheMaxNum).
+    cluster_users_max: int = 20_000
+    # auth_source "cluster": with no broker answering, a user read before is still
+    # honoured until its last good read is this old (userCacheExpiredSeconds).
+    cluster_users_expire_s: float = 300.0
     # With a user file: enforce each user's permissions (false: authentication only; a
     # user's source_ips hold either way).
     authorization: bool = True
@@ -60,7 +83,7 @@ class SecurityConfig:
 
     @property
     def authentication(self) -> bool:
-        return bool(self.users_file)
+        return bool(self.users_file) or self.auth_source is AuthSource.CLUSTER
 
     def __post_init__(self) -> None:
         self.validate_mode()
@@ -72,6 +95,13 @@ class SecurityConfig:
             names = ", ".join(m.value for m in TlsMode)
             raise ValueError(
                 f"security.tls_mode must be one of {names}, not {self.tls_mode!r}"
+            ) from None
+        try:
+            self.auth_source = AuthSource(self.auth_source)
+        except ValueError:
+            names = ", ".join(m.value for m in AuthSource)
+            raise ValueError(
+                f"security.auth_source must be one of {names}, not {self.auth_source!r}"
             ) from None
 
     @property
@@ -91,6 +121,18 @@ class SecurityConfig:
             raise ValueError("security.tls_client_ca_file and tls_ops need tls_cert_file")
         if bool(self.broker_access_key) != bool(self.broker_secret_key):
             raise ValueError("security.broker_access_key and broker_secret_key go together")
+        if self.auth_source is AuthSource.CLUSTER:
+            if self.users_file:
+                raise ValueError("security.auth_source = cluster reads no users_file")
+            if not self.broker_access_key:
+                raise ValueError(
+                    "security.auth_source = cluster needs broker_access_key and "
+                    "broker_secret_key: the proxy reads the cluster's users as that user"
+                )
+            if min(self.cluster_users_refresh_s, self.cluster_users_expire_s) <= 0:
+                raise ValueError("security.cluster_users_refresh_s and _expire_s must be positive")
+            if self.cluster_users_max < 1:
+                raise ValueError("security.cluster_users_max must be at least 1")
         if self.clock_skew_s <= 0:
             raise ValueError("security.clock_skew_s must be positive")
         if self.reload_interval_s <= 0:

@@ -20,7 +20,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -29,6 +29,7 @@ from proxy.remoting.codes import RequestCode, code_name
 from proxy.remoting.command import RemotingCommand
 from proxy.security import signing
 from proxy.security.access import Access
+from proxy.security.cluster_users import ClusterPermissions, ClusterUsers, UsersUnavailable
 from proxy.security.remoting_access import REMOTING_RESOURCES
 from proxy.security.users import User, UserStore, host_of
 
@@ -42,6 +43,10 @@ UNKNOWN_USER = "unknown_user"
 BAD_SIGNATURE = "bad_signature"
 FORBIDDEN = "forbidden"  # authenticated, but not allowed that resource
 UNNAMED = "unnamed_resource"  # a remoting request whose resources cannot be read
+UNAVAILABLE = "users_unavailable"  # the cluster's users could not be read (auth_source)
+
+# The Apache proxy's words for a user the cluster's users could not be read for.
+AUTHENTICATION_FAILED = "Authentication failed. Please verify the credentials and try again."
 
 # One HMAC for an unknown access key, so it costs what a known one does.
 _DUMMY_SECRET = "rmq-proxy-no-such-user"
@@ -109,7 +114,7 @@ RESOURCES: dict[str, Callable[[Any], list[Access]]] = {
 class Guard:
     def __init__(
         self,
-        users: UserStore,
+        users: UserStore | ClusterUsers,
         registry: CollectorRegistry,
         *,
         authorization: bool = True,
@@ -126,6 +131,40 @@ class Guard:
             ["rpc", "reason"],
             registry=registry,
         )
+
+    def needs_load(self, access_key: str | None) -> bool:
+        """Whether ``access_key``'s user must be read from the cluster (``load``) before
+        ``check`` can decide (auth_source "cluster"; never with a user file)."""
+        users = self.users
+        return (
+            bool(access_key)
+            and isinstance(users, ClusterUsers)
+            and users.needs_load(access_key or "")
+        )
+
+    async def load_signed(self, rpc: str, metadata: Iterable[tuple[str, Any]] | None) -> None:
+        """``load`` the user a gRPC request's ``authorization`` names, if it must be read."""
+        if not isinstance(self.users, ClusterUsers):
+            return
+        authorization = next(
+            (v for k, v in metadata or () if k == signing.AUTHORIZATION and isinstance(v, str)),
+            None,
+        )
+        await self.load(rpc, signing.access_key_of(authorization))
+
+    async def load(self, rpc: str, access_key: str | None) -> None:
+        """Read ``access_key``'s user from the cluster if ``check`` needs it; raises Denied
+        (counted) when the cluster's users cannot be read: the Apache proxy's refusal,
+        which a client may retry."""
+        users = self.users
+        if not isinstance(users, ClusterUsers) or not access_key:
+            return
+        try:
+            await users.load(access_key)
+        except UsersUnavailable as exc:
+            log.warning("%s refused: %s", rpc, exc)
+            self._denied.labels(_snake(rpc), UNAVAILABLE).inc()
+            raise Denied(DenialKind.UNAUTHENTICATED, UNAVAILABLE, AUTHENTICATION_FAILED) from None
 
     def check(
         self,
@@ -173,12 +212,7 @@ class Guard:
         user = self.users.get(sig.access_key)
         good = signing.verify(sig, user.secret_key if user else _DUMMY_SECRET)
         if user is None or not good:
-            reason = UNKNOWN_USER if user is None else BAD_SIGNATURE
-            log.debug(
-                "%s from %s refused: %s for access key %r", rpc, source, reason, sig.access_key
-            )
-            # One message for both: a client cannot tell which access keys exist.
-            raise Denied(DenialKind.UNAUTHENTICATED, reason, "invalid credentials")
+            self._refuse_credentials(rpc, source, sig.access_key, user)
         extract = RESOURCES.get(rpc)
         return self._authorize(rpc, user, extract(request) if extract else None, source)
 
@@ -210,9 +244,7 @@ class Guard:
             fields, cmd.body, user.secret_key if user else _DUMMY_SECRET
         )
         if user is None or not hmac.compare_digest(expected, signature):
-            reason = UNKNOWN_USER if user is None else BAD_SIGNATURE
-            log.debug("%s from %s refused: %s for access key %r", rpc, source, reason, access_key)
-            raise Denied(DenialKind.UNAUTHENTICATED, reason, "invalid credentials")
+            self._refuse_credentials(rpc, source, access_key, user)
         extract = REMOTING_RESOURCES.get(cmd.code)
         if extract is None or not self.authorization:
             return self._authorize(rpc, user, None, source)
@@ -224,6 +256,21 @@ class Guard:
             self._check_source(rpc, user, source)
             raise Denied(DenialKind.FORBIDDEN, UNNAMED, str(exc)) from None
         return self._authorize(rpc, user, accesses, source)
+
+    def _refuse_credentials(
+        self, rpc: str, source: str | None, access_key: str, user: User | None
+    ) -> NoReturn:
+        """Raise the refusal of an unknown access key or a wrong signature. From a user
+        file, one message for both: a client cannot tell which access keys exist. From the
+        cluster, the Apache proxy's (and the brokers') words, which say which."""
+        reason = UNKNOWN_USER if user is None else BAD_SIGNATURE
+        log.debug("%s from %s refused: %s for access key %r", rpc, source, reason, access_key)
+        message = "invalid credentials"
+        if isinstance(self.users, ClusterUsers):
+            message = (
+                f"User:{access_key} is not found." if user is None else "check signature failed."
+            )
+        raise Denied(DenialKind.UNAUTHENTICATED, reason, message)
 
     def _authorize(
         self, rpc: str, user: User, accesses: list[Access] | None, source: str | None
@@ -238,17 +285,14 @@ class Guard:
             return user
         if accesses is None:
             raise Denied(DenialKind.FORBIDDEN, FORBIDDEN, f"{rpc} is not allowed")
+        # The Apache proxy answers a cluster user's refusal as it answers bad credentials.
+        cluster = isinstance(user.permissions, ClusterPermissions)
+        kind = DenialKind.UNAUTHENTICATED if cluster else DenialKind.FORBIDDEN
         for access in accesses:
-            if not access.allowed(user):
-                log.debug(
-                    "%s from %s refused: %r may not %s",
-                    rpc, source, user.access_key, access.describe(),
-                )  # fmt: skip
-                raise Denied(
-                    DenialKind.FORBIDDEN,
-                    FORBIDDEN,
-                    f"user {user.access_key!r} may not {access.describe()}",
-                )
+            why = access.refusal(user, source)
+            if why is not None:
+                log.debug("%s from %s refused: %s", rpc, source, why)
+                raise Denied(kind, FORBIDDEN, why)
         return user
 
     def _check_source(self, rpc: str, user: User, source: str | None) -> None:

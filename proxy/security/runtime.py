@@ -21,7 +21,11 @@ import time
 from prometheus_client import CollectorRegistry, Counter
 
 from proxy.background import start_background, stop_background
-from proxy.security.config import SecurityConfig, TlsMode
+from proxy.remoting.client import RemotingError
+from proxy.remoting.codes import RequestCode, ResponseCode
+from proxy.remoting.command import RemotingCommand
+from proxy.security.cluster_users import AskBroker, ClusterUsers
+from proxy.security.config import AuthSource, SecurityConfig, TlsMode
 from proxy.security.guard import Guard
 from proxy.security.self_signed import SelfSigned, make_self_signed
 from proxy.security.signing import RemotingSigner
@@ -29,6 +33,9 @@ from proxy.security.tls import ServerTls
 from proxy.security.users import UserFileError, UserStore
 
 log = logging.getLogger(__name__)
+
+# How long the start waits for a broker to say whether its ACL is on.
+OPEN_CHECK_TIMEOUT_S = 3.0
 
 
 def _stamp(path: str) -> tuple[int, int, int]:
@@ -70,10 +77,13 @@ class SecurityRuntime:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sighup = False
+        # No client authentication, in front of brokers whose ACL is on (``_warn_if_open``).
+        self.open_in_front_of_acl = False
 
-    async def start(self) -> None:
+    async def start(self, ask_broker: AskBroker | None = None) -> None:
         """Read the certificate and the user file (off the loop); a bad one is fatal. With
-        TLS served and no certificate configured, make one (``proxy.security.self_signed``)."""
+        TLS served and no certificate configured, make one (``proxy.security.self_signed``).
+        ``ask_broker`` reads the cluster's users (auth_source "cluster")."""
         config = self.config
         if config.tls_mode is not TlsMode.DISABLED:
             if config.tls_cert_file and config.tls_key_file:
@@ -94,9 +104,51 @@ class SecurityRuntime:
                 authorization=config.authorization,
                 clock_skew_s=config.clock_skew_s,
             )
+        if config.auth_source is AuthSource.CLUSTER:
+            if ask_broker is None:
+                raise ValueError("security.auth_source = cluster needs the brokers")
+            cluster = ClusterUsers(
+                ask_broker,
+                self._registry,
+                max_users=config.cluster_users_max,
+                refresh_s=config.cluster_users_refresh_s,
+                expire_s=config.cluster_users_expire_s,
+            )
+            self.guard = Guard(
+                cluster,
+                self._registry,
+                authorization=config.authorization,
+                clock_skew_s=config.clock_skew_s,
+            )
+        if self.guard is None and self.signer is not None and ask_broker is not None:
+            await self._warn_if_open(ask_broker)
         if (self.tls is not None and self.self_signed is None) or self.guard is not None:
             self._task = start_background(self._watch(), name="security-reload", log=log)
             self._listen_sighup()
+
+    async def _warn_if_open(self, ask_broker: AskBroker) -> None:
+        """With no client authentication but broker credentials, every client acts with the
+        proxy's broker user: in front of brokers whose ACL 2.0 is on (their user store
+        knows that user), that admits clients the cluster would refuse. Say so loudly; a
+        broker that cannot be asked now says nothing."""
+        key = self.config.broker_access_key or ""
+        try:
+            answer = await asyncio.wait_for(
+                ask_broker(RemotingCommand(RequestCode.AUTH_GET_USER, {"username": key})),
+                OPEN_CHECK_TIMEOUT_S,
+            )
+        except (RemotingError, OSError, TimeoutError) as exc:
+            log.debug("could not ask the brokers whether their ACL is on: %s", exc)
+            return
+        if answer.code == ResponseCode.SUCCESS and answer.body:
+            self.open_in_front_of_acl = True
+            log.warning(
+                "the brokers keep ACL 2.0 users (%r is one), but this proxy authenticates no "
+                "client: every client acts as %r, whatever the cluster's ACL says. Set "
+                'security.auth_source = "cluster" to honour it (docs/security.md)',
+                key,
+                key,
+            )
 
     def ops_ssl_context(self) -> ssl.SSLContext | None:
         return self.tls.ops_context() if self.tls is not None and self.config.tls_ops else None
@@ -131,7 +183,7 @@ class SecurityRuntime:
                 log.error("TLS reload failed, the previous certificate stays: %s",
                           self.tls.last_error)  # fmt: skip
         path = self.config.users_file
-        if self.guard is not None and path:
+        if self.guard is not None and path and isinstance(self.guard.users, UserStore):
             stamp = _stamp(path)
             if forced or stamp != self._users_stamp:
                 self._users_stamp = stamp
@@ -155,6 +207,8 @@ class SecurityRuntime:
             self._sighup = False
         task, self._task = self._task, None
         await stop_background(task)
+        if self.guard is not None and isinstance(self.guard.users, ClusterUsers):
+            await self.guard.users.close()
         if self.self_signed is not None:
             await asyncio.to_thread(self.self_signed.remove)
             self.self_signed = None
@@ -169,6 +223,8 @@ class SecurityRuntime:
             "tls": tls,
             "ops_tls": bool(self.config.tls_ops and self.tls is not None),
             "authentication": self.guard is not None,
+            "auth_source": self.config.auth_source.value,
+            "open_in_front_of_acl": self.open_in_front_of_acl,
             "authorization": bool(self.guard is not None and self.guard.authorization),
             "users": None
             if self.guard is None

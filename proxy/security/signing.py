@@ -52,6 +52,15 @@ class ClientSignature:
     date_time: str = ""
 
 
+def access_key_of(authorization: str | None) -> str | None:
+    """The access key an ``authorization`` value names, if it parses (the user to read
+    before the request is checked); None otherwise."""
+    try:
+        return parse(authorization, "-").access_key
+    except SignatureError:
+        return None
+
+
 def parse(authorization: str | None, date_time: str | None) -> ClientSignature:
     """The signature of a request, from its two metadata values; raises SignatureError
     ("missing" without credentials, "malformed" for anything that does not parse)."""

@@ -25,7 +25,10 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.security.cluster_users import ClusterPermissions
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -120,7 +123,8 @@ class Permissions:
 class User:
     access_key: str
     secret_key: str = field(repr=False)
-    permissions: Permissions = field(default_factory=Permissions)
+    # The user file's permissions, or the cluster's ACL 2.0 rules (auth_source "cluster").
+    permissions: Permissions | ClusterPermissions = field(default_factory=Permissions)
 
 
 class UserStore:

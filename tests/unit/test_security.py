@@ -18,7 +18,7 @@ from proxy.remoting.command import RemotingCommand
 from proxy.security import signing
 from proxy.security.config import TlsMode
 from proxy.security.guard import RESOURCES, DenialKind, Denied, Guard
-from proxy.security.users import Pattern, UserFileError, UserStore
+from proxy.security.users import Pattern, Permissions, UserFileError, UserStore
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 DT = "20231114T221320Z"
@@ -162,7 +162,8 @@ def test_user_file_errors_never_echo_secrets(tmp_path):
     as_json = tmp_path / "users.json"
     as_json.write_text('{"users": [{"access_key": "j", "secret_key": "k", "publish": ["*"]}]}')
     user = UserStore.load(as_json).get("j")
-    assert user is not None and user.permissions.may_publish("x")
+    assert user is not None and isinstance(user.permissions, Permissions)
+    assert user.permissions.may_publish("x")
     assert "secret_key" not in repr(UserStore.load(as_json).get("j"))
 
 
@@ -349,6 +350,8 @@ def test_the_example_files_load():
     users = UserStore.load(root / "users.example.toml", env=secrets)
     billing, auditor = users.get("billing"), users.get("auditor")
     assert billing is not None and auditor is not None
+    assert isinstance(billing.permissions, Permissions)
+    assert isinstance(auditor.permissions, Permissions)
     assert billing.permissions.may_subscribe("billing-eu", "orders-eu")
     assert not auditor.permissions.may_subscribe("audit", "payroll")
     config = load(str(root / "proxy-secure.example.toml"),
