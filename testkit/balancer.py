@@ -1,6 +1,7 @@
 """A TCP balancer in front of a fleet of proxies, following each proxy's readiness as a
 Kubernetes Service does (the soaks, and the drain's tests); optionally writing a PROXY
-protocol header first, as HAProxy's ``send-proxy`` or a cloud NLB does."""
+protocol header first, as HAProxy's ``send-proxy`` or a cloud NLB does. ``BalancerThread``
+runs several on a thread of their own, for a synchronous test."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import threading
 from collections.abc import Callable, Sequence
 
 import aiohttp
@@ -176,3 +178,47 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 # -- the run ------------------------------------------------------------------------------
+
+
+class BalancerThread:
+    """testkit's TCP balancers (readiness-following, as a Kubernetes Service), one per
+    public port of the proxies, on an event loop of its own thread, for this synchronous
+    test. Proxy n is each balancer's target n."""
+
+    def __init__(self, ports: list[list[tuple[str, str]]]) -> None:
+        """``ports``: for each public port, each proxy's (that port, its ops address)."""
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.balancers = [Balancer(targets) for targets in ports]
+        self._targets = [[target for target, _ in targets] for targets in ports]
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def start(self) -> list[str]:
+        """Each balancer's address."""
+        self.thread.start()
+        return [self.call(b.start()) for b in self.balancers]
+
+    def terminating(self, n: int) -> None:
+        for balancer, targets in zip(self.balancers, self._targets, strict=True):
+            balancer.terminating(targets[n])
+
+    def started(self, n: int) -> None:
+        for balancer, targets in zip(self.balancers, self._targets, strict=True):
+            balancer.started(targets[n])
+
+    def is_ready(self, n: int) -> bool:
+        return all(
+            targets[n] in (balancer.ready or ())
+            for balancer, targets in zip(self.balancers, self._targets, strict=True)
+        )
+
+    def stop(self) -> None:
+        try:
+            for balancer in self.balancers:
+                self.call(balancer.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from ssl import SSLContext
 from typing import Protocol
 
+from proxy.background import shared_lookup
 from proxy.brokers import BrokerPool, TopicNotFound, cluster_brokers
 from proxy.descriptors import DescriptorBudget
 from proxy.message_types import accepts, message_type_of
@@ -139,6 +140,7 @@ class RemotingPort:
         # Each broker's master address, from the routes answered and the cluster's list.
         self._addresses: dict[str, str] = {}
         self._cluster_asked_at = -CLUSTER_REFRESH_S
+        self._cluster_lookups: dict[str, asyncio.Future[None]] = {}  # one at a time
         self._closing: set[asyncio.Task[None]] = set()
         self._sends = 0  # forwarded requests in flight that are no long poll
         self._no_sends = asyncio.Event()
@@ -204,6 +206,8 @@ class RemotingPort:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._no_sends.wait(), DRAIN_S)
         await self._server.stop()
+        for lookup in list(self._cluster_lookups.values()):
+            lookup.cancel()
         sessions, self._sessions = self._sessions, {}
         await asyncio.gather(*(s.close() for s in sessions.values()), return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)
@@ -472,22 +476,31 @@ class RemotingPort:
         """Every broker known, by name: learned from the routes answered, or else (and on
         ``refresh``) from the name server's list of the cluster, asked at most once every
         ``CLUSTER_REFRESH_S``: a client naming a broker nobody knows costs the name
-        server nothing more."""
+        server nothing more. Requests that arrive while the list is being asked for wait
+        for it: the pulls a consumer sends at once to a proxy that has just started (after
+        a drain moved it there) all find their brokers."""
         if self._addresses and not refresh:
+            return self._addresses
+        asking = self._cluster_lookups.get("cluster")
+        if asking is not None:
+            await asyncio.shield(asking)
             return self._addresses
         now = time.monotonic()
         if now < self._cluster_asked_at + CLUSTER_REFRESH_S:
             return self._addresses
         self._cluster_asked_at = now
+        await shared_lookup(self._cluster_lookups, "cluster", self._ask_cluster)
+        return self._addresses
+
+    async def _ask_cluster(self) -> None:
         request = RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO)
         try:
             answer = await self.pool.ask_name_server(request)
         except RemotingError as exc:
             log.warning("remoting port: the cluster's brokers are not known: %s", exc)
-            return self._addresses
+            return
         if answer.code == ResponseCode.SUCCESS and answer.body:
             self._addresses.update(cluster_brokers(answer.body))
-        return self._addresses
 
     async def _route(self, cmd: RemotingCommand) -> RemotingCommand:
         try:

@@ -97,19 +97,20 @@ class ProxyProcess:
             f"--- rmq-proxy stderr (tail) ---\n{tail(self.stderr_log)}"
         )
 
-    def stop(self) -> str | None:
-        """SIGTERM, wait, SIGKILL if need be. Returns a complaint, or None for a clean stop."""
+    def stop(self, timeout_s: float = STOP_TIMEOUT) -> str | None:
+        """SIGTERM, wait ``timeout_s`` (a drain that waits for connections to age needs
+        longer), SIGKILL if need be. Returns a complaint, or None for a clean stop."""
         complaint = None
         if self.proc.poll() is not None:
             complaint = f"rmq-proxy exited on its own with code {self.proc.returncode}"
         else:
             os.kill(self.pid, signal.SIGTERM)
             try:
-                self.proc.wait(STOP_TIMEOUT)
+                self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 os.kill(self.pid, signal.SIGKILL)
                 self.proc.wait(KILL_WAIT)
-                complaint = f"rmq-proxy did not stop within {STOP_TIMEOUT:.0f}s of SIGTERM"
+                complaint = f"rmq-proxy did not stop within {timeout_s:.0f}s of SIGTERM"
         self._reader.join(KILL_WAIT)
         if self.proc.stdout is not None:
             self.proc.stdout.close()

@@ -5,10 +5,12 @@ interpreter: the client bundles its own generated ``apache.rocketmq.v2`` descrip
 protobuf. Same command line as ``node/client.mjs``::
 
     produce --endpoint HOST:PORT --topic T --count N [--tag X] [--keys K] [--body-prefix P]
-            [--message-groups G] [--priority P]
-        -> {"ids": [...]}            message i has the body "<P>-<i>"; with G, FIFO
-                                     messages, message i in group "g<i mod G>"; with
-                                     --priority, priority messages of priority P
+            [--message-groups G] [--priority P] [--interval-ms I]
+        -> {"ids": [...], "errors": [...]}   message i has the body "<P>-<i>"; with G,
+                                     FIFO messages, message i in group "g<i mod G>"; with
+                                     --priority, priority messages of priority P; with
+                                     I, one send each I ms, a failed one reported and
+                                     sent again (Python only)
     consume --endpoint HOST:PORT --group G --topic T --await-seconds S --expect N
             [--max-rounds R] [--invisible-seconds I] [--ack] [--change-invisible-seconds C]
             [--no-ack-first] [--start-only] [--batch B]
@@ -140,6 +142,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     produce.add_argument("--body-prefix", default="msg", help='message i gets body "<P>-<i>"')
     produce.add_argument("--message-groups", type=int, help="FIFO: message i in group g<i%%G>")
     produce.add_argument("--priority", type=int, help="priority messages of this priority")
+    produce.add_argument(
+        "--interval-ms",
+        type=int,
+        help="pace the sends; a failed send is then reported in errors and sent again (up to "
+        "3 times), as an application does while its proxies restart",
+    )
     produce.add_argument("--deadline-seconds", type=float)
 
     consume = sub.add_parser("consume", help="receive with a SimpleConsumer in a bounded loop")
@@ -235,7 +243,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def default_deadline(args: argparse.Namespace) -> float:
     """Start-up and shut-down allowance plus, for consume, every round at its gRPC deadline."""
     if args.command == "produce":
-        return 20.0 + args.count * 3 * REQUEST_TIMEOUT_SECONDS
+        paced = args.count * (args.interval_ms or 0) / 1000
+        return 20.0 + paced + args.count * 3 * REQUEST_TIMEOUT_SECONDS
     if args.start_only:
         return 30.0
     per_round = (args.await_seconds or 0) + REQUEST_TIMEOUT_SECONDS + 1
@@ -252,7 +261,8 @@ def produce(args: argparse.Namespace) -> dict:
     producer.startup()
     try:
         route_endpoints(producer, args.topic)
-        ids = []
+        ids: list[str] = []
+        errors: list[str] = []
         for i in range(args.count):
             msg = Message()
             msg.topic = args.topic
@@ -265,11 +275,21 @@ def produce(args: argparse.Namespace) -> dict:
                 msg.message_group = f"g{i % args.message_groups}"
             if args.priority is not None:
                 msg.priority = args.priority
-            receipt = producer.send(msg)
-            ids.append(receipt.message_id)
+            if args.interval_ms is None:
+                ids.append(producer.send(msg).message_id)
+                continue
+            time.sleep(args.interval_ms / 1000)
+            for attempt in range(3):
+                try:
+                    ids.append(producer.send(msg).message_id)
+                    break
+                except Exception as exc:  # reported, then sent again
+                    errors.append(describe(exc))
+                    if attempt == 2:
+                        raise
     finally:
         producer.shutdown()
-    return {"ids": ids}
+    return {"ids": ids, "errors": errors}
 
 
 def start_only(consumer, args: argparse.Namespace) -> dict:

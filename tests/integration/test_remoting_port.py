@@ -508,3 +508,15 @@ async def test_the_remoting_port_holds_its_clients_within_the_process_budget(
     finally:
         await first.close()
         await second.close()
+
+
+async def test_requests_at_once_to_a_fresh_port_all_find_their_broker(port):
+    """A consumer a drain moved to a proxy that has just started sends its pulls at once,
+    each naming its broker: those that arrive while the port asks the name server for the
+    cluster's brokers wait for its answer, rather than hear "not known to the proxy"."""
+    proxy, connect = port
+    client = connect()
+    brokers = [b.name for b in proxy.cluster.brokers]
+    sends = [send_v2("T", brokers[i % 2], f"m-{i}".encode()) for i in range(8)]
+    answers = await asyncio.gather(*(client.invoke(s, TIMEOUT_S) for s in sends))
+    assert [(a.code, a.remark) for a in answers] == [(ResponseCode.SUCCESS, None)] * 8
