@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import aiohttp
 
 from proxy.background import start_background, stop_background
+from testkit.waits import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +216,24 @@ class BalancerThread:
             targets[n] in (balancer.ready or ())
             for balancer, targets in zip(self.balancers, self._targets, strict=True)
         )
+
+    def roll(self, proxies: list[Any], start: Callable[[int], Any], stop_timeout_s: float) -> None:
+        """A rolling restart of ``proxies`` (``testkit.official.harness.ProxyProcess``es;
+        proxy n is each balancer's target n), in place: each out of the balancers, stopped
+        (SIGTERM: its drain) within ``stop_timeout_s``, ``start(n)`` again on its ports,
+        and, as a rolling update waits for its new pod to be ready, seen ready before the
+        next one."""
+        for n, proxy in enumerate(proxies):
+            self.terminating(n)
+            complaint = proxy.stop(stop_timeout_s)
+            assert complaint is None, f"{complaint}\n{proxy.logs()}"
+            proxies[n] = start(n)
+            self.started(n)
+            wait_for(
+                functools.partial(self.is_ready, n),
+                timeout=10,
+                what=f"the balancers to see proxy {n} ready again",
+            )
 
     def stop(self) -> None:
         try:

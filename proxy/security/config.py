@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+E = TypeVar("E", bound=enum.StrEnum)
 
 
 class TlsMode(enum.StrEnum):
@@ -89,20 +92,8 @@ class SecurityConfig:
         self.validate_mode()
 
     def validate_mode(self) -> None:
-        try:
-            self.tls_mode = TlsMode(self.tls_mode)
-        except ValueError:
-            names = ", ".join(m.value for m in TlsMode)
-            raise ValueError(
-                f"security.tls_mode must be one of {names}, not {self.tls_mode!r}"
-            ) from None
-        try:
-            self.auth_source = AuthSource(self.auth_source)
-        except ValueError:
-            names = ", ".join(m.value for m in AuthSource)
-            raise ValueError(
-                f"security.auth_source must be one of {names}, not {self.auth_source!r}"
-            ) from None
+        self.tls_mode = _member(TlsMode, self.tls_mode, "tls_mode")
+        self.auth_source = _member(AuthSource, self.auth_source, "auth_source")
 
     @property
     def serves_tls(self) -> bool:
@@ -137,3 +128,12 @@ class SecurityConfig:
             raise ValueError("security.clock_skew_s must be positive")
         if self.reload_interval_s <= 0:
             raise ValueError("security.reload_interval_s must be positive")
+
+
+def _member(kind: type[E], value: str, key: str) -> E:
+    """``value`` (a name read from a file or the environment) as a member of ``kind``."""
+    try:
+        return kind(value)
+    except ValueError:
+        names = ", ".join(m.value for m in kind)
+        raise ValueError(f"security.{key} must be one of {names}, not {value!r}") from None

@@ -20,9 +20,9 @@ from proxy.remoting.broker_client import BrokerClient
 from proxy.remoting.codes import RequestCode, ResponseCode
 from proxy.remoting.command import RemotingCommand
 from proxy.remoting.headers import CreateTopicHeader, TopicHeader
-from proxy.security.config import SecurityConfig
+from proxy.security.config import AuthSource, SecurityConfig
 from proxy.security.signing import RemotingSigner
-from testkit.waits import wait_for
+from testkit.waits import wait_for, wait_until
 from tests.conftest import ProxyOnStubs
 from tests.support.secure_client import SecureLeanClient
 
@@ -168,4 +168,89 @@ async def test_proxy_without_broker_credentials_cannot_send(acl_cluster):
         assert sent.status.code != pb.Code.OK
     finally:
         await client.close()
+        await proxy.stop()
+
+
+def _admin(cluster, code: int, fields: dict[str, str], body: dict | None = None) -> None:
+    """An ACL 2.0 admin request to every broker, signed as the super user: the request
+    ``mqadmin createUser`` / ``createAcl`` / ``updateAcl`` / ``deleteUser -c`` sends."""
+    from rocketmq_local.admin import admin_call
+
+    signer = RemotingSigner(PROXY_AK, PROXY_SK)
+    for broker in cluster.brokers:
+        cmd = RemotingCommand(code, dict(fields), json.dumps(body).encode() if body else b"")
+        signer(cmd)
+        answer = admin_call(broker.address, cmd)
+        assert answer.code == ResponseCode.SUCCESS, (code, answer.remark)
+
+
+def _rules(user: str, *entries: tuple[str, list[str], str]) -> dict:
+    return {
+        "subject": f"User:{user}",
+        "policies": [
+            {
+                "policyType": "Custom",
+                "entries": [{"resource": r, "actions": a, "decision": d} for r, a, d in entries],
+            }
+        ],
+    }
+
+
+async def test_the_clusters_own_users_and_rules_hold_through_the_proxy(acl_cluster):
+    """auth_source "cluster" on real brokers: users and rules made on the brokers decide
+    what each client may do through the proxy, with the brokers' own words, and a rule
+    updated or a user deleted there holds within the cache's refresh."""
+    for user in ("alice", "mallory"):
+        body = {"username": user, "password": f"{user}-secret", "userType": "Normal"}
+        _admin(acl_cluster, RequestCode.AUTH_CREATE_USER, {"username": user}, body)
+    alice_rules = _rules(
+        "alice", (f"Topic:{TOPIC}", ["Pub", "Sub"], "Allow"), (f"Group:{GROUP}", ["Sub"], "Allow")
+    )
+    mallory_rules = _rules("mallory", ("*", ["All"], "Allow"), (f"Topic:{TOPIC}", ["Pub"], "Deny"))
+    _admin(acl_cluster, RequestCode.AUTH_CREATE_ACL, {"subject": "User:alice"}, alice_rules)
+    _admin(acl_cluster, RequestCode.AUTH_CREATE_ACL, {"subject": "User:mallory"}, mallory_rules)
+    security = SecurityConfig(
+        auth_source=AuthSource.CLUSTER, broker_access_key=PROXY_AK, broker_secret_key=PROXY_SK,
+        cluster_users_refresh_s=1.0,
+    )  # fmt: skip
+    proxy = await _proxy(acl_cluster.namesrv_address, security)
+    endpoint = f"127.0.0.1:{proxy.grpc_port}"
+    clients = {
+        name: SecureLeanClient(endpoint, access_key=name, secret_key=secret)
+        for name, secret in (("alice", "alice-secret"), ("mallory", "mallory-secret"),
+                             ("ghost", "x"), ("wrong", "x"))
+    }  # fmt: skip
+    clients["wrong"].access_key = "alice"
+    try:
+        alice = clients["alice"]
+        sent = await alice.send(TOPIC, b"by-alice")
+        assert sent.status.code == pb.Code.OK, sent.status.message
+        got = await alice.receive(GROUP, TOPIC, await_ms=3_000)
+        assert got.status == pb.Code.OK, got.message
+        refused = {
+            name: (await clients[name].send(TOPIC, b"no")).status
+            for name in ("mallory", "ghost", "wrong")
+        }
+        assert {n: (s.code, s.message) for n, s in refused.items()} == {
+            "mallory": (pb.Code.UNAUTHORIZED, f"User:mallory has no permission to access "
+                        f"Topic:{TOPIC} from 127.0.0.1, the decision is deny."),
+            "ghost": (pb.Code.UNAUTHORIZED, "User:ghost is not found."),
+            "wrong": (pb.Code.UNAUTHORIZED, "check signature failed."),
+        }  # fmt: skip
+
+        _admin(acl_cluster, RequestCode.AUTH_UPDATE_ACL, {"subject": "User:alice"},
+               _rules("alice", (f"Topic:{TOPIC}", ["Pub"], "Deny")))  # fmt: skip
+        _admin(acl_cluster, RequestCode.AUTH_DELETE_USER, {"username": "mallory"})
+
+        async def changed() -> bool:
+            a = (await alice.send(TOPIC, b"after")).status
+            m = (await clients["mallory"].send(TOPIC, b"after")).status
+            return a.message.endswith("the decision is deny.") and (
+                m.message == "User:mallory is not found."
+            )
+
+        await wait_until(changed, timeout=15, step=0.5)
+    finally:
+        for client in clients.values():
+            await client.close()
         await proxy.stop()

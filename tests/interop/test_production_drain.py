@@ -14,7 +14,6 @@ client, is ``test_remoting_clients.py``; the stub-backed fleet soak with Java an
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import uuid
 from pathlib import Path
 
@@ -25,7 +24,6 @@ from testkit.balancer import BalancerThread
 from testkit.official.harness import ProxyProcess, run_client, start_proxy
 from testkit.official.remoting_driver import JAVA
 from testkit.soak_checks import CROSSED_A_CONNECTION_END, KNOWN_CLIENT_ERRORS
-from testkit.waits import wait_for
 from tests.interop.conftest import PRODUCTION_USER, PRODUCTION_USERS, production_env
 from tests.support.ports import free_port
 
@@ -98,18 +96,7 @@ def test_a_rolling_restart_in_the_production_profile_loses_nothing(real_cluster,
         )  # fmt: skip
         java_sending = java("java-produce", "produce", f"prod-rp-{tag}", remoting_topic,
                             "--count", COUNT, "--interval-ms", INTERVAL_MS)  # fmt: skip
-        for n in range(2):
-            front.terminating(n)
-            complaint = proxies[n].stop(DRAIN_TIMEOUT_S)
-            assert complaint is None, f"{complaint}\n{proxies[n].logs()}"
-            proxies[n] = start(n)
-            front.started(n)
-            # As a rolling update waits for its new pod to be ready before the next one.
-            wait_for(
-                functools.partial(front.is_ready, n),
-                timeout=10,
-                what=f"the balancers to see proxy {n} ready again",
-            )
+        front.roll(proxies, start, DRAIN_TIMEOUT_S)
         assert not grpc_sending.done(), "the Python producer ended before the restarts did"
         assert java_sending.proc.poll() is None, "the Java producer ended before the restarts"
         java_sent = java_sending.result(90)

@@ -26,7 +26,7 @@ from proxy.remoting.command import RemotingCommand
 from rocketmq_local import admin
 from rocketmq_local.launcher import mqadmin
 from testkit.balancer import BalancerThread
-from testkit.official.harness import ProxyProcess, start_proxy
+from testkit.official.harness import STOP_TIMEOUT, ProxyProcess, start_proxy
 from testkit.official.remoting_driver import CPP, GO, JAVA, Driver
 from testkit.waits import wait_for
 from tests.support.ports import free_port
@@ -274,18 +274,7 @@ def test_a_rolling_restart_of_two_proxies_loses_nothing(real_cluster, tmp_path, 
                       "--seconds", 120, driver=driver)  # fmt: skip
         sending = client(address, homes("produce"), "produce", producer, topic, "--count",
                          count, "--interval-ms", 250, driver=driver)  # fmt: skip
-        for n in range(2):
-            front.terminating(n)
-            complaint = proxies[n].stop()
-            assert complaint is None, f"{complaint}\n{proxies[n].logs()}"
-            proxies[n] = start(n)
-            front.started(n)
-            # As a rolling update waits for its new pod to be ready before the next one.
-            wait_for(
-                functools.partial(front.is_ready, n),
-                timeout=10,
-                what=f"the balancers to see proxy {n} ready again",
-            )
+        front.roll(proxies, start, STOP_TIMEOUT)
         assert sending.proc.poll() is None, "the producer ended before the restarts did"
         sent = sending.result(RESULT_TIMEOUT_S)
         got = push.result(150)
