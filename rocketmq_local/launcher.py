@@ -509,9 +509,12 @@ class RealCluster:
         broker.process.wait_ready(ready_timeout_s)
         return broker
 
-    def start_apache_proxy(self, ready_timeout_s: float | None = None) -> ApacheProxy:
-        """The Apache proxy (cluster mode) in front of this cluster. It needs a registered
-        broker at start: it creates a system topic and exits if that fails."""
+    def start_apache_proxy(
+        self, ready_timeout_s: float | None = None, settings: dict[str, object] | None = None
+    ) -> ApacheProxy:
+        """The Apache proxy (cluster mode) in front of this cluster, ``settings`` added to its
+        rmq-proxy.json. It needs a registered broker at start: it creates a system topic
+        and exits if that fails."""
         grpc_port = free_port_block()
         remoting_port = free_port_block()
         proc = JavaProcess("apache-proxy", "proxy", self.root / "apache-proxy",
@@ -528,6 +531,7 @@ class RealCluster:
                     "remotingListenPort": remoting_port,
                     "grpcClientConsumerMinLongPollingTimeoutMillis": 5000,
                     "grpcClientConsumerMaxLongPollingTimeoutMillis": 20000,
+                    **(settings or {}),
                 }
             )
         )

@@ -196,61 +196,97 @@ def _rules(user: str, *entries: tuple[str, list[str], str]) -> dict:
     }
 
 
-async def test_the_clusters_own_users_and_rules_hold_through_the_proxy(acl_cluster):
-    """auth_source "cluster" on real brokers: users and rules made on the brokers decide
-    what each client may do through the proxy, with the brokers' own words, and a rule
-    updated or a user deleted there holds within the cache's refresh."""
-    for user in ("alice", "mallory"):
+#: The Apache proxy reading the same users and rules from the cluster (its cluster mode's
+#: metadata providers), refreshing them each second as ours does in the test below.
+APACHE_ACL_CONF = {
+    "authenticationEnabled": True,
+    "authorizationEnabled": True,
+    "authenticationProvider": ACL_CONF["authenticationProvider"],
+    "authenticationMetadataProvider":
+        "org.apache.rocketmq.proxy.auth.ProxyAuthenticationMetadataProvider",
+    "authorizationProvider": ACL_CONF["authorizationProvider"],
+    "authorizationMetadataProvider":
+        "org.apache.rocketmq.proxy.auth.ProxyAuthorizationMetadataProvider",
+    "innerClientAuthenticationCredentials": ACL_CONF["innerClientAuthenticationCredentials"],
+    "enableAclRpcHookForClusterMode": True,
+    "userCacheRefreshSeconds": 1,
+    "aclCacheRefreshSeconds": 1,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def apache_acl_proxy(acl_cluster):
+    from rocketmq_local.launcher import LauncherError
+
+    try:
+        return acl_cluster.start_apache_proxy(settings=APACHE_ACL_CONF)
+    except LauncherError as exc:
+        pytest.fail(f"the Apache proxy with ACL did not start: {exc}", pytrace=False)
+
+
+@pytest.mark.parametrize("peer", ["ours", "apache"])
+async def test_the_clusters_own_users_and_rules_hold_through_the_proxy(acl_cluster, request, peer):
+    """auth_source "cluster" on real brokers, beside the Apache proxy reading the same:
+    users and rules made on the brokers decide what each client may do through the proxy,
+    with the same code and words through both, and a rule updated or a user deleted there
+    holds within the caches' refresh."""
+    alice, mallory = f"alice-{peer}", f"mallory-{peer}"
+    for user in (alice, mallory):
         body = {"username": user, "password": f"{user}-secret", "userType": "Normal"}
         _admin(acl_cluster, RequestCode.AUTH_CREATE_USER, {"username": user}, body)
     alice_rules = _rules(
-        "alice", (f"Topic:{TOPIC}", ["Pub", "Sub"], "Allow"), (f"Group:{GROUP}", ["Sub"], "Allow")
+        alice, (f"Topic:{TOPIC}", ["Pub", "Sub"], "Allow"), (f"Group:{GROUP}", ["Sub"], "Allow")
     )
-    mallory_rules = _rules("mallory", ("*", ["All"], "Allow"), (f"Topic:{TOPIC}", ["Pub"], "Deny"))
-    _admin(acl_cluster, RequestCode.AUTH_CREATE_ACL, {"subject": "User:alice"}, alice_rules)
-    _admin(acl_cluster, RequestCode.AUTH_CREATE_ACL, {"subject": "User:mallory"}, mallory_rules)
+    mallory_rules = _rules(mallory, ("*", ["All"], "Allow"), (f"Topic:{TOPIC}", ["Pub"], "Deny"))
+    _admin(acl_cluster, RequestCode.AUTH_CREATE_ACL, {"subject": f"User:{alice}"}, alice_rules)
+    _admin(acl_cluster, RequestCode.AUTH_CREATE_ACL, {"subject": f"User:{mallory}"}, mallory_rules)
     security = SecurityConfig(
         auth_source=AuthSource.CLUSTER, broker_access_key=PROXY_AK, broker_secret_key=PROXY_SK,
         cluster_users_refresh_s=1.0,
     )  # fmt: skip
-    proxy = await _proxy(acl_cluster.namesrv_address, security)
-    endpoint = f"127.0.0.1:{proxy.grpc_port}"
+    if peer == "ours":
+        proxy = await _proxy(acl_cluster.namesrv_address, security)
+        endpoint = f"127.0.0.1:{proxy.grpc_port}"
+    else:
+        proxy = None
+        endpoint = request.getfixturevalue("apache_acl_proxy").grpc_address
+    users = ((alice, f"{alice}-secret"), (mallory, f"{mallory}-secret"), ("ghost", "x"),
+             (alice, "wrong"))  # fmt: skip
     clients = {
-        name: SecureLeanClient(endpoint, access_key=name, secret_key=secret)
-        for name, secret in (("alice", "alice-secret"), ("mallory", "mallory-secret"),
-                             ("ghost", "x"), ("wrong", "x"))
-    }  # fmt: skip
-    clients["wrong"].access_key = "alice"
+        name: SecureLeanClient(endpoint, access_key=user, secret_key=secret)
+        for name, (user, secret) in zip(("alice", "mallory", "ghost", "wrong"), users, strict=True)
+    }
     try:
-        alice = clients["alice"]
-        sent = await alice.send(TOPIC, b"by-alice")
+        sent = await clients["alice"].send(TOPIC, b"by-alice")
         assert sent.status.code == pb.Code.OK, sent.status.message
-        got = await alice.receive(GROUP, TOPIC, await_ms=3_000)
-        assert got.status == pb.Code.OK, got.message
+        if peer == "ours":  # the Apache proxy answers a receive before Settings with a 50001
+            got = await clients["alice"].receive(GROUP, TOPIC, await_ms=3_000)
+            assert got.status == pb.Code.OK, got.message
         refused = {
             name: (await clients[name].send(TOPIC, b"no")).status
             for name in ("mallory", "ghost", "wrong")
         }
         assert {n: (s.code, s.message) for n, s in refused.items()} == {
-            "mallory": (pb.Code.UNAUTHORIZED, f"User:mallory has no permission to access "
+            "mallory": (pb.Code.UNAUTHORIZED, f"User:{mallory} has no permission to access "
                         f"Topic:{TOPIC} from 127.0.0.1, the decision is deny."),
             "ghost": (pb.Code.UNAUTHORIZED, "User:ghost is not found."),
             "wrong": (pb.Code.UNAUTHORIZED, "check signature failed."),
         }  # fmt: skip
 
-        _admin(acl_cluster, RequestCode.AUTH_UPDATE_ACL, {"subject": "User:alice"},
-               _rules("alice", (f"Topic:{TOPIC}", ["Pub"], "Deny")))  # fmt: skip
-        _admin(acl_cluster, RequestCode.AUTH_DELETE_USER, {"username": "mallory"})
+        _admin(acl_cluster, RequestCode.AUTH_UPDATE_ACL, {"subject": f"User:{alice}"},
+               _rules(alice, (f"Topic:{TOPIC}", ["Pub"], "Deny")))  # fmt: skip
+        _admin(acl_cluster, RequestCode.AUTH_DELETE_USER, {"username": mallory})
 
         async def changed() -> bool:
-            a = (await alice.send(TOPIC, b"after")).status
+            a = (await clients["alice"].send(TOPIC, b"after")).status
             m = (await clients["mallory"].send(TOPIC, b"after")).status
             return a.message.endswith("the decision is deny.") and (
-                m.message == "User:mallory is not found."
+                m.message == f"User:{mallory} is not found."
             )
 
         await wait_until(changed, timeout=15, step=0.5)
     finally:
         for client in clients.values():
             await client.close()
-        await proxy.stop()
+        if proxy is not None:
+            await proxy.stop()
