@@ -189,6 +189,7 @@ class BrokerPool:
         # Clients of brokers known from the name server's list of the cluster only, for
         # admin requests (``ask_any_broker``) before any route named them.
         self._listed_clients: dict[str, BrokerClient] = {}
+        self._cluster_listing: dict[str, asyncio.Future[None]] = {}  # its one look-up
         # Requests brokers send us (a transaction check, a lite unsubscribe), by request
         # code; each handler gets the broker's name (``serve``).
         self._served: dict[int, Callable[[str, RemotingCommand], RemotingCommand | None]] = {}
@@ -430,20 +431,26 @@ class BrokerPool:
         return await client.remoting.invoke(copy, self._timeout)
 
     async def _cluster_clients(self) -> list[BrokerClient]:
+        """Clients of the name server's list of the cluster, asked for once: callers at the
+        same time (the first requests of many users) share the one look-up, so it is
+        asked once and each broker gets one client."""
         if not self._listed_clients:
-            answer = await self.ask_name_server(
-                RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO)
-            )
-            if answer.code == ResponseCode.SUCCESS and answer.body:
-                for name, address in cluster_brokers(answer.body).items():
-                    self._listed_clients[name] = BrokerClient(
-                        name, address, observer=self._observer, request_hook=self._request_hook
-                    )
+            await shared_lookup(self._cluster_listing, "cluster", self._list_cluster)
         return list(self._listed_clients.values())
+
+    async def _list_cluster(self) -> None:
+        answer = await self.ask_name_server(RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO))
+        if answer.code == ResponseCode.SUCCESS and answer.body and not self._listed_clients:
+            for name, address in cluster_brokers(answer.body).items():
+                self._listed_clients[name] = BrokerClient(
+                    name, address, observer=self._observer, request_hook=self._request_hook
+                )
 
     async def close(self) -> None:
         for lookup in list(self._lookups.values()):
             lookup.cancel()
+        for listing in list(self._cluster_listing.values()):
+            listing.cancel()
         for namesrv in self._namesrvs:
             await namesrv.close()
         for client in [*self._brokers.values(), *self._retired, *self._listed_clients.values()]:
